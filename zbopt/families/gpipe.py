@@ -1,0 +1,14 @@
+"""GPipe (all-forward-all-backward): every forward, then every full backward."""
+
+from ..instance import Instance
+from ..schedule import Schedule, fused
+from .registry import register
+
+
+@register("gpipe", "contiguous", "GPipe: all forwards, then all (fused) backwards")
+def gpipe(instance: Instance) -> Schedule:
+    m = instance.microbatches
+    orders = []
+    for d in range(instance.devices):
+        orders.append([(d, j, "F") for j in range(m)] + [fused(d, j) for j in range(m)])
+    return Schedule.build(orders)

@@ -1,0 +1,49 @@
+"""Interleaved 1F1B (Megatron's depth-first looped schedule) with Llama 3's group size N.
+
+Device r holds chunks c = 0..v-1, i.e. global stages c*p + r. Virtual micro-batch k of device r
+maps to chunk (k // N) % v and micro-batch (k // (N v)) N + k % N: groups of N micro-batches go
+through one chunk before the next. N = p is Megatron's depth-first order, N = m breadth-first.
+Warm-up: 2(p-r-1) + (v-1)N forwards; then one forward, one (fused) backward; then cool-down.
+"""
+
+from ..errors import ZboptError
+from ..instance import Instance
+from ..schedule import Schedule, fused
+from .registry import register
+
+
+@register("interleaved-1f1b", "interleaved",
+          "Interleaved 1F1B: Megatron depth-first order over v chunks, fused backward", chunks=2)
+def interleaved_1f1b(instance: Instance, group_size: int | None = None) -> Schedule:
+    p, m, v = instance.devices, instance.microbatches, instance.chunks
+    n = p if group_size is None else group_size
+    if n < p:
+        raise ZboptError(f"interleaved-1f1b needs group size N >= p = {p}, got {n}")
+    if m % n:
+        raise ZboptError(f"interleaved-1f1b needs microbatches ({m}) to be a multiple of the "
+                         f"group size N = {n}: use m = {((m + n - 1) // n) * n} or another N")
+    total = m * v
+
+    def chunk_mb(k: int, backward: bool) -> tuple[int, int]:
+        chunk = (k // n) % v
+        if backward:
+            chunk = v - 1 - chunk
+        return chunk, (k // (n * v)) * n + k % n
+
+    orders = []
+    for r in range(p):
+        warmup = min(2 * (p - r - 1) + (v - 1) * n, total)
+        order: list = []
+        for k in range(warmup):
+            c, j = chunk_mb(k, False)
+            order.append((c * p + r, j, "F"))
+        for i in range(total - warmup):
+            c, j = chunk_mb(warmup + i, False)
+            order.append((c * p + r, j, "F"))
+            c, j = chunk_mb(i, True)
+            order.append(fused(c * p + r, j))
+        for i in range(total - warmup, total):
+            c, j = chunk_mb(i, True)
+            order.append(fused(c * p + r, j))
+        orders.append(order)
+    return Schedule.build(orders)

@@ -1,0 +1,1 @@
+"""Heuristic schedulers; each module registers its generators in zbopt.families.registry."""

@@ -1,0 +1,367 @@
+"""Instance: the problem data (devices, micro-batches, placement, costs, memory), validated and immutable.
+
+File format (TOML, or JSON with the same keys) is fixed by DESIGN.md; unknown keys are an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import ZboptError
+
+PLACEMENTS = ("contiguous", "interleaved", "v", "dualpipe")
+KINDS = ("F", "B", "W")
+
+_CAP_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*p\s*$")
+
+# Keys accepted in instance files, in the order they are written.
+FILE_KEYS = (
+    "name", "devices", "microbatches", "placement", "chunks",
+    "time_unit", "t_f", "t_b", "t_w", "comm", "overlap",
+    "memory_unit", "m_b", "m_w", "memory_cap", "static_memory",
+)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _stage_values(name: str, value: Any, stages: int, parts: int | None = None) -> tuple:
+    """Broadcast a scalar to every stage, or check a per-stage list (non-negative, finite)."""
+    if _is_number(value):
+        values = (value,) * stages
+    elif isinstance(value, (list, tuple)):
+        values = tuple(value)
+        if parts is not None and len(values) == parts and parts != stages:
+            # dualpipe: one value per model part, shared by both copies (stage p+k is part k)
+            values = values + values
+        if len(values) != stages:
+            raise ZboptError(
+                f"{name} has {len(values)} values but the instance has {stages} stages: "
+                f"give one value per stage or a single number")
+        if not all(_is_number(x) for x in values):
+            raise ZboptError(f"{name} must hold numbers only, got {list(value)!r}")
+    else:
+        raise ZboptError(f"{name} must be a number or a list of numbers, got {value!r}")
+    for x in values:
+        if not math.isfinite(x) or x < 0:
+            raise ZboptError(f"{name} must be finite and >= 0, got {x}: fix the cost in the instance")
+    return values
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A pipeline-parallel scheduling problem.
+
+    Scalars given for per-stage fields are broadcast to every stage on construction.
+    `memory_cap` keeps the user's spec (None, a number, "kp", or a list per device);
+    `cap` is the resolved absolute cap per device (None = unlimited).
+    """
+
+    devices: int
+    microbatches: int
+    placement: str = "contiguous"
+    chunks: int = 0  # 0: implied by the placement (1, or 2 for "v" and "dualpipe")
+    t_f: Any = 1
+    t_b: Any = 1
+    t_w: Any = 1
+    comm: float = 0
+    m_b: Any = 1
+    m_w: Any = 0
+    memory_cap: Any = None
+    static_memory: Any = 0
+    overlap: float = 0.0
+    name: str = ""
+    time_unit: str = ""
+    memory_unit: str = ""
+    cap: tuple | None = field(default=None, init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
+        for key in ("devices", "microbatches", "chunks"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ZboptError(f"{key} must be an integer, got {value!r}")
+        if self.devices < 1:
+            raise ZboptError(f"devices must be >= 1, got {self.devices}")
+        if self.microbatches < 1:
+            raise ZboptError(f"microbatches must be >= 1, got {self.microbatches}")
+        if self.placement not in PLACEMENTS:
+            raise ZboptError(
+                f"unknown placement {self.placement!r}: use one of {', '.join(PLACEMENTS)}")
+        implied = {"contiguous": 1, "v": 2, "dualpipe": 2}.get(self.placement)
+        chunks = self.chunks or implied or 2
+        if implied is not None and chunks != implied:
+            raise ZboptError(
+                f"placement {self.placement!r} takes chunks = {implied}, got {chunks}: "
+                f"drop chunks or use placement 'interleaved'")
+        if self.placement == "interleaved" and chunks < 2:
+            raise ZboptError(f"placement 'interleaved' needs chunks >= 2, got {chunks}: "
+                             f"use placement 'contiguous' for one chunk")
+        if self.placement == "dualpipe" and self.microbatches % 2:
+            raise ZboptError(f"placement 'dualpipe' splits micro-batches between two directions: "
+                             f"microbatches must be even, got {self.microbatches}")
+        set_("chunks", chunks)
+        stages = chunks * self.devices
+        parts = self.devices if self.placement == "dualpipe" else None
+        for key in ("t_f", "t_b", "t_w", "m_b", "m_w"):
+            set_(key, _stage_values(key, getattr(self, key), stages, parts))
+        for key in ("comm", "overlap"):
+            value = getattr(self, key)
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise ZboptError(f"{key} must be a finite number >= 0, got {value!r}")
+        if self.overlap > 1:
+            raise ZboptError(f"overlap is a fraction in [0, 1], got {self.overlap}")
+        for s in range(stages):
+            if self.m_w[s] > self.m_b[s]:
+                raise ZboptError(
+                    f"m_w ({self.m_w[s]}) exceeds m_b ({self.m_b[s]}) on stage {s}: "
+                    f"m_w is the part of m_b kept for W, so it must be <= m_b")
+        if sum(self.t_f) + sum(self.t_b) + sum(self.t_w) <= 0:
+            raise ZboptError("all pass costs are zero: give t_f, t_b or t_w a positive value")
+        static = self.static_memory
+        if _is_number(static):
+            static = (static,) * self.devices
+        elif isinstance(static, (list, tuple)) and len(static) == self.devices \
+                and all(_is_number(x) for x in static):
+            static = tuple(static)
+        else:
+            raise ZboptError(f"static_memory must be a number or a list with one number per "
+                             f"device ({self.devices}), got {self.static_memory!r}")
+        if any(x < 0 or not math.isfinite(x) for x in static):
+            raise ZboptError(f"static_memory must be >= 0, got {list(static)}")
+        set_("static_memory", static)
+        if isinstance(self.memory_cap, list):
+            set_("memory_cap", tuple(self.memory_cap))
+        set_("cap", self._resolve_cap(self.memory_cap))
+        for name in ("name", "time_unit", "memory_unit"):
+            if not isinstance(getattr(self, name), str):
+                raise ZboptError(f"{name} must be a string, got {getattr(self, name)!r}")
+
+    # ----- structure -------------------------------------------------------------------------
+
+    @property
+    def num_stages(self) -> int:
+        return self.chunks * self.devices
+
+    def device_of(self, stage: int) -> int:
+        p = self.devices
+        if self.placement in ("contiguous", "interleaved"):
+            return stage % p
+        return stage if stage < p else 2 * p - 1 - stage  # "v" and "dualpipe"
+
+    def stages_of(self, device: int) -> tuple[int, ...]:
+        return tuple(s for s in range(self.num_stages) if self.device_of(s) == device)
+
+    @property
+    def chains(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+        """(stages in forward order, micro-batches that run through them), one per pipeline.
+
+        One chain through every stage, except dualpipe: micro-batches 0..m/2-1 run through
+        stages 0..p-1 (devices 0..p-1), micro-batches m/2..m-1 through stages p..2p-1
+        (devices p-1..0).
+        """
+        m, p = self.microbatches, self.devices
+        if self.placement == "dualpipe":
+            return ((tuple(range(p)), tuple(range(m // 2))),
+                    (tuple(range(p, 2 * p)), tuple(range(m // 2, m))))
+        return ((tuple(range(self.num_stages)), tuple(range(m))),)
+
+    def chain_of_stage(self, stage: int) -> tuple[int, ...]:
+        for stages, _ in self.chains:
+            if stage in stages:
+                return stages
+        raise ZboptError(f"stage {stage} is not in this instance (0..{self.num_stages - 1})")
+
+    def microbatches_of(self, stage: int) -> tuple[int, ...]:
+        for stages, mbs in self.chains:
+            if stage in stages:
+                return mbs
+        raise ZboptError(f"stage {stage} is not in this instance (0..{self.num_stages - 1})")
+
+    def passes(self) -> Iterator[tuple[int, int, str]]:
+        for stages, mbs in self.chains:
+            for s in stages:
+                for j in mbs:
+                    for kind in KINDS:
+                        yield (s, j, kind)
+
+    @property
+    def num_passes(self) -> int:
+        return sum(3 * len(stages) * len(mbs) for stages, mbs in self.chains)
+
+    def cost(self, stage: int, kind: str) -> float:
+        return {"F": self.t_f, "B": self.t_b, "W": self.t_w}[kind][stage]
+
+    # ----- memory ----------------------------------------------------------------------------
+
+    @property
+    def activation_unit(self) -> float:
+        """Activation of one micro-batch over all layers of device 0: the unit of a "kp" cap."""
+        return sum(self.m_b[s] for s in self.stages_of(0))
+
+    def _resolve_cap(self, spec: Any) -> tuple | None:
+        p = self.devices
+        if spec is None:
+            return None
+        if isinstance(spec, (list, tuple)):
+            if len(spec) != p:
+                raise ZboptError(f"memory_cap lists {len(spec)} values but there are {p} devices: "
+                                 f"give one per device, a number, or a 'kp' string")
+            caps = tuple(self._one_cap(x) for x in spec)
+        else:
+            caps = (self._one_cap(spec),) * p
+        for d, c in enumerate(caps):
+            need = self.static_memory[d] + max(self.m_b[s] for s in self.stages_of(d))
+            if c < need:
+                raise ZboptError(
+                    f"memory_cap {c:g} on device {d} is below one activation "
+                    f"(needs at least {need:g}): raise memory_cap")
+        return caps
+
+    def _one_cap(self, x: Any) -> float:
+        if _is_number(x):
+            if not math.isfinite(x) or x <= 0:
+                raise ZboptError(f"memory_cap must be positive, got {x}")
+            return x
+        if isinstance(x, str):
+            match = _CAP_RE.match(x)
+            if match:
+                k = float(match.group(1))
+                value = k * self.devices * self.activation_unit
+                return int(value) if value == int(value) else value
+        raise ZboptError(f"memory_cap {x!r} is not a number, a list per device, "
+                         f"or a multiple of p such as '1p', '1.5p', '2p'")
+
+    def with_cap(self, memory_cap: Any) -> "Instance":
+        return replace(self, memory_cap=memory_cap)
+
+    # ----- derived placements ---------------------------------------------------------------
+
+    def with_placement(self, placement: str, chunks: int = 0) -> "Instance":
+        """The same model on another placement: each device's layers re-split into chunks.
+
+        Only from a contiguous instance: device d's stage cost and activation are divided evenly
+        among its chunks (interleaved, v), or kept per model part (dualpipe: two copies).
+        """
+        if placement == self.placement and (chunks in (0, self.chunks)):
+            return self
+        if self.placement != "contiguous":
+            raise ZboptError(f"can only re-place a contiguous instance, this one is "
+                             f"{self.placement!r}")
+        p = self.devices
+        if placement == "dualpipe":
+            return replace(self, placement="dualpipe", chunks=0,
+                           **{k: tuple(getattr(self, k)) for k in ("t_f", "t_b", "t_w", "m_b", "m_w")})
+        if placement == "contiguous":
+            return self
+        v = 2 if placement == "v" else (chunks or 2)
+        target = Instance(devices=p, microbatches=self.microbatches, placement=placement, chunks=v)
+        values = {}
+        for key in ("t_f", "t_b", "t_w", "m_b", "m_w"):
+            per_device = getattr(self, key)
+            values[key] = tuple(_divide(per_device[target.device_of(s)], v)
+                                for s in range(target.num_stages))
+        return replace(self, placement=placement, chunks=v, **values)
+
+    # ----- files ------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in FILE_KEYS:
+            value = getattr(self, key)
+            if key in ("t_f", "t_b", "t_w", "m_b", "m_w") or key == "static_memory":
+                value = value[0] if len(set(value)) == 1 else list(value)
+                if key == "static_memory" and value == 0:
+                    continue
+            elif key == "memory_cap":
+                if value is None:
+                    continue
+                value = list(value) if isinstance(value, tuple) else value
+            elif key == "chunks" and self.placement != "interleaved":
+                continue
+            elif key == "overlap" and value == 0:
+                continue
+            elif key in ("name", "time_unit", "memory_unit") and not value:
+                continue
+            out[key] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "instance") -> "Instance":
+        unknown = sorted(set(data) - set(FILE_KEYS))
+        if unknown:
+            raise ZboptError(f"{source}: unknown key(s) {', '.join(unknown)}; "
+                             f"allowed keys are {', '.join(FILE_KEYS)}")
+        for key in ("devices", "microbatches"):
+            if key not in data:
+                raise ZboptError(f"{source}: missing required key {key!r}")
+        try:
+            return cls(**data)
+        except ZboptError as err:
+            raise ZboptError(f"{source}: {err}") from None
+        except TypeError as err:
+            raise ZboptError(f"{source}: {err}") from None
+
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        path = Path(path)
+        if path.exists() and not overwrite:
+            raise ZboptError(f"{path} exists: choose another name or pass overwrite")
+        if path.suffix == ".json":
+            path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        else:
+            path.write_text(to_toml(self.to_dict()))
+        return path
+
+
+def _divide(value: float, v: int) -> float:
+    if isinstance(value, int) and value % v == 0:
+        return value // v
+    return value / v
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in value) + "]"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """TOML for a flat dict of strings, numbers and lists (all an instance file holds)."""
+    return "".join(f"{key} = {_toml_value(value)}\n" for key, value in data.items())
+
+
+def load_instance(path: str | Path) -> Instance:
+    """Read an instance file (.toml or .json). Every problem raises ZboptError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ZboptError(f"instance file {path} not found")
+    text = path.read_text()
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            data = tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ZboptError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}: "
+                         f"{err}") from None
+    if not isinstance(data, dict):
+        raise ZboptError(f"{path}: expected a table of keys, got {type(data).__name__}")
+    return Instance.from_dict(data, source=str(path))
+
+
+def default_instance_path() -> Path:
+    """The shipped default instance: the Zero Bubble 1.5B p=8 m=24 setting."""
+    return Path(__file__).parent / "data" / "zb-1.5b-p8-m24.toml"
