@@ -1,0 +1,47 @@
+"""The `zbopt` command: a thin layer over the library.
+
+Each subcommand lives in zbopt/commands/<name>.py with `register(subparsers)`; they are found
+automatically. User errors (ZboptError, bad arguments) print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from .errors import ZboptError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse would print the usage too)
+        raise ZboptError(f"{self.prog}: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="zbopt", description="Optimal pipeline-parallel schedules, proven.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    from . import commands
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"zbopt.commands.{info.name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args) or 0
+    except ZboptError as err:
+        print(f"zbopt: error: {err}".replace("\n", " "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("zbopt: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""zbopt compare [INSTANCE]: every family and heuristic that applies, side by side."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ..compare import Row, compare
+from ._common import add_instance_arguments, console, fmt, load, print_json
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("compare", help="compare every schedule family on an instance")
+    add_instance_arguments(parser)
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated method names (default: all registered)")
+    parser.add_argument("--chunks", type=int, default=0,
+                        help="chunks per device when re-placing for interleaved families")
+    parser.add_argument("--solve", action="store_true", help="add an exact solver's row")
+    parser.add_argument("--solver", default="cpsat", help="cpsat, cbc or highs (with --solve)")
+    parser.add_argument("--objective", default="span", choices=("span", "makespan"))
+    parser.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
+    parser.add_argument("--threads", type=int, default=2, help="solver threads")
+    parser.add_argument("--plot", metavar="DIR", help="write one Gantt chart per method to DIR")
+    parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.set_defaults(func=run)
+
+
+def solver_row(instance, args) -> Row:
+    from ..solvers import solve
+    result = solve(instance, solver=args.solver, objective=args.objective,
+                   time_limit=args.time_limit, threads=args.threads)
+    name = f"{args.solver} ({result.status})"
+    if result.timeline is None:
+        return Row(name, "solver", instance, reason=result.message or result.status)
+    return Row(name, "solver", instance, result.timeline)
+
+
+def rows_for(instance, args) -> list[Row]:
+    if args.chunks and instance.placement == "contiguous":
+        from ..families import families
+        # re-place interleaved families with the requested chunk count
+        rows = []
+        methods = args.methods.split(",") if args.methods else list(families())
+        for name in methods:
+            family = families().get(name)
+            if family is not None and family.placement == "interleaved":
+                rows += compare(instance.with_placement("interleaved", args.chunks), [name])
+            else:
+                rows += compare(instance, [name])
+    else:
+        rows = compare(instance, args.methods.split(",") if args.methods else None)
+    if args.solve:
+        rows.append(solver_row(instance, args))
+    return rows
+
+
+def run(args) -> int:
+    instance = load(args)
+    rows = rows_for(instance, args)
+    if args.plot:
+        from ..report.gantt import write_compare_plots
+        write_compare_plots([r.timeline for r in rows if r.applies], args.plot)
+    if args.json:
+        print_json([r.as_dict() for r in rows])
+        return 0
+    out = console()
+    cap = instance.cap
+    out.print(f"[bold]{instance.name or 'instance'}[/]: p={instance.devices} "
+              f"m={instance.microbatches} placement={instance.placement} "
+              f"cap={'unlimited' if cap is None else instance.memory_cap} "
+              f"({'-' if cap is None else fmt(max(cap))})")
+    table = Table("method", "placement", "makespan", "span", "bubble", "peak memory (max)",
+                  "fits cap")
+    applied = sorted((r for r in rows if r.applies), key=lambda r: r.timeline.span)
+    for r in applied:
+        tl = r.timeline
+        table.add_row(r.method, f"{r.instance.placement}"
+                      + (f"/{r.instance.chunks}" if r.instance.placement == "interleaved" else ""),
+                      fmt(tl.makespan), fmt(tl.span), f"{tl.bubble_rate:.2%}",
+                      fmt(max(tl.peak_memory)), "yes" if tl.fits_cap else "[red]no[/]")
+    out.print(table)
+    for r in rows:
+        if not r.applies:
+            out.print(f"[dim]{r.method}: does not apply: {r.reason}[/]")
+    return 0

@@ -1,0 +1,58 @@
+"""zbopt simulate INSTANCE --schedule NAME: evaluate one method, metrics and a per-device table."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ..compare import run_method
+from ..errors import ZboptError
+from ..families import get_family
+from ._common import add_instance_arguments, console, fmt, load, print_json
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("simulate", help="evaluate one schedule family on an instance")
+    add_instance_arguments(parser)
+    parser.add_argument("--schedule", "-s", required=True, metavar="NAME",
+                        help="family or heuristic name, e.g. 1f1b, zb-h1, interleaved-1f1b")
+    parser.add_argument("--chunks", type=int, default=0,
+                        help="chunks per device when re-placing for interleaved families")
+    parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.add_argument("--out", metavar="FILE", help="write the schedule file (zbopt.schedule/1)")
+    parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    instance = load(args)
+    family = get_family(args.schedule)
+    if args.chunks and family.placement == "interleaved" and instance.placement == "contiguous":
+        instance = instance.with_placement("interleaved", args.chunks)
+    row = run_method(family.name, instance)
+    if not row.applies:
+        raise ZboptError(f"{family.name} does not apply: {row.reason}")
+    tl = row.timeline
+    if args.out:
+        from ..export.schedule_file import write_schedule_file
+        write_schedule_file(args.out, tl, force=args.force)
+    if args.json:
+        data = row.as_dict()
+        data["devices"] = [
+            {"device": d, "start": s, "end": e, "busy": tl.busy[d], "idle": tl.idle[d],
+             "peak_memory": tl.peak_memory[d],
+             "memory_cap": tl.instance.cap[d] if tl.instance.cap else None}
+            for d, (s, e) in enumerate(tl.device_span)]
+        print_json(data)
+        return 0
+    out = console()
+    inst = tl.instance
+    out.print(f"[bold]{family.name}[/] on {inst.name or 'instance'}: p={inst.devices} "
+              f"m={inst.microbatches} placement={inst.placement} chunks={inst.chunks}")
+    out.print(f"makespan {fmt(tl.makespan)}  span {fmt(tl.span)}  ideal {fmt(tl.ideal)}  "
+              f"bubble rate {tl.bubble_rate:.2%}  fits cap: {'yes' if tl.fits_cap else 'NO'}")
+    table = Table("device", "first start", "last end", "busy", "idle", "peak memory", "cap")
+    for d, (s, e) in enumerate(tl.device_span):
+        table.add_row(str(d), fmt(s), fmt(e), fmt(tl.busy[d]), fmt(tl.idle[d]),
+                      fmt(tl.peak_memory[d]), fmt(inst.cap[d]) if inst.cap else "-")
+    out.print(table)
+    return 0

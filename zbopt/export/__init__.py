@@ -1,0 +1,1 @@
+"""Exports: schedule files, PyTorch CSV, Chrome traces."""

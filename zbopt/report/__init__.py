@@ -1,0 +1,1 @@
+"""Pictures and reports: Gantt charts, memory curves, HTML."""

@@ -1,0 +1,1 @@
+"""Batch sweeps: grids, executors, resumable result store."""
