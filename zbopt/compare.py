@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
 from .errors import ZboptError
 from .families import families, prepare
 from .instance import Instance
-from .schedule import Schedule, Timeline, evaluate
+from .schedule import Timeline, evaluate
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def run_method(name: str, instance: Instance, **params) -> Row:
     try:
         placed = prepare(family, instance)
         schedule = family.generate(placed, **{**family.defaults, **params})
-        timeline = evaluate(placed, Schedule(schedule.orders, method=name))
+        timeline = evaluate(placed, replace(schedule, method=name))
     except ZboptError as err:
         return Row(name, family.kind, instance, reason=str(err))
     return Row(name, family.kind, placed, timeline)

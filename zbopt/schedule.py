@@ -61,11 +61,17 @@ class Schedule:
 
     orders: tuple[tuple[Item, ...], ...]
     method: str = ""
+    # Optional earliest start of each device's first item. The span objective lets a device
+    # start late (iterations overlap in steady state), which ASAP timing alone cannot express;
+    # solvers set it to their own start times so evaluate() reproduces (or beats) them.
+    release: tuple[float, ...] | None = None
 
     @classmethod
-    def build(cls, orders: Iterable[Iterable], method: str = "") -> "Schedule":
+    def build(cls, orders: Iterable[Iterable], method: str = "",
+              release: Sequence[float] | None = None) -> "Schedule":
         """From per-device lists of passes `(stage, mb, kind)`, items (tuples of passes) or text."""
-        return cls(tuple(tuple(_as_item(x) for x in order) for order in orders), method)
+        return cls(tuple(tuple(_as_item(x) for x in order) for order in orders), method,
+                   tuple(release) if release is not None else None)
 
     @property
     def devices(self) -> int:
@@ -154,6 +160,9 @@ class Timeline:
 def structure_problems(instance: Instance, schedule: Schedule) -> list[str]:
     """Missing, duplicated, unknown and misplaced passes, and malformed blocks."""
     problems: list[str] = []
+    if schedule.release is not None and (len(schedule.release) != schedule.devices
+                                         or any(r < 0 for r in schedule.release)):
+        problems.append("release must give one non-negative start time per device")
     if schedule.devices != instance.devices:
         return [f"the schedule has {schedule.devices} device orders, the instance "
                 f"{instance.devices} devices"]
@@ -210,6 +219,10 @@ def _simulate(instance: Instance, schedule: Schedule):
             if i > 0:
                 waiting[d][i] += 1
     ready_at = [[0.0] * len(order) for order in schedule.orders]
+    if schedule.release is not None:
+        for d, order in enumerate(schedule.orders):
+            if order:
+                ready_at[d][0] = float(schedule.release[d])
     times: list[list[tuple[float, float] | None]] = [[None] * len(o) for o in schedule.orders]
     queue = deque((d, 0) for d, order in enumerate(schedule.orders)
                   if order and waiting[d][0] == 0)

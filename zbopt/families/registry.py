@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..errors import ZboptError
@@ -80,4 +80,4 @@ def generate(name: str, instance: Instance, **params) -> Schedule:
         raise ZboptError(f"{name} runs on placement {family.placement!r}, the instance is "
                          f"{instance.placement!r}: use Instance.with_placement or `prepare`")
     schedule = family.generate(instance, **{**family.defaults, **params})
-    return Schedule(schedule.orders, method=name)
+    return replace(schedule, method=name)
