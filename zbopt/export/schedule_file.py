@@ -1,0 +1,216 @@
+"""Schedule files, format "zbopt.schedule/1": an evaluated schedule that can be re-judged later.
+
+Layout (JSON):
+    format     "zbopt.schedule/1"
+    method     who produced the orders
+    instance   Instance.to_dict()
+    devices    per device: {"device": d, "items": [...]}; an item is
+               {"item": "0F1", "start": t0, "end": t1} for one pass, or for an atomic block
+               (fused full backward, overlapped F&B) {"item": "(0B1;0W1)", "start", "end",
+               "passes": [{"pass": "0B1", "start", "end"}, ...]} so blocks stay blocks
+    release    per-device earliest start (only when the schedule has one)
+    metrics    Timeline.metrics() at write time
+    solver     {"solver", "status", "objective", "lower_bound", "gap", "runtime", "scale", ...}
+               when a solver made it
+The times are informative: reading a file keeps only the orders (and release) and the instance;
+`evaluate()` recomputes everything, so a hand-edited file cannot lie about its own quality.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..dag import format_pass
+from ..errors import ZboptError
+from ..instance import Instance
+from ..schedule import Schedule, Timeline, evaluate, format_item, parse_item, structure_problems
+
+FORMAT = "zbopt.schedule/1"
+
+
+@dataclass(frozen=True)
+class ScheduleFile:
+    """What a schedule file holds: the problem, the orders, who made them, and the rest as meta.
+
+    `meta` has the stored "metrics", "solver" (if any) and "path".
+    """
+
+    instance: Instance
+    schedule: Schedule
+    method: str
+    meta: dict = field(default_factory=dict)
+
+    def evaluate(self) -> Timeline:
+        return evaluate(self.instance, self.schedule)
+
+
+def _number(x: float) -> float | int:
+    # integers stay integers in the file (the paper instances are integer microseconds)
+    if isinstance(x, float) and x.is_integer() and abs(x) < 2**53:
+        return int(x)
+    return x
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: tuples to lists, non-finite floats to None (JSON has no inf/nan)."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, float):
+        return _number(value) if math.isfinite(value) else None
+    return value
+
+
+def solver_meta(result) -> dict:
+    """The solver fields of a SolveResult for the file (bound and gap in the instance's unit)."""
+    return _clean({
+        "solver": result.solver, "status": result.status,
+        "objective_name": result.objective_name, "objective": result.objective,
+        "lower_bound": result.lower_bound, "gap": result.gap, "runtime": result.runtime,
+        "scale": result.scale, "message": result.message,
+    })
+
+
+def schedule_document(timeline: Timeline, result=None) -> dict:
+    """The file's content as a dict (see the module doc)."""
+    schedule = timeline.schedule
+    devices = []
+    for d, order in enumerate(schedule.orders):
+        items = []
+        for item, (t0, t1) in zip(order, timeline.item_times[d]):
+            entry: dict[str, Any] = {"item": format_item(item), "start": _number(t0),
+                                     "end": _number(t1)}
+            if len(item) > 1:
+                entry["passes"] = [{"pass": format_pass(p), "start": _number(timeline.start[p]),
+                                    "end": _number(timeline.end[p])} for p in item]
+            items.append(entry)
+        devices.append({"device": d, "items": items})
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "method": schedule.method,
+        "instance": timeline.instance.to_dict(),
+        "devices": devices,
+    }
+    if schedule.release is not None:
+        doc["release"] = [_number(float(r)) for r in schedule.release]
+    doc["metrics"] = _clean(timeline.metrics())
+    if result is not None:
+        doc["solver"] = solver_meta(result)
+    return doc
+
+
+def write_schedule_file(path: str | Path, timeline: Timeline, result=None,
+                        force: bool = False) -> Path:
+    """Write `timeline` (and the solver's `result`, if any) as a zbopt.schedule/1 JSON file.
+
+    Refuses to overwrite an existing file unless `force`.
+    """
+    path = Path(path)
+    if path.exists() and not force:
+        raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
+    text = json.dumps(schedule_document(timeline, result), indent=1) + "\n"
+    try:
+        path.write_text(text)
+    except OSError as err:
+        raise ZboptError(f"cannot write {path}: {err.strerror}") from None
+    return path
+
+
+def _fail(source: str, message: str) -> ZboptError:
+    return ZboptError(f"{source}: {message}")
+
+
+def _parse_orders(source: str, devices: Any, instance: Instance) -> list[list[tuple]]:
+    if not isinstance(devices, list):
+        raise _fail(source, "'devices' must be a list with one entry per device")
+    if len(devices) != instance.devices:
+        raise _fail(source, f"'devices' has {len(devices)} entries but the instance has "
+                            f"{instance.devices} devices: give one per device")
+    orders = []
+    for d, entry in enumerate(devices):
+        items = entry.get("items") if isinstance(entry, dict) else None
+        if not isinstance(items, list):
+            raise _fail(source, f"device {d} must be an object with a list 'items'")
+        order = []
+        for i, raw in enumerate(items):
+            text = raw.get("item") if isinstance(raw, dict) else raw
+            if not isinstance(text, str):
+                raise _fail(source, f"device {d} item {i}: expected a cell such as \"0F1\" or "
+                                    f"\"(0B1;0W1)\", got {text!r}")
+            try:
+                item = parse_item(text)
+            except ZboptError as err:
+                raise _fail(source, f"device {d} item {i}: {err}") from None
+            for stage, _, kind in item:
+                if stage >= instance.num_stages:
+                    raise _fail(source, f"device {d} item {i} ({text}): unknown stage {stage}, "
+                                        f"the instance has stages 0..{instance.num_stages - 1}")
+            order.append(item)
+        orders.append(order)
+    return orders
+
+
+def read_schedule_file(path: str | Path) -> ScheduleFile:
+    """Read a zbopt.schedule/1 file. Every problem raises ZboptError with a one-line message."""
+    path = Path(path)
+    source = str(path)
+    if not path.is_file():
+        raise ZboptError(f"schedule file {path} not found")
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise _fail(source, f"not valid JSON ({err.msg} at line {err.lineno} column "
+                            f"{err.colno})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise _fail(source, f"cannot read it: {err}") from None
+    if not isinstance(doc, dict):
+        raise _fail(source, "expected a JSON object")
+    version = doc.get("format")
+    if version != FORMAT:
+        raise _fail(source, f"format is {version!r}, this zbopt reads {FORMAT!r}: "
+                            f"write the file with a matching zbopt")
+    if not isinstance(doc.get("instance"), dict):
+        raise _fail(source, "missing the 'instance' object")
+    instance = Instance.from_dict(doc["instance"], source=f"{source}: instance")
+    orders = _parse_orders(source, doc.get("devices"), instance)
+    release = doc.get("release")
+    if release is not None:
+        if not (isinstance(release, list) and len(release) == instance.devices
+                and all(isinstance(r, (int, float)) and not isinstance(r, bool) and r >= 0
+                        for r in release)):
+            raise _fail(source, f"'release' must list {instance.devices} non-negative numbers")
+    method = doc.get("method") or ""
+    if not isinstance(method, str):
+        raise _fail(source, "'method' must be a string")
+    schedule = Schedule.build(orders, method, release)
+    problems = structure_problems(instance, schedule)
+    if problems:
+        raise _fail(source, "; ".join(problems))
+    meta: dict[str, Any] = {"path": source, "metrics": doc.get("metrics")}
+    if "solver" in doc:
+        meta["solver"] = doc["solver"]
+    return ScheduleFile(instance, schedule, method, meta)
+
+
+def compare_metrics(stored: Optional[dict], fresh: dict, rel: float = 1e-9) -> list[str]:
+    """Differences between the metrics stored in a file and a fresh evaluation (empty: same)."""
+    if not stored:
+        return ["the file stores no metrics"]
+    out = []
+    for key in ("makespan", "span", "ideal", "bubble_rate", "peak_memory", "fits_cap"):
+        a, b = stored.get(key), fresh.get(key)
+        if isinstance(b, (list, tuple)):
+            same = isinstance(a, list) and len(a) == len(b) and all(
+                math.isclose(x, y, rel_tol=rel, abs_tol=1e-12) for x, y in zip(a, b))
+        elif isinstance(b, bool) or b is None:
+            same = a == b
+        else:
+            same = isinstance(a, (int, float)) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+        if not same:
+            out.append(f"{key}: file {a!r}, now {b!r}")
+    return out
