@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import networkx as nx
 
 from .instance import Instance
@@ -16,8 +14,7 @@ def format_pass(p: Pass) -> str:
     return f"{p[0]}{p[2]}{p[1]}"
 
 
-@lru_cache(maxsize=64)
-def _neighbours(instance: Instance) -> tuple[dict[int, int], dict[int, int]]:
+def neighbours(instance: Instance) -> tuple[dict[int, int], dict[int, int]]:
     """Previous and next stage of each stage along its chain (absent at the chain's ends)."""
     prev: dict[int, int] = {}
     nxt: dict[int, int] = {}
@@ -28,10 +25,13 @@ def _neighbours(instance: Instance) -> tuple[dict[int, int], dict[int, int]]:
     return prev, nxt
 
 
-def dependencies(instance: Instance, p: Pass) -> list[Pass]:
-    """Passes that must end before `p` starts (DESIGN.md: nothing else constrains W)."""
+def dependencies(instance: Instance, p: Pass, links=None) -> list[Pass]:
+    """Passes that must end before `p` starts (DESIGN.md: nothing else constrains W).
+
+    `links` is neighbours(instance), passed by callers in a loop to avoid recomputing it.
+    """
     stage, mb, kind = p
-    prev, nxt = _neighbours(instance)
+    prev, nxt = links or neighbours(instance)
     if kind == "F":
         return [(prev[stage], mb, "F")] if stage in prev else []
     if kind == "B":
@@ -47,10 +47,11 @@ def lag(instance: Instance, a: Pass, b: Pass) -> float:
 def build_dag(instance: Instance) -> nx.DiGraph:
     """Nodes are passes with `cost` and `device`; edges carry `lag` (comm across devices)."""
     graph = nx.DiGraph()
+    links = neighbours(instance)
     for p in instance.passes():
         graph.add_node(p, cost=instance.cost(p[0], p[2]), device=instance.device_of(p[0]))
     for p in instance.passes():
-        for q in dependencies(instance, p):
+        for q in dependencies(instance, p, links):
             graph.add_edge(q, p, lag=lag(instance, q, p))
     return graph
 

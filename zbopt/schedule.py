@@ -18,7 +18,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from .dag import Pass, dependencies, format_pass
+from .dag import Pass, dependencies, format_pass, neighbours
 from .errors import ZboptError
 from .instance import Instance
 
@@ -96,6 +96,7 @@ def fused(stage: int, mb: int) -> Item:
 
 
 def item_duration(instance: Instance, item: Item) -> float:
+    """Sum of the passes' costs, less `overlap * min(forward, backward)` in an F&B block."""
     total = sum(instance.cost(s, k) for s, _, k in item)
     if instance.overlap and len(item) > 1:
         forward = sum(instance.cost(s, k) for s, _, k in item if k == "F")
@@ -196,6 +197,8 @@ def _simulate(instance: Instance, schedule: Schedule):
     """
     comm = instance.comm
     device_of = instance.device_of
+    links = neighbours(instance)
+    costs = {"F": instance.t_f, "B": instance.t_b, "W": instance.t_w}
     where: dict[Pass, tuple[int, int]] = {}
     for d, order in enumerate(schedule.orders):
         for i, item in enumerate(order):
@@ -208,7 +211,7 @@ def _simulate(instance: Instance, schedule: Schedule):
         for i, item in enumerate(order):
             seen = set()
             for p in item:
-                for q in dependencies(instance, p):
+                for q in dependencies(instance, p, links):
                     src = where[q]
                     if src == (d, i) or src in seen:
                         continue
@@ -230,7 +233,9 @@ def _simulate(instance: Instance, schedule: Schedule):
     while queue:
         d, i = queue.popleft()
         start = ready_at[d][i]
-        end = start + item_duration(instance, schedule.orders[d][i])
+        item = schedule.orders[d][i]
+        end = start + (costs[item[0][2]][item[0][0]] if len(item) == 1
+                       else item_duration(instance, item))
         times[d][i] = (start, end)
         done += 1
         if i + 1 < len(schedule.orders[d]):
@@ -250,7 +255,7 @@ def _simulate(instance: Instance, schedule: Schedule):
         for d, order in enumerate(schedule.orders):
             for i, item in enumerate(order):
                 if times[d][i] is None:
-                    blockers = [q for p in item for q in dependencies(instance, p)
+                    blockers = [q for p in item for q in dependencies(instance, p, links)
                                 if q in where and where[q] != (d, i)
                                 and times[where[q][0]][where[q][1]] is None]
                     stuck.append((d, item, blockers))

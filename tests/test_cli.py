@@ -1,0 +1,89 @@
+"""The CLI: compare and simulate output, and one line + exit 2 for every bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zbopt.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_compare_default_instance_json(capsys):
+    code, out, err = run(capsys, "compare", "--json", "--methods", "1f1b,zb-h1,zb-h2,gpipe")
+    assert code == 0, err
+    rows = {r["method"]: r for r in json.loads(out)}
+    assert rows["1f1b"]["span"] == 1456749 and rows["zb-h1"]["span"] == 1310405
+    for row in rows.values():
+        assert {"method", "makespan", "span", "ideal", "bubble_rate", "peak_memory",
+                "fits_cap"} <= set(row)
+        assert len(row["peak_memory"]) == 8
+    assert rows["1f1b"]["fits_cap"] and not rows["gpipe"]["fits_cap"]  # default cap is 1p
+
+
+def test_compare_lists_families_that_do_not_apply(capsys, tmp_path):
+    inst = tmp_path / "odd.toml"
+    inst.write_text("devices = 4\nmicrobatches = 6\n")
+    code, out, _ = run(capsys, "compare", str(inst), "--json")
+    assert code == 0
+    rows = {r["method"]: r for r in json.loads(out)}
+    assert rows["interleaved-1f1b"]["applies"] is False
+    assert "multiple" in rows["interleaved-1f1b"]["reason"]
+    code, out, _ = run(capsys, "compare", str(inst))
+    assert "interleaved-1f1b: does not apply" in out
+
+
+def test_simulate_table_and_json(capsys):
+    code, out, _ = run(capsys, "simulate", "--schedule", "zb-h1")
+    assert code == 0 and "span 1,310,405" in out and "peak memory" in out
+    code, out, _ = run(capsys, "simulate", "--schedule", "1f1b", "--json", "--mem", "2p")
+    data = json.loads(out)
+    assert data["span"] == 1456749 and len(data["devices"]) == 8
+    assert data["memory_cap"] == [2 * 8 * 201216] * 8
+
+
+@pytest.mark.parametrize("content,argv,fragment", [
+    ("devices = 2\nmicrobatches = 2\nspeed = 3\n", ["compare"], "unknown key(s) speed"),
+    ("devices = 2\nmicrobatches = 2\nt_f = -1\n", ["compare"], "t_f must be finite and >= 0"),
+    ("devices = 2\nmicrobatches = 0\n", ["compare"], "microbatches must be >= 1"),
+    ("devices = 0\nmicrobatches = 2\n", ["compare"], "devices must be >= 1"),
+    ("devices = 2\nmicrobatches = 2\nplacement = 'v'\nchunks = 3\n", ["compare"],
+     "takes chunks = 2"),
+    ("devices = 2\nmicrobatches = 2\nm_b = 4\nmemory_cap = 1\n", ["compare"],
+     "below one activation"),
+    ("devices = 2\nmicrobatches = [\n", ["compare"], "not valid TOML"),
+    ("devices = 2\nmicrobatches = 2\n", ["simulate", "--schedule", "nope"], "unknown schedule"),
+    ("devices = 4\nmicrobatches = 6\n", ["simulate", "--schedule", "interleaved-1f1b"],
+     "multiple of the group size"),
+    ("devices = 2\nmicrobatches = 2\n", ["compare", "--mem", "lots"], "multiple of p"),
+])
+def test_bad_input_one_line_exit_2(capsys, tmp_path, content, argv, fragment):
+    path = tmp_path / "inst.toml"
+    path.write_text(content)
+    code, out, err = run(capsys, *argv[:1], str(path), *argv[1:])
+    assert code == 2
+    assert fragment in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_arguments_one_line(capsys):
+    code, _, err = run(capsys, "simulate")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "frobnicate")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_console_script_in_a_real_process(tmp_path):
+    path = tmp_path / "inst.toml"
+    path.write_text("devices = 2\nmicrobatches = 2\nt_w = -3\n")
+    proc = subprocess.run([sys.executable, "-m", "zbopt", "compare", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("zbopt: error:") and "t_w" in proc.stderr
+    assert "Traceback" not in proc.stderr
