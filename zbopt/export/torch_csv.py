@@ -1,0 +1,275 @@
+"""PyTorch pipelining CSV (compute-only), both ways, plus the sidecar that says how to load it.
+
+torch.distributed.pipelining's `_PipelineScheduleRuntime._load_csv` reads one row per rank, no
+header, one action per cell, `{stage}{type}{microbatch}` with global stage indices. The row index
+is the rank, and torch infers the stage-to-rank map from where each stage's actions appear.
+
+Mapping (ours -> torch):
+- a single F / B / W pass          -> `F` / `I` (backward input) / `W` (backward weight)
+- a fused (B, W) block of one pass -> `B` (full backward)
+- an overlapped block (an F with the backward of another pass) -> `(0F3;3B1)OVERLAP_F_B`, its
+  sub-actions mapped as above (torch >= 2.9 parses this form; 2.13 runs the sub-actions in order)
+Separate B and W items stay `I` and `W` even when adjacent: merging them into `B` would make the
+input gradient leave only after W, which is a different (slower) schedule than the one evaluated.
+
+Import maps back (torch `B` -> fused block) and ignores communication and FSDP actions
+(SEND_*, RECV_*, UNSHARD, RESHARD, REDUCE_GRAD), so a compute+comms dump from torch's own
+schedules can be evaluated too.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..dag import Pass
+from ..errors import ZboptError
+from ..instance import Instance
+from ..schedule import Item, Schedule, format_item, structure_problems
+
+# Lowest torch whose compute-only CSV runtime knows I/W/B as written here and runs two stages
+# of one rank back to back (V placement); the OVERLAP_F_B block form needs 2.9.
+MIN_TORCH = "2.6"
+MIN_TORCH_OVERLAP = "2.9"
+VERIFIED_TORCH = "2.13.0"
+
+_OURS_TO_TORCH = {"F": "F", "B": "I", "W": "W"}
+_TORCH_TO_OURS = {"F": "F", "I": "B", "W": "W"}
+_CELL_RE = re.compile(r"^(\d+)(F|I|B|W)(\d+)$")
+_OVERLAP_RE = re.compile(r"^\((.*)\)OVERLAP_F_B$")
+# Non-compute actions a compute+comms CSV may hold; they carry no cost in our model.
+_SKIPPED_RE = re.compile(r"^\d+(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)\d*$")
+
+
+def _check_exportable(instance: Instance) -> None:
+    if instance.placement == "dualpipe":
+        raise ZboptError(
+            "placement 'dualpipe' runs two model copies in opposite directions; PyTorch's CSV "
+            "runtime has one chain of stages 0..S-1, so this schedule cannot be exported: "
+            "export a 'v' placement schedule (e.g. DualPipeV) instead")
+
+
+def _sub_actions(item: Item) -> list[str]:
+    """The item's passes as torch actions, a B directly followed by W of the same pass fused."""
+    out: list[str] = []
+    i = 0
+    while i < len(item):
+        s, j, k = item[i]
+        if k == "B" and i + 1 < len(item) and item[i + 1] == (s, j, "W"):
+            out.append(f"{s}B{j}")
+            i += 2
+            continue
+        out.append(f"{s}{_OURS_TO_TORCH[k]}{j}")
+        i += 1
+    return out
+
+
+def item_to_cell(item: Item) -> str:
+    """One item as one torch CSV cell (see the module doc); ZboptError if torch has no form."""
+    actions = _sub_actions(item)
+    if len(actions) == 1:
+        return actions[0]
+    kinds = {k for _, _, k in item}
+    if "F" in kinds and kinds & {"B", "W"}:
+        return "(" + ";".join(actions) + ")OVERLAP_F_B"
+    raise ZboptError(f"block {format_item(item)} has no PyTorch form: torch runs a block only "
+                     f"as a full backward (B,W of one pass) or an F overlapped with a backward")
+
+
+def torch_rows(instance: Instance, schedule: Schedule) -> list[list[str]]:
+    """Per rank (device), its torch actions in order."""
+    _check_exportable(instance)
+    problems = structure_problems(instance, schedule)
+    if problems:
+        raise ZboptError("cannot export an invalid schedule: " + "; ".join(problems))
+    return [[item_to_cell(item) for item in order] for order in schedule.orders]
+
+
+def csv_text(rows: Sequence[Sequence[str]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for row in rows:
+        writer.writerow(row)
+    return buffer.getvalue()
+
+
+def uses_overlap(rows: Sequence[Sequence[str]]) -> bool:
+    return any(cell.endswith("OVERLAP_F_B") for row in rows for cell in row)
+
+
+def torchtitan_schedule_name(instance: Instance) -> str:
+    """A torchtitan schedule name whose stage-to-rank split matches the placement.
+
+    torchtitan splits the model with the schedule class's style ("loop" or "v") even when a CSV
+    overrides the order, so the name must imply the same placement as the CSV.
+    """
+    if instance.placement == "v":
+        return "ZBVZeroBubble"
+    if instance.placement == "interleaved":
+        return "Interleaved1F1B"
+    return "1F1B"
+
+
+def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
+            rows: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
+    """What a runtime needs besides the CSV: placement, micro-batches, torch and torchtitan settings."""
+    rows = rows if rows is not None else torch_rows(instance, schedule)
+    p, v = instance.devices, instance.chunks
+    return {
+        "format": "zbopt.torch-csv-sidecar/1",
+        "csv": Path(csv_path).name,
+        "method": schedule.method,
+        "csv_format": "compute_only",
+        "num_ranks": p,
+        "num_stages": instance.num_stages,
+        "stages_per_rank": v,
+        "placement": instance.placement,
+        "stage_to_rank": {str(s): instance.device_of(s) for s in range(instance.num_stages)},
+        "rank_stages": {str(d): list(instance.stages_of(d)) for d in range(p)},
+        "n_microbatches": instance.microbatches,
+        "action_mapping": {"F": "forward", "I": "backward input (our B)",
+                           "W": "backward weight (our W)", "B": "full backward (our fused B,W)",
+                           "OVERLAP_F_B": "an F and a backward run as one block"},
+        "min_torch_version": MIN_TORCH_OVERLAP if uses_overlap(rows) else MIN_TORCH,
+        "verified_with_torch": VERIFIED_TORCH,
+        "torch_runtime": ("torch.distributed.pipelining.schedules._PipelineScheduleRuntime("
+                          f"stages, n_microbatches={instance.microbatches}, loss_fn=...)"
+                          f"._load_csv(\"{Path(csv_path).name}\")"),
+        "torchtitan": {
+            "parallelism.pipeline_parallel_degree": p,
+            "parallelism.pipeline_parallel_schedule": torchtitan_schedule_name(instance),
+            "parallelism.pipeline_parallel_schedule_csv": str(csv_path),
+            "parallelism.pipeline_parallel_microbatch_size": 1,
+            "training.local_batch_size": instance.microbatches,
+            "note": (f"the model must be split into {instance.num_stages} stages "
+                     f"({v} per rank, e.g. via parallelism.pipeline_parallel_layers_per_stage); "
+                     f"local_batch_size / pipeline_parallel_microbatch_size must equal "
+                     f"{instance.microbatches} micro-batches"),
+        },
+    }
+
+
+def write_torch_csv(path: str | Path, instance: Instance, schedule: Schedule,
+                    force: bool = False, with_sidecar: bool = True) -> tuple[Path, Path | None]:
+    """Write the CSV and (by default) its sidecar `<path minus suffix>.json`. Returns both paths."""
+    path = Path(path)
+    rows = torch_rows(instance, schedule)
+    side = path.with_suffix(".json") if with_sidecar else None
+    if side is not None and side == path:
+        raise ZboptError(f"{path}: the CSV needs another suffix than .json (its sidecar is .json)")
+    for target in (path, side):
+        if target is not None and target.exists() and not force:
+            raise ZboptError(f"{target} exists: choose another name or pass --force to "
+                             f"overwrite it")
+    try:
+        path.write_text(csv_text(rows))
+        if side is not None:
+            side.write_text(json.dumps(sidecar(instance, schedule, path, rows), indent=1) + "\n")
+    except OSError as err:
+        raise ZboptError(f"cannot write {err.filename}: {err.strerror}") from None
+    return path, side
+
+
+# ----- import --------------------------------------------------------------------------------
+
+
+def _parse_action(text: str, where: str) -> list[Pass]:
+    match = _CELL_RE.match(text)
+    if not match:
+        raise ZboptError(f"{where}: bad cell {text!r}: write {{stage}}{{F|I|B|W}}{{microbatch}}, "
+                         f"e.g. 0F1, or (0F3;3B1)OVERLAP_F_B")
+    stage, kind, mb = int(match.group(1)), match.group(2), int(match.group(3))
+    if kind == "B":  # torch's full backward is our fused block
+        return [(stage, mb, "B"), (stage, mb, "W")]
+    return [(stage, mb, _TORCH_TO_OURS[kind])]
+
+
+def cell_to_item(text: str, where: str = "cell") -> Item | None:
+    """One torch cell as our item; None for an empty or non-compute cell."""
+    text = text.strip()
+    if not text or _SKIPPED_RE.match(text):
+        return None
+    overlap = _OVERLAP_RE.match(text)
+    if overlap:
+        parts = [t.strip() for t in overlap.group(1).split(";") if t.strip()]
+        if len(parts) < 2:
+            raise ZboptError(f"{where}: bad cell {text!r}: an OVERLAP_F_B block needs two "
+                             f"actions, e.g. (0F3;3B1)OVERLAP_F_B")
+        return tuple(p for part in parts for p in _parse_action(part, where))
+    return tuple(_parse_action(text, where))
+
+
+def parse_torch_csv(text: str, instance: Instance, source: str = "CSV",
+                    method: str = "") -> Schedule:
+    """A torch compute-only (or compute+comms) CSV as a Schedule of `instance`, checked."""
+    _check_exportable(instance)
+    rows = [row for row in csv.reader(io.StringIO(text))]
+    while rows and not any(c.strip() for c in rows[-1]):
+        rows.pop()  # trailing blank lines
+    if len(rows) != instance.devices:
+        raise ZboptError(f"{source}: {len(rows)} rows but the instance has {instance.devices} "
+                         f"devices: one row per rank is needed")
+    orders: list[list[Item]] = []
+    for rank, row in enumerate(rows):
+        order: list[Item] = []
+        for col, cell in enumerate(row):
+            where = f"{source}: rank {rank}, column {col + 1}"
+            item = cell_to_item(cell, where)
+            if item is None:
+                continue
+            for stage, _, _ in item:
+                if stage >= instance.num_stages:
+                    raise ZboptError(f"{where}: unknown stage {stage} in {cell.strip()!r}, the "
+                                     f"instance has stages 0..{instance.num_stages - 1}")
+                if instance.device_of(stage) != rank:
+                    raise ZboptError(
+                        f"{where}: stage {stage} is on rank {rank} in the CSV but the instance "
+                        f"({instance.placement} placement) puts it on device "
+                        f"{instance.device_of(stage)}: use an instance with the CSV's placement")
+            order.append(item)
+        orders.append(order)
+    schedule = Schedule.build(orders, method)
+    problems = structure_problems(instance, schedule)
+    if problems:
+        raise ZboptError(f"{source}: " + "; ".join(problems))
+    return schedule
+
+
+def read_torch_csv(path: str | Path, instance: Instance) -> Schedule:
+    path = Path(path)
+    if not path.is_file():
+        raise ZboptError(f"torch CSV {path} not found")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ZboptError(f"{path}: cannot read it: {err}") from None
+    return parse_torch_csv(text, instance, source=str(path), method=f"torch-csv:{path.name}")
+
+
+# ----- torch's own checks --------------------------------------------------------------------
+
+
+def torch_check(rows: Sequence[Sequence[str]], num_stages: int, microbatches: int) -> None:
+    """Run torch's `_validate_schedule` and `_add_send_recv` (which raises on a deadlocking
+    order) over the rows; ZboptError with torch's first line if either rejects them.
+
+    Needs torch (imported here, not at module import: torch is an optional extra).
+    """
+    try:
+        from torch.distributed.pipelining import schedules as ts
+    except ImportError as err:  # pragma: no cover - exercised only without torch
+        raise ZboptError(f"this check needs torch (pip install 'zbopt[torch]'): {err}") from None
+    actions = {rank: [ts._Action.from_str(c) for c in row] for rank, row in enumerate(rows)}
+    ranks = len(rows)
+    try:
+        stage_to_rank = ts._validate_schedule(actions, ranks, num_stages, microbatches)
+        compute = {rank: [a for a in acts if a is not None] for rank, acts in actions.items()}
+        ts._add_send_recv(compute, stage_to_rank=lambda s: stage_to_rank[s],
+                          num_stages=num_stages)
+    except (AssertionError, RuntimeError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ZboptError(f"torch rejects the schedule: {first}") from None
