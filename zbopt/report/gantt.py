@@ -1,0 +1,342 @@
+"""Gantt charts and memory curves of evaluated schedules (matplotlib), one function per picture.
+
+Every picture is drawn from a Timeline, i.e. from evaluate(): the charts never time anything
+themselves. Colours follow the seed articles: purple F, orange B, green W, grey idle; a device's
+later chunks (and DualPipe's reverse direction) are lighter shades of the same colour.
+
+Figures are built with matplotlib.figure.Figure, not pyplot, so nothing touches a global
+backend or figure registry; saving to PNG/SVG goes through Agg/SVG canvases.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from matplotlib.axes import Axes
+from matplotlib.collections import PatchCollection
+from matplotlib.colors import to_hex, to_rgb
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import EngFormatter, FuncFormatter
+
+from ..errors import ZboptError
+from ..schedule import Item, Timeline
+
+KIND_COLOURS = {"F": "#7b4fc9", "B": "#f28e1c", "W": "#2e9e4f"}
+IDLE_COLOUR = "#dcdcdc"
+CAP_COLOUR = "#d62728"
+MEMORY_COLOUR = "#4a6fa5"
+KIND_NAMES = {"F": "forward", "B": "backward (input grad)", "W": "backward (weight grad)"}
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+STACKED_NAME = "stacked"
+
+
+# ----- colours ----------------------------------------------------------------------------------
+
+def lighten(colour: str, amount: float) -> str:
+    """`colour` mixed with white by `amount` in [0, 1]."""
+    r, g, b = to_rgb(colour)
+    return to_hex((r + (1 - r) * amount, g + (1 - g) * amount, b + (1 - b) * amount))
+
+
+def shade_of(timeline: Timeline, stage: int) -> float:
+    """How much lighter a stage's blocks are: 0 for a device's first chunk (or DualPipe's
+    forward direction), up to 0.5 for its last, so chunks on one row stay distinguishable."""
+    instance = timeline.instance
+    if instance.placement == "dualpipe":
+        return 0.0 if stage < instance.devices else 0.45
+    stages = instance.stages_of(instance.device_of(stage))
+    if len(stages) < 2:
+        return 0.0
+    return 0.5 * stages.index(stage) / (len(stages) - 1)
+
+
+def pass_colour(timeline: Timeline, stage: int, kind: str) -> str:
+    return lighten(KIND_COLOURS[kind], shade_of(timeline, stage))
+
+
+def is_overlapped(item: Item) -> bool:
+    """A DualPipe F&B block (an F run together with another pass), drawn as stacked bands since
+    its passes run at the same time; a fused (B, W) is sequential and drawn side by side."""
+    return len(item) > 1 and any(k == "F" for _, _, k in item)
+
+
+def number(x: float) -> str:
+    """A readable number: 1,281,520 rather than 1.28152e+06, 28.5, 0.333."""
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
+
+
+# ----- geometry shared with the HTML report ----------------------------------------------------
+
+def pass_boxes(timeline: Timeline) -> list[dict]:
+    """Every pass as a box: device, stage, mb, kind, start, end (the evaluator's), the box's
+    x0/x1 and its vertical band (index, count) within the row, the item's bounds and size.
+
+    Overlapped blocks give each pass the whole block's width and a band of its height."""
+    boxes = []
+    for d, order in enumerate(timeline.schedule.orders):
+        for item, (t0, t1) in zip(order, timeline.item_times[d]):
+            overlapped = is_overlapped(item)
+            for band, p in enumerate(item):
+                stage, mb, kind = p
+                boxes.append({
+                    "device": d, "stage": stage, "mb": mb, "kind": kind,
+                    "start": timeline.start[p], "end": timeline.end[p],
+                    "x0": t0 if overlapped else timeline.start[p],
+                    "x1": t1 if overlapped else timeline.end[p],
+                    "band": band if overlapped else 0, "bands": len(item) if overlapped else 1,
+                    "item_start": t0, "item_end": t1, "item_size": len(item),
+                })
+    return boxes
+
+
+def _pixels(ax: Axes, width: float) -> float:
+    """How many pixels `width` time units take at the axes' current scale."""
+    x0, x1 = ax.get_xlim()
+    return width * ax.bbox.width / max(x1 - x0, 1e-12)
+
+
+def _fits(ax: Axes, width: float, text: str, fontsize: float) -> bool:
+    """Whether `text` fits inside a block `width` time units wide."""
+    return _pixels(ax, width) >= (len(text) * 0.62 + 0.4) * fontsize * ax.figure.dpi / 72
+
+
+# ----- pictures ---------------------------------------------------------------------------------
+
+def _new_axes(width: float, height: float) -> Axes:
+    figure = Figure(figsize=(width, height), dpi=110)
+    return figure.add_subplot()
+
+
+def plot_gantt(timeline: Timeline, ax: Axes | None = None, devices: Sequence[int] | None = None,
+               labels: bool = True, xmax: float | None = None, legend: bool = False) -> Axes:
+    """One row per device: idle time grey, F/B/W blocks coloured, micro-batch numbers on the
+    blocks wide enough to hold them, atomic multi-pass blocks outlined."""
+    rows = list(range(timeline.instance.devices)) if devices is None else list(devices)
+    if ax is None:
+        ax = _new_axes(12, 0.45 * len(rows) + 1.2)
+    end = xmax if xmax is not None else timeline.makespan
+    ax.set_xlim(0, end if end > 0 else 1)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # device 0 on top, as in the seed articles
+    row_of = {d: i for i, d in enumerate(rows)}
+    height = 0.8
+    ax.barh(range(len(rows)), [timeline.makespan] * len(rows), left=0, height=height,
+            color=IDLE_COLOUR, linewidth=0)
+    boxes = [b for b in pass_boxes(timeline) if b["device"] in row_of]
+    patches, colours = [], []
+    for b in boxes:
+        band_height = height / b["bands"]
+        y = row_of[b["device"]] - height / 2 + b["band"] * band_height
+        patches.append(Rectangle((b["x0"], y), b["x1"] - b["x0"], band_height))
+        colours.append(pass_colour(timeline, b["stage"], b["kind"]))
+    ax.add_collection(PatchCollection(patches, facecolors=colours, edgecolors="white",
+                                      linewidths=0.4))
+    outlines = []
+    for d in rows:
+        for item, (t0, t1) in zip(timeline.schedule.orders[d], timeline.item_times[d]):
+            # at a coarse scale outlines would paint everything black: only where they read
+            if len(item) > 1 and _pixels(ax, t1 - t0) >= 14:
+                outlines.append(Rectangle((t0, row_of[d] - height / 2), t1 - t0, height))
+    if outlines:
+        ax.add_collection(PatchCollection(outlines, facecolors="none", edgecolors="#222222",
+                                          linewidths=0.9))
+    if labels and boxes:
+        row_pixels = ax.bbox.height / max(len(rows), 1)
+        for b in boxes:
+            fontsize = min(8.0, row_pixels * 72 / ax.figure.dpi * 0.55 / b["bands"])
+            text = str(b["mb"])
+            if fontsize >= 4 and _fits(ax, b["x1"] - b["x0"], text, fontsize):
+                y = row_of[b["device"]] - height / 2 + (b["band"] + 0.5) * height / b["bands"]
+                ax.text((b["x0"] + b["x1"]) / 2, y, text, ha="center", va="center",
+                        fontsize=fontsize, color="white" if b["kind"] != "B" else "black",
+                        clip_on=True)
+    ax.set_yticks(range(len(rows)), [f"device {d}" for d in rows])
+    ax.tick_params(axis="y", length=0)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    unit = timeline.instance.time_unit
+    ax.set_xlabel(f"time ({unit})" if unit else "time")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: number(x)))
+    if legend:
+        ax.legend(handles=legend_handles(timeline), loc="lower left", bbox_to_anchor=(0, 1.0),
+                  ncol=6, fontsize=8, frameon=False)
+    return ax
+
+
+def plot_memory(timeline: Timeline, device: int, ax: Axes | None = None,
+                xmax: float | None = None) -> Axes:
+    """A device's memory level over time (a step curve from timeline.memory_curve), its peak,
+    and the cap as a dashed line when the instance has one."""
+    if not 0 <= device < timeline.instance.devices:
+        raise ZboptError(f"device {device} is not in the instance "
+                         f"(0..{timeline.instance.devices - 1})")
+    if ax is None:
+        ax = _new_axes(12, 2)
+    curve = timeline.memory_curve[device]
+    end = max(xmax if xmax is not None else timeline.makespan, curve[-1][0])
+    times = [t for t, _ in curve] + [end]
+    levels = [level for _, level in curve] + [curve[-1][1]]
+    ax.fill_between(times, levels, step="post", color=MEMORY_COLOUR, alpha=0.25, linewidth=0)
+    ax.step(times, levels, where="post", color=MEMORY_COLOUR, linewidth=1.1)
+    cap = timeline.instance.cap[device] if timeline.instance.cap else None
+    top = max(levels + ([cap] if cap is not None else []))
+    if cap is not None:
+        ax.axhline(cap, color=CAP_COLOUR, linestyle="--", linewidth=1.0)
+    peak = timeline.peak_memory[device]
+    label = f"peak {number(peak)}" + (f" / cap {number(cap)}" if cap is not None else "")
+    over = cap is not None and peak > cap + 1e-9
+    ax.text(1.0, 1.0, label, transform=ax.transAxes, ha="right", va="top", fontsize=7,
+            color=CAP_COLOUR if over else "#333333")
+    ax.set_xlim(0, end if end > 0 else 1)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: number(x)))
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+    ax.set_yticks([0, top])
+    ax.yaxis.set_major_formatter(EngFormatter(sep="", places=None))
+    ax.tick_params(axis="y", labelsize=6, length=2)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    unit = timeline.instance.memory_unit
+    ax.set_ylabel(f"mem ({unit})" if unit else "mem", fontsize=7)
+    return ax
+
+
+def legend_handles(timeline: Timeline, cap: bool = True) -> list:
+    handles = [Patch(color=KIND_COLOURS[k], label=f"{k} {KIND_NAMES[k]}") for k in "FBW"]
+    handles.append(Patch(color=IDLE_COLOUR, label="idle"))
+    if cap and timeline.instance.cap is not None:
+        handles.append(Patch(facecolor="none", edgecolor=CAP_COLOUR, linestyle="--",
+                             label="memory cap"))
+    return handles
+
+
+def describe(timeline: Timeline) -> str:
+    """A one-line headline of a timeline's metrics, from the evaluator's numbers."""
+    method = timeline.schedule.method or "schedule"
+    cap = "" if timeline.instance.cap is None else (
+        "  fits cap" if timeline.fits_cap else "  OVER CAP")
+    return (f"{method}: span {number(timeline.span)}  makespan {number(timeline.makespan)}  "
+            f"bubble {timeline.bubble_rate:.1%}  peak memory "
+            f"{number(max(timeline.peak_memory))}{cap}")
+
+
+def plot_schedule(timeline: Timeline) -> Figure:
+    """One schedule: for every device its Gantt row, and under it its memory level with the cap."""
+    p = timeline.instance.devices
+    header, footer = 0.8, 0.5  # inches: headline and legend above, time axis below
+    height = 0.85 * p + header + footer
+    figure = Figure(figsize=(12, height), dpi=110)
+    grid = figure.add_gridspec(2 * p, 1, height_ratios=[1.0, 0.7] * p, hspace=0.35,
+                               left=0.08, right=0.98, top=1 - header / height,
+                               bottom=footer / height)
+    first = None
+    for d in range(p):
+        gantt_ax = figure.add_subplot(grid[2 * d], sharex=first)
+        first = first or gantt_ax
+        plot_gantt(timeline, gantt_ax, devices=[d])
+        memory_ax = figure.add_subplot(grid[2 * d + 1], sharex=first)
+        plot_memory(timeline, d, memory_ax, xmax=timeline.makespan)
+        gantt_ax.set_xlabel("")
+        gantt_ax.tick_params(axis="x", labelbottom=False)
+        if d < p - 1:
+            memory_ax.tick_params(axis="x", labelbottom=False)
+    figure.text(0.01, 1 - 0.12 / height, describe(timeline), ha="left", va="top", fontsize=10,
+                weight="bold")
+    figure.legend(handles=legend_handles(timeline), loc="upper left", ncol=5, fontsize=8,
+                  frameon=False, bbox_to_anchor=(0.005, 1 - 0.36 / height))
+    unit = timeline.instance.time_unit
+    figure.axes[-1].set_xlabel(f"time ({unit})" if unit else "time")
+    return figure
+
+
+def plot_stacked(timelines: Sequence[Timeline]) -> Figure:
+    """Every method's Gantt chart stacked on one shared time axis, to compare bubbles at a glance."""
+    timelines = list(timelines)
+    if not timelines:
+        raise ZboptError("no schedule to plot: no method applies to this instance")
+    heights = [0.28 * t.instance.devices + 0.45 for t in timelines]
+    total = sum(heights) + 1.0
+    figure = Figure(figsize=(12, total), dpi=110)
+    grid = figure.add_gridspec(len(timelines), 1, height_ratios=heights, hspace=0.5 / (
+        sum(heights) / len(heights)), left=0.08, right=0.98, top=1 - 0.55 / total,
+        bottom=0.45 / total)
+    xmax = max(t.makespan for t in timelines)
+    first = None
+    for i, timeline in enumerate(timelines):
+        ax = figure.add_subplot(grid[i], sharex=first)
+        first = first or ax
+        plot_gantt(timeline, ax, xmax=xmax)
+        ax.set_title(describe(timeline), loc="left", fontsize=8.5)
+        ax.tick_params(axis="y", labelsize=6)
+        if i < len(timelines) - 1:
+            ax.set_xlabel("")
+            ax.tick_params(axis="x", labelbottom=False)
+    figure.legend(handles=legend_handles(timelines[0], cap=False), loc="upper right", ncol=5, fontsize=8,
+                  frameon=False)
+    return figure
+
+
+# ----- files ------------------------------------------------------------------------------------
+
+def slug(name: str) -> str:
+    """A file-name-safe form of a method name, e.g. 'cpsat (optimal)' -> 'cpsat-optimal'."""
+    text = re.sub(r"[^A-Za-z0-9._]+", "-", name).strip("-.")
+    return text or "schedule"
+
+
+def save_figure(figure: Figure, path: str | Path, force: bool = False) -> Path:
+    """Save as PNG, SVG or PDF (by suffix); never overwrite an existing file without force."""
+    path = Path(path)
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise ZboptError(f"cannot write a chart to {path}: use a name ending in "
+                         f"{', '.join(PLOT_SUFFIXES)}")
+    if path.exists() and not force:
+        raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
+    if not path.parent.exists():
+        raise ZboptError(f"directory {path.parent} does not exist: create it first")
+    figure.savefig(path)
+    return path
+
+
+def compare_plot_paths(timelines: Iterable[Timeline], outdir: str | Path) -> list[Path]:
+    """Where write_compare_plots puts each method's PNG, then the stacked PNG and SVG."""
+    outdir = Path(outdir)
+    names: list[str] = []
+    for timeline in timelines:
+        base = slug(timeline.schedule.method)
+        name, n = base, 2
+        while name in names or name == STACKED_NAME:  # two rows with one name keep both files
+            name, n = f"{base}-{n}", n + 1
+        names.append(name)
+    return ([outdir / f"{name}.png" for name in names]
+            + [outdir / f"{STACKED_NAME}.png", outdir / f"{STACKED_NAME}.svg"])
+
+
+def write_compare_plots(timelines: Iterable[Timeline], outdir: str | Path,
+                        force: bool = False) -> list[Path]:
+    """One PNG per method (Gantt + memory per device) and one stacked figure (PNG and SVG).
+
+    Refuses, before writing anything, when one of the files exists (unless force)."""
+    timelines = list(timelines)
+    if not timelines:
+        raise ZboptError("no schedule to plot: no method applies to this instance")
+    outdir = Path(outdir)
+    if outdir.exists() and not outdir.is_dir():
+        raise ZboptError(f"{outdir} is a file, not a directory: give a directory for --plot")
+    paths = compare_plot_paths(timelines, outdir)
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not force:
+        raise ZboptError(f"{existing[0]} exists: choose another directory or pass --force "
+                         f"to overwrite the charts in it")
+    outdir.mkdir(parents=True, exist_ok=True)
+    for timeline, path in zip(timelines, paths):
+        save_figure(plot_schedule(timeline), path, force=True)
+    stacked = plot_stacked(timelines)
+    for path in paths[len(timelines):]:
+        save_figure(stacked, path, force=True)
+    return paths
