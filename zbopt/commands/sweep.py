@@ -1,0 +1,49 @@
+"""zbopt sweep SPEC --out DIR: run every (instance, method) job of a spec, resumable."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import ZboptError
+
+
+def register(sub) -> None:
+    parser = sub.add_parser(
+        "sweep", help="run a sweep spec (instances x methods) into a resumable result store",
+        description="Run every job of a sweep spec (TOML); finished jobs are appended to "
+                    "OUT/results.jsonl and skipped on a rerun; Ctrl-C keeps them.")
+    parser.add_argument("spec", help="sweep spec (.toml)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="result folder, e.g. results/NAME (created if missing)")
+    parser.add_argument("--jobs", type=int, default=1, help="parallel jobs (worker processes "
+                        "or, with --executor ray, tasks in flight)")
+    parser.add_argument("--executor", choices=("local", "ray"), default="local")
+    parser.add_argument("--address", default=None,
+                        help="Ray cluster address (default: start a local Ray)")
+    parser.add_argument("--retry-errors", action="store_true",
+                        help="run again the jobs recorded with an error")
+    parser.add_argument("--no-report", action="store_true",
+                        help="skip writing results.csv/results.md/plots at the end")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..sweep.run import run_sweep
+    from ..sweep.spec import load_spec
+    if args.jobs < 1:
+        raise ZboptError(f"--jobs must be >= 1, got {args.jobs}")
+    spec = load_spec(args.spec)
+    summary = run_sweep(spec, args.out, jobs=args.jobs, executor=args.executor,
+                        address=args.address, retry_errors=args.retry_errors,
+                        progress=not args.quiet and sys.stderr.isatty(),
+                        report=not args.no_report, spec_path=args.spec)
+    left = summary.total - summary.skipped - summary.ran
+    print(f"{spec.name}: {summary.total} jobs, {summary.skipped} already done, "
+          f"{summary.ran} run now ({summary.errors} errors), {left} left; "
+          f"results in {summary.out}/results.jsonl")
+    if summary.interrupted:
+        print("zbopt: interrupted: finished jobs are kept; rerun the same command to continue",
+              file=sys.stderr)
+        return 130
+    return 0

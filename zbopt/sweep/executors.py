@@ -1,0 +1,235 @@
+"""Executors: run jobs in local worker processes or as Ray tasks, yielding (job, record).
+
+Both isolate every job from the sweep process: a job that raises, kills its process
+(segfault, os._exit) or runs past the timeout becomes an error record and the sweep goes on.
+`stop()` is polled between events so Ctrl-C ends the sweep promptly without losing finished work.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Iterator, Sequence
+
+from ..errors import ZboptError
+from .job import error_record, run_job
+from .spec import Job
+
+JobFn = Callable[[Job], dict[str, Any]]
+Stop = Callable[[], bool]
+_POLL = 0.2  # seconds between checks of stop() and timeouts
+
+
+def _never() -> bool:
+    return False
+
+
+def _worker_main(conn: Connection, job_fn: JobFn) -> None:
+    """A worker: run jobs sent by the parent until told to stop or the parent goes away."""
+    # Ctrl-C reaches the whole process group; only the parent decides what stops
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent died or closed the pipe
+        if job is None:
+            return
+        try:
+            record = job_fn(job)
+        except BaseException as err:  # noqa: BLE001  report, then keep serving
+            record = error_record(job, f"{type(err).__name__}: {err}")
+        try:
+            conn.send(record)
+        except (BrokenPipeError, OSError):
+            return
+
+
+def _death_message(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"worker process died ({name}) while running this job"
+    return f"worker process exited (status {exitcode}) while running this job"
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+    job: Job | None = None
+    started: float = 0.0
+
+
+@dataclass(frozen=True)
+class LocalExecutor:
+    """A pool of `workers` processes (spawned: no state shared with the sweep process)."""
+
+    workers: int = 1
+    job_fn: JobFn = run_job
+    job_timeout: float | None = None
+
+    def run(self, jobs: Sequence[Job], stop: Stop = _never) -> Iterator[tuple[Job, dict]]:
+        if self.workers < 1:
+            raise ZboptError(f"--jobs must be >= 1, got {self.workers}")
+        context = multiprocessing.get_context("spawn")
+        pending = deque(jobs)
+        pool: list[_Worker] = []
+        try:
+            while pending or any(w.job is not None for w in pool):
+                if stop():
+                    return
+                self._fill(context, pool, pending)
+                busy = [w for w in pool if w.job is not None]
+                wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=_POLL)
+                for worker in busy:
+                    outcome = self._check(worker)
+                    if outcome is None:
+                        continue
+                    job, record, alive = outcome
+                    worker.job = None
+                    if not alive:
+                        pool.remove(worker)
+                        _shutdown(worker, kill=True)
+                    yield job, record
+        finally:
+            for worker in pool:
+                _shutdown(worker, kill=worker.job is not None)
+
+    def _fill(self, context, pool: list[_Worker], pending: deque) -> None:
+        """Give every idle worker a job, starting workers up to the pool size."""
+        for worker in pool:
+            if worker.job is None and pending:
+                self._assign(worker, pending.popleft())
+        while pending and len(pool) < self.workers:
+            parent, child = context.Pipe()
+            process = context.Process(target=_worker_main, args=(child, self.job_fn), daemon=True)
+            process.start()
+            child.close()  # so the parent sees EOF when the worker dies
+            worker = _Worker(process, parent)
+            pool.append(worker)
+            self._assign(worker, pending.popleft())
+
+    @staticmethod
+    def _assign(worker: _Worker, job: Job) -> None:
+        worker.job, worker.started = job, time.monotonic()
+        worker.conn.send(job)
+
+    def _check(self, worker: _Worker) -> tuple[Job, dict, bool] | None:
+        """(job, record, worker still usable) once the worker's job is over, else None."""
+        job = worker.job
+        assert job is not None
+        if worker.conn.poll():
+            try:
+                return job, worker.conn.recv(), True
+            except (EOFError, OSError):
+                worker.process.join(1)
+                return job, error_record(job, _death_message(worker.process.exitcode)), False
+        if not worker.process.is_alive():
+            worker.process.join(1)
+            return job, error_record(job, _death_message(worker.process.exitcode)), False
+        elapsed = time.monotonic() - worker.started
+        if self.job_timeout is not None and elapsed > self.job_timeout:
+            return job, error_record(job, f"timed out after {self.job_timeout:g} s "
+                                          f"(job_timeout); the worker was killed", elapsed), False
+        return None
+
+
+def _shutdown(worker: _Worker, kill: bool) -> None:
+    if not kill and worker.process.is_alive():
+        try:
+            worker.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        worker.process.join(2)
+    if worker.process.is_alive():
+        worker.process.kill()
+        worker.process.join(2)
+    worker.conn.close()
+
+
+@dataclass(frozen=True)
+class RayExecutor:
+    """The same jobs as Ray tasks: `ray.init(address)`, or a local Ray with `workers` CPUs."""
+
+    workers: int | None = None
+    address: str | None = None
+    job_fn: JobFn = run_job
+    job_timeout: float | None = None
+
+    def run(self, jobs: Sequence[Job], stop: Stop = _never) -> Iterator[tuple[Job, dict]]:
+        ray = _import_ray()
+        started_here = not ray.is_initialized()
+        if started_here:
+            try:
+                ray.init(address=self.address,
+                         num_cpus=self.workers if self.address is None else None,
+                         include_dashboard=False, log_to_driver=False)
+            except (ConnectionError, ValueError, RuntimeError) as err:
+                raise ZboptError(f"cannot start or reach Ray at {self.address or 'local'}: "
+                                 f"{err}") from None
+        # no retries: a task that crashes its worker is a result (an error), not a transient
+        remote = ray.remote(max_retries=0)(self.job_fn)
+        window = max(1, self.workers or int(ray.cluster_resources().get("CPU", 1)))
+        pending = deque(jobs)
+        running: dict[Any, tuple[Job, float]] = {}
+        try:
+            while pending or running:
+                if stop():
+                    return
+                while pending and len(running) < window:
+                    job = pending.popleft()
+                    cpus = dict(job.method.params).get("threads", 1) \
+                        if job.method.kind == "solver" else 1
+                    running[remote.options(num_cpus=cpus).remote(job)] = (job, time.monotonic())
+                done, _ = ray.wait(list(running), num_returns=1, timeout=_POLL)
+                for ref in done:
+                    job, t0 = running.pop(ref)
+                    try:
+                        record = ray.get(ref)
+                    except ray.exceptions.RayError as err:
+                        record = error_record(job, f"Ray task failed: {type(err).__name__}: "
+                                                   f"{str(err).splitlines()[0] if str(err) else ''}",
+                                              time.monotonic() - t0)
+                    yield job, record
+                for ref, (job, t0) in list(running.items()):
+                    if self.job_timeout is not None and time.monotonic() - t0 > self.job_timeout:
+                        ray.cancel(ref, force=True)
+                        running.pop(ref)
+                        yield job, error_record(job, f"timed out after {self.job_timeout:g} s "
+                                                     f"(job_timeout); the task was cancelled",
+                                                time.monotonic() - t0)
+        finally:
+            for ref in running:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001  best effort while stopping
+                    pass
+            if started_here:
+                ray.shutdown()
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ZboptError("the Ray executor needs ray: pip install 'zbopt[ray]' "
+                         "(or use --executor local)") from None
+    return ray
+
+
+def make_executor(kind: str, workers: int, address: str | None = None,
+                  job_fn: JobFn = run_job, job_timeout: float | None = None):
+    if kind == "local":
+        if address:
+            raise ZboptError("--address is for --executor ray")
+        return LocalExecutor(workers, job_fn, job_timeout)
+    if kind == "ray":
+        return RayExecutor(workers, address, job_fn, job_timeout)
+    raise ZboptError(f"unknown executor {kind!r}: use local or ray")

@@ -1,0 +1,111 @@
+"""Run a sweep: skip finished jobs, run the rest on an executor, append each result, report.
+
+Ctrl-C (SIGINT) sets a flag the executor polls: running jobs are abandoned (their workers
+killed), every finished job is already on disk, and a rerun continues where this one stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .executors import JobFn, make_executor
+from .job import run_job
+from .spec import SweepSpec
+from .store import ResultStore
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    total: int  # jobs in the spec
+    skipped: int  # already in the store
+    ran: int  # finished in this run
+    errors: int  # of those, records with status "error"
+    interrupted: bool
+    out: Path
+
+
+class _StopFlag:
+    """Set by SIGINT (or by a caller); polled by the executors."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def __call__(self) -> bool:
+        return self.stopped
+
+    def set(self, *_args) -> None:
+        self.stopped = True
+
+
+@contextlib.contextmanager
+def _sigint_sets(flag: _StopFlag) -> Iterator[None]:
+    # signal handlers can only be installed from the main thread; elsewhere Ctrl-C is the
+    # caller's business
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, flag.set)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, executor: str = "local",
+              address: str | None = None, retry_errors: bool = False, progress: bool = True,
+              report: bool = True, spec_path: str | Path | None = None,
+              job_fn: JobFn = run_job) -> SweepSummary:
+    """Run every job of `spec` not yet in `out`/results.jsonl; regenerate the report at the end.
+
+    `job_fn` runs one job in the worker (default: run_job); tests pass one that crashes.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if spec_path is not None:
+        _keep_spec_copy(Path(spec_path), out)
+    store = ResultStore(out)
+    all_jobs = spec.jobs()
+    done = store.finished(include_errors=not retry_errors)
+    todo = [job for job in all_jobs if job.key not in done]
+    flag = _StopFlag()
+    runner = make_executor(executor, jobs, address, job_fn, spec.job_timeout)
+    ran = errors = 0
+    with _sigint_sets(flag), _progress(progress, len(todo), spec.name) as advance:
+        for _job, record in runner.run(todo, flag):
+            store.append(record)
+            ran += 1
+            errors += record.get("status") == "error"
+            advance()
+    if report:
+        from .report import write_report
+        write_report(out)
+    return SweepSummary(len(all_jobs), len(all_jobs) - len(todo), ran, errors, flag.stopped, out)
+
+
+def _keep_spec_copy(spec_path: Path, out: Path) -> None:
+    """A copy of the spec beside the results: what produced them (our own file, refreshed)."""
+    target = out / "sweep-spec.toml"
+    if spec_path.resolve() != target.resolve():
+        shutil.copyfile(spec_path, target)
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int, name: str):
+    if not enabled or total == 0:
+        yield lambda: None
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    from rich.console import Console
+    # on stderr: stdout stays clean for the summary (and for pipes)
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(name, total=total)
+        yield lambda: bar.advance(task)

@@ -1,0 +1,327 @@
+"""Sweep specs (TOML): which instances, which methods; expanded into jobs with stable keys.
+
+A spec names instances in one or both of two ways:
+
+    name = "unit-grid"
+    instances = ["instances/paper/*.toml"]     # files or globs, relative to the spec file
+
+    [base]                                    # or: base = "instances/unit/unit-p4-m8.toml"
+    devices = 4
+    microbatches = 8
+    m_b = 2
+    m_w = 1
+    [axes]                                    # any instance key: the cartesian product
+    devices = [2, 4, 8]
+    microbatches = [8, 16, 32]
+    memory_cap = ["1p", "2p", "none"]
+
+and the methods to run on every instance:
+
+    methods = ["1f1b", "zb-h1", "zb-greedy"]  # registered families/heuristics, or "all"
+    [[methods]]                               # (alternative form, with generator parameters)
+    name = "zb-greedy"
+    params = { }
+    [[solvers]]
+    name = "cpsat"                            # cpsat, cbc, highs
+    time_limit = 30
+    threads = 1
+    objective = "span"
+
+A `placement` axis re-places the base model (same layers re-split into chunks, see
+Instance.with_placement) rather than reusing per-stage costs for a different stage count.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import itertools
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import ZboptError
+from ..instance import FILE_KEYS, Instance, load_instance
+
+SOLVERS = ("cpsat", "cbc", "highs")
+SOLVER_KEYS = ("name", "time_limit", "threads", "objective")
+SPEC_KEYS = ("name", "base", "axes", "instances", "methods", "solvers", "job_timeout")
+# short forms used in generated instance names (p8-m24-cap2p reads better than devices=8...)
+_SHORT = {"devices": "p", "microbatches": "m", "memory_cap": "cap", "placement": "",
+          "chunks": "v"}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method of a sweep: a registered family/heuristic, or an exact solver with limits."""
+
+    name: str
+    kind: str  # "family" or "solver"
+    params: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs
+
+    @property
+    def label(self) -> str:
+        """The method's name in tables: `cpsat[time_limit=30,threads=1]`, or the family name."""
+        if not self.params:
+            return self.name
+        return f"{self.name}[" + ",".join(f"{k}={v}" for k, v in self.params) + "]"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "params": dict(self.params)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MethodSpec":
+        return cls(data["name"], data["kind"], tuple(sorted(dict(data.get("params", {})).items())))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (instance, method) pair; `key` identifies it across runs (resume)."""
+
+    instance: dict[str, Any]  # Instance.to_dict(): plain data, cheap to send to a worker
+    method: MethodSpec
+    key: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", job_key(self.instance, self.method))
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    instances: tuple[Instance, ...]
+    methods: tuple[MethodSpec, ...]
+    job_timeout: float | None = None  # wall seconds before a job's worker is killed
+
+    def jobs(self) -> list[Job]:
+        """Every (instance, method) pair, instance-major, duplicates removed."""
+        seen: set[str] = set()
+        out = []
+        for instance in self.instances:
+            data = instance.to_dict()
+            for method in self.methods:
+                job = Job(data, method)
+                if job.key not in seen:
+                    seen.add(job.key)
+                    out.append(job)
+        return out
+
+
+def job_key(instance: Mapping[str, Any], method: MethodSpec) -> str:
+    """A stable hash of the instance's file form and the method spec (same on every machine)."""
+    text = json.dumps({"instance": instance, "method": method.to_dict()}, sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+# ----- grid expansion ----------------------------------------------------------------------------
+
+def expand_grid(base: Mapping[str, Any], axes: Mapping[str, list]) -> list[dict[str, Any]]:
+    """The cartesian product of `axes` over `base`: one dict per combination, last axis fastest.
+
+    Each dict also gets a `name` built from the base name and the axis values.
+    """
+    keys = list(axes)
+    combos = itertools.product(*(axes[k] for k in keys)) if keys else [()]
+    out = []
+    for values in combos:
+        data = dict(base)
+        data.update(zip(keys, values))
+        parts = [_name_part(k, v) for k, v in zip(keys, values)]
+        data["name"] = "-".join([base.get("name") or "grid"] + parts) if parts \
+            else base.get("name", "")
+        out.append(data)
+    return out
+
+
+def _name_part(key: str, value: Any) -> str:
+    short = _SHORT.get(key, key)
+    if isinstance(value, (list, tuple)):
+        value = "x".join(str(x) for x in value)
+    if value is None:
+        value = "none"
+    return f"{short}{value}" if short else str(value)
+
+
+def instance_from_grid_point(data: Mapping[str, Any], source: str,
+                             replace_model: bool = False) -> Instance:
+    """An Instance from one grid point.
+
+    With `replace_model` (a placement axis), the point's costs describe the contiguous model and
+    are re-split for its placement, so every placement runs the same model.
+    """
+    data = dict(data)
+    if data.get("memory_cap") in ("none", "None", "unlimited"):
+        data.pop("memory_cap")
+    placement = data.get("placement", "contiguous")
+    if not replace_model or placement == "contiguous":
+        return Instance.from_dict(data, source=source)
+    chunks = data.pop("chunks", 0)
+    cap = data.pop("memory_cap", None)
+    contiguous = Instance.from_dict({**data, "placement": "contiguous"}, source=source)
+    try:
+        return contiguous.with_placement(placement, chunks).with_cap(cap)
+    except ZboptError as err:
+        raise ZboptError(f"{source}: {err}") from None
+
+
+# ----- parsing -----------------------------------------------------------------------------------
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep spec; every problem is one ZboptError line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ZboptError(f"sweep spec {path} not found")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ZboptError(f"{path}: not valid TOML: {err}") from None
+    return parse_spec(data, base_dir=path.parent, source=str(path),
+                      default_name=path.stem)
+
+
+def parse_spec(data: Mapping[str, Any], base_dir: Path = Path("."), source: str = "spec",
+               default_name: str = "sweep") -> SweepSpec:
+    unknown = sorted(set(data) - set(SPEC_KEYS))
+    if unknown:
+        raise ZboptError(f"{source}: unknown key(s) {', '.join(unknown)}; a sweep spec takes "
+                         f"{', '.join(SPEC_KEYS)}")
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise ZboptError(f"{source}: name must be a non-empty string, got {name!r}")
+    instances = _instances(data, base_dir, source)
+    methods = _families(data.get("methods"), source) + _solvers(data.get("solvers"), source)
+    if not methods:
+        raise ZboptError(f"{source}: no methods: add `methods = [\"1f1b\", ...]` or a "
+                         f"[[solvers]] table")
+    labels = [m.label for m in methods]
+    duplicates = sorted({x for x in labels if labels.count(x) > 1})
+    if duplicates:
+        raise ZboptError(f"{source}: method(s) listed twice: {', '.join(duplicates)}")
+    timeout = data.get("job_timeout")
+    if timeout is not None and (not _positive(timeout)):
+        raise ZboptError(f"{source}: job_timeout must be a positive number of seconds, "
+                         f"got {timeout!r}")
+    return SweepSpec(name, tuple(instances), tuple(methods), timeout)
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+
+
+def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Instance]:
+    out: list[Instance] = []
+    files = data.get("instances", [])
+    if isinstance(files, str):
+        files = [files]
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise ZboptError(f"{source}: instances must be a list of file names or globs, "
+                         f"got {files!r}")
+    for pattern in files:
+        full = pattern if Path(pattern).is_absolute() else str(base_dir / pattern)
+        matches = sorted(glob.glob(full))
+        if not matches:
+            raise ZboptError(f"{source}: instances entry {pattern!r} matches no file "
+                             f"(paths are relative to the spec's folder {base_dir})")
+        out += [load_instance(m) for m in matches]
+    if "base" in data or "axes" in data:
+        out += _grid(data, base_dir, source)
+    if not out:
+        raise ZboptError(f"{source}: no instances: give `instances = [...]` or a [base] table "
+                         f"with [axes]")
+    return out
+
+
+def _grid(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Instance]:
+    base = data.get("base")
+    if base is None:
+        raise ZboptError(f"{source}: [axes] needs a [base] instance (a table or a file path)")
+    if isinstance(base, str):
+        path = Path(base) if Path(base).is_absolute() else base_dir / base
+        base = load_instance(path).to_dict()
+    if not isinstance(base, dict):
+        raise ZboptError(f"{source}: base must be a table of instance keys or a file path, "
+                         f"got {base!r}")
+    axes = data.get("axes", {})
+    if not isinstance(axes, dict):
+        raise ZboptError(f"{source}: axes must be a table `key = [values]`, got {axes!r}")
+    for key, values in axes.items():
+        if key not in FILE_KEYS or key == "name":
+            raise ZboptError(f"{source}: axis {key!r} is not an instance key; use one of "
+                             f"{', '.join(k for k in FILE_KEYS if k != 'name')}")
+        if not isinstance(values, list) or not values:
+            raise ZboptError(f"{source}: axis {key!r} must be a non-empty list of values, "
+                             f"got {values!r}")
+    if "placement" in axes and base.get("placement", "contiguous") != "contiguous":
+        raise ZboptError(f"{source}: a placement axis re-splits a contiguous model: "
+                         f"give a contiguous base")
+    return [instance_from_grid_point(point, f"{source}: {point['name'] or 'base'}",
+                                     replace_model="placement" in axes)
+            for point in expand_grid(base, axes)]
+
+
+def _families(entries: Any, source: str) -> list[MethodSpec]:
+    from ..families import families  # the registry imports every generator module
+    if entries is None:
+        return []
+    registry = families()
+    if entries == "all":
+        return [MethodSpec(n, "family") for n in registry]
+    if not isinstance(entries, list):
+        raise ZboptError(f"{source}: methods must be \"all\" or a list of names/tables, "
+                         f"got {entries!r}")
+    out = []
+    for entry in entries:
+        if isinstance(entry, str):
+            name, params = entry, {}
+        elif isinstance(entry, dict) and isinstance(entry.get("name"), str) \
+                and set(entry) <= {"name", "params"} and isinstance(entry.get("params", {}), dict):
+            name, params = entry["name"], entry.get("params", {})
+        else:
+            raise ZboptError(f"{source}: a method is a name or a table {{name = ..., "
+                             f"params = {{...}}}}, got {entry!r}")
+        if name in SOLVERS:
+            raise ZboptError(f"{source}: {name!r} is a solver: list it under [[solvers]] "
+                             f"with its time_limit and threads")
+        if name not in registry:
+            raise ZboptError(f"{source}: unknown method {name!r}: choose from "
+                             f"{', '.join(sorted(registry))}")
+        out.append(MethodSpec(name, "family", tuple(sorted(params.items()))))
+    return out
+
+
+def _solvers(entries: Any, source: str) -> list[MethodSpec]:
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise ZboptError(f"{source}: solvers must be an array of tables [[solvers]], "
+                         f"got {entries!r}")
+    out = []
+    for entry in entries:
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise ZboptError(f"{source}: each [[solvers]] table needs name = "
+                             f"{' | '.join(SOLVERS)}, got {entry!r}")
+        unknown = sorted(set(entry) - set(SOLVER_KEYS))
+        if unknown:
+            raise ZboptError(f"{source}: solver {entry['name']!r}: unknown key(s) "
+                             f"{', '.join(unknown)}; use {', '.join(SOLVER_KEYS)}")
+        if entry["name"] not in SOLVERS:
+            raise ZboptError(f"{source}: unknown solver {entry['name']!r}: use one of "
+                             f"{', '.join(SOLVERS)}")
+        params = {"time_limit": entry.get("time_limit", 60), "threads": entry.get("threads", 1),
+                  "objective": entry.get("objective", "span")}
+        if not _positive(params["time_limit"]):
+            raise ZboptError(f"{source}: solver time_limit must be a positive number of "
+                             f"seconds, got {params['time_limit']!r}")
+        if not isinstance(params["threads"], int) or isinstance(params["threads"], bool) \
+                or params["threads"] < 1:
+            raise ZboptError(f"{source}: solver threads must be an integer >= 1, "
+                             f"got {params['threads']!r}")
+        if params["objective"] not in ("span", "makespan"):
+            raise ZboptError(f"{source}: solver objective must be 'span' or 'makespan', "
+                             f"got {params['objective']!r}")
+        out.append(MethodSpec(entry["name"], "solver", tuple(sorted(params.items()))))
+    return out
