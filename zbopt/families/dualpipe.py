@@ -44,7 +44,9 @@ reading of the runtime, whose bubble is at most the default's (p=8, m=20, costs 
 Bubble: with comm = 0 and the default, the seed table's DualPipe bubble
 (n-1)(F&B + B - 3W) (B = the full backward t_B + t_W, F&B = the pair's duration) is
 `span - ideal` of evaluate(): the longest device span less the busiest device's work
-(e.g. p=8, m=20: 6 for unit costs, 21 for t_F, t_B, t_W = 2, 3, 1). Every device does the
+(e.g. p=8, m=20: 6 for unit costs, 21 for t_F, t_B, t_W = 2, 3, 1). It comes out exactly
+whenever t_F <= t_B and t_W <= t_B (uniform per-stage costs, overlap 0); outside that regime
+the formula, an estimate in DeepSeek's report, differs from what the order really leaves. Every device does the
 same work when costs are uniform and all start at 0, so it is also `makespan - ideal` and
 each device's `Timeline.idle`. Peak activation (m_w = 0, in units of one stage's m_b):
 2n + 1, i.e. p + 1 for dualpipe and 2p + 1 for dualpipev (the seed's PP + 1 with PP = 2p

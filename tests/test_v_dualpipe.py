@@ -1,0 +1,310 @@
+"""ZB-V, DualPipe and DualPipeV: the seed table's numbers, and validity on random instances."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zbopt.cli import main
+from zbopt.compare import compare, run_method
+from zbopt.errors import ZboptError
+from zbopt.families import generate
+from zbopt.instance import Instance
+from zbopt.schedule import evaluate, validate
+
+PROPERTY = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def seed_bubble(half_ranks: int, t_f, t_b, t_w) -> float:
+    """(PP/2 - 1)(F&B + B - 3W) with B the full backward and F&B = F + B (no overlap)."""
+    full_backward = t_b + t_w
+    return (half_ranks - 1) * ((t_f + full_backward) + full_backward - 3 * t_w)
+
+
+def timeline(name: str, instance: Instance, **params):
+    return evaluate(instance, generate(name, instance, **params))
+
+
+def kinds_in_order(schedule) -> bool:
+    """Every (stage, kind) runs its micro-batches in increasing order on its device."""
+    last: dict = {}
+    for order in schedule.orders:
+        for item in order:
+            for stage, mb, kind in item:
+                if last.get((stage, kind), -1) >= mb:
+                    return False
+                last[(stage, kind)] = mb
+    return True
+
+
+# ----- ZB-V ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 6, 8])
+@pytest.mark.parametrize("extra", [0, 1, 5, 17])
+@pytest.mark.parametrize("cost", [1, 3])
+def test_zbv_zero_bubble_at_1f1b_memory(p, extra, cost):
+    m = 2 * p - 1 + extra
+    contiguous = Instance(devices=p, microbatches=m, t_f=cost, t_b=cost, t_w=cost, m_b=2, m_w=1,
+                          memory_cap="1p")
+    instance = contiguous.with_placement("v")
+    tl = timeline("zb-v", instance)
+    assert validate(instance, tl.schedule) == []
+    assert tl.span == tl.ideal == 6 * m * cost / 2  # per device: 2 stages x m x (F+B+W), halved
+    one_f_one_b = timeline("1f1b", contiguous)
+    # every device peaks at 1F1B's device-0 peak, which is exactly the "1p" cap
+    assert tl.peak_memory == (one_f_one_b.peak_memory[0],) * p
+    assert tl.peak_memory == instance.cap
+    assert tl.fits_cap
+
+
+def test_zbv_few_microbatches_still_valid_and_within_1p():
+    for p in (2, 4, 5):
+        for m in range(1, 2 * p - 1):
+            instance = Instance(devices=p, microbatches=m, m_b=2, m_w=1,
+                                memory_cap="1p").with_placement("v")
+            tl = timeline("zb-v", instance)
+            assert validate(instance, tl.schedule) == []
+            assert tl.fits_cap
+
+
+@st.composite
+def v_instances(draw, min_m=None):
+    """A contiguous model (random per-device costs and memory) re-placed onto "v"."""
+    p = draw(st.integers(1, 5))
+    m = draw(st.integers(min_m(p) if min_m else 1, 3 * p + 4))
+    costs = st.lists(st.integers(0, 6), min_size=p, max_size=p)
+    t_f, t_b, t_w = draw(costs), draw(costs), draw(costs)
+    if sum(t_f) + sum(t_b) + sum(t_w) == 0:
+        t_f = [1] * p
+    m_b = draw(st.lists(st.integers(1, 8), min_size=p, max_size=p))
+    m_w = [draw(st.integers(0, x)) for x in m_b]
+    return Instance(devices=p, microbatches=m, t_f=t_f, t_b=t_b, t_w=t_w, m_b=m_b, m_w=m_w,
+                    comm=draw(st.sampled_from([0, 1, 2.5])),
+                    static_memory=draw(st.integers(0, 3))).with_placement("v")
+
+
+@PROPERTY
+@given(v_instances())
+def test_zbv_valid_on_random_instances(instance):
+    schedule = generate("zb-v", instance)
+    assert validate(instance, schedule) == []
+    assert kinds_in_order(schedule)
+    tl = evaluate(instance, schedule)
+    p, m = instance.devices, instance.microbatches
+    for d in range(p):
+        own = p * sum(instance.m_b[s] for s in instance.stages_of(d))
+        # 2p forwards in flight at most: p times the device's own activation (its "1p")
+        assert tl.peak_memory[d] <= instance.static_memory[d] + own + 1e-9
+        if m >= 2 * p - 1:
+            assert tl.peak_memory[d] == pytest.approx(instance.static_memory[d] + own)
+
+
+@PROPERTY
+@given(st.integers(1, 6), st.integers(0, 12), st.integers(1, 9))
+def test_zbv_zero_bubble_for_any_equal_costs(p, extra, cost):
+    instance = Instance(devices=p, microbatches=2 * p - 1 + extra, placement="v",
+                        t_f=cost, t_b=cost, t_w=cost)
+    tl = timeline("zb-v", instance)
+    assert tl.span == tl.ideal
+
+
+def test_zbv_needs_the_v_placement():
+    with pytest.raises(ZboptError, match="placement 'v'"):
+        generate("zb-v", Instance(devices=4, microbatches=8))
+
+
+# ----- DualPipe and DualPipeV: the seed table -------------------------------------------------
+
+@pytest.mark.parametrize("costs,expected", [((1, 1, 1), 6), ((2, 3, 1), 21)])
+def test_dualpipe_seed_example_p8_m20(costs, expected):
+    t_f, t_b, t_w = costs
+    instance = Instance(devices=8, microbatches=20, placement="dualpipe",
+                        t_f=t_f, t_b=t_b, t_w=t_w)
+    tl = timeline("dualpipe", instance)
+    assert tl.span - tl.ideal == expected
+    assert tl.makespan - tl.ideal == expected  # the seed's synchronous reading agrees
+    assert set(tl.idle) == {expected}
+
+
+COSTS = [(1, 1, 1), (2, 2, 2), (2, 3, 1), (1, 4, 2), (3, 3, 0), (1, 2, 2), (3, 5, 4)]
+
+
+@pytest.mark.parametrize("p", [2, 4, 6, 8])
+@pytest.mark.parametrize("costs", COSTS)
+def test_dualpipe_bubble_and_peak(p, costs):
+    t_f, t_b, t_w = costs
+    for m in (2 * p, 2 * p + 2, 4 * p + 6):
+        instance = Instance(devices=p, microbatches=m, placement="dualpipe",
+                            t_f=t_f, t_b=t_b, t_w=t_w, m_b=3, m_w=0)
+        tl = timeline("dualpipe", instance)
+        assert validate(instance, tl.schedule) == []
+        assert tl.span - tl.ideal == seed_bubble(p // 2, t_f, t_b, t_w)
+        assert tl.peak_memory == (3 * (p + 1),) * p  # p + 1 stage activations
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 6])
+@pytest.mark.parametrize("costs", COSTS)
+def test_dualpipev_bubble_and_peak(p, costs):
+    # p devices of the V hold the 2p stages of DualPipe's PP = 2p: PP/2 - 1 = p - 1
+    t_f, t_b, t_w = costs
+    for m in (2 * p, 2 * p + 1, 4 * p + 6):
+        instance = Instance(devices=p, microbatches=m, placement="v",
+                            t_f=t_f, t_b=t_b, t_w=t_w, m_b=3, m_w=0)
+        tl = timeline("dualpipev", instance)
+        assert validate(instance, tl.schedule) == []
+        assert tl.span - tl.ideal == seed_bubble(p, t_f, t_b, t_w)
+        assert tl.peak_memory == (3 * (2 * p + 1),) * p  # PP + 1 stage activations
+
+
+def test_dualpipe_two_copies_dualpipev_one():
+    """DualPipe: every device runs a stage of each direction (two model copies, 2x parameters);
+    DualPipeV: the 2p stages of one copy, two per device."""
+    instance = Instance(devices=4, microbatches=8).with_placement("dualpipe")
+    schedule = generate("dualpipe", instance)
+    for d, order in enumerate(schedule.orders):
+        stages = {s for item in order for s, _, _ in item}
+        assert sorted(stages) == [d, 2 * 4 - 1 - d]
+        mbs = {s: {j for item in order for t, j, _ in item if t == s} for s in stages}
+        assert mbs[d] == {0, 1, 2, 3} and mbs[7 - d] == {4, 5, 6, 7}
+    v = Instance(devices=4, microbatches=8).with_placement("v")
+    for d, order in enumerate(generate("dualpipev", v).orders):
+        assert {j for item in order for _, j, _ in item} == set(range(8))
+
+
+def test_overlapped_pairs_are_one_block():
+    instance = Instance(devices=4, microbatches=8, placement="dualpipe", t_f=2, t_b=3, t_w=1)
+    schedule = generate("dualpipe", instance)
+    pairs = [item for order in schedule.orders for item in order if len(item) == 3]
+    assert pairs
+    for item in pairs:
+        (sf, jf, kf), (sb, jb, kb), (sw, jw, kw) = item
+        assert (kf, kb, kw) == ("F", "B", "W") and (sb, jb) == (sw, jw)
+        # the F and the backward belong to different directions
+        assert instance.chain_of_stage(sf) != instance.chain_of_stage(sb)
+    # a block costs the sum of its passes less overlap * min(F, B + W)
+    half = Instance(devices=4, microbatches=8, placement="dualpipe", t_f=2, t_b=3, t_w=1,
+                    overlap=0.5)
+    assert timeline("dualpipe", half).ideal == timeline("dualpipe", instance).ideal \
+        - 0.5 * 2 * sum(1 for item in schedule.orders[0] if len(item) == 3)
+
+
+def test_split_turn_is_no_worse_and_valid():
+    for p in (2, 4, 8):
+        for costs in COSTS:
+            t_f, t_b, t_w = costs
+            instance = Instance(devices=p, microbatches=2 * p + 4, placement="dualpipe",
+                                t_f=t_f, t_b=t_b, t_w=t_w)
+            split = timeline("dualpipe", instance, split_turn=True)
+            assert validate(instance, split.schedule) == []
+            assert split.span <= timeline("dualpipe", instance).span
+    # DeepSeek's own order leaves less than the table's estimate when F, B, W differ
+    instance = Instance(devices=8, microbatches=20, placement="dualpipe", t_f=2, t_b=3, t_w=1)
+    split = timeline("dualpipe", instance, split_turn=True)
+    assert split.span - split.ideal < seed_bubble(4, 2, 3, 1)
+
+
+# ----- DualPipe and DualPipeV on random instances ---------------------------------------------
+
+@st.composite
+def two_chunk_instances(draw, placement):
+    half = draw(st.integers(1, 3))
+    p = 2 * half if placement == "dualpipe" else draw(st.integers(1, 5))
+    m = draw(st.integers(p, 2 * p + 5)) * 2 if placement == "dualpipe" \
+        else draw(st.integers(2 * p, 4 * p + 3))
+    stages = 2 * p
+    costs = st.lists(st.integers(0, 6), min_size=stages, max_size=stages)
+    t_f, t_b, t_w = draw(costs), draw(costs), draw(costs)
+    if sum(t_f) + sum(t_b) + sum(t_w) == 0:
+        t_b = [1] * stages
+    return Instance(devices=p, microbatches=m, placement=placement, t_f=t_f, t_b=t_b,
+                    t_w=t_w, comm=draw(st.sampled_from([0, 1, 3.5])),
+                    overlap=draw(st.sampled_from([0.0, 0.5, 1.0])),
+                    m_b=draw(st.integers(1, 5)), m_w=0)
+
+
+@PROPERTY
+@given(two_chunk_instances("dualpipe"), st.booleans())
+def test_dualpipe_valid_on_random_instances(instance, split_turn):
+    schedule = generate("dualpipe", instance, split_turn=split_turn)
+    assert validate(instance, schedule) == []
+    assert kinds_in_order(schedule)
+    tl = evaluate(instance, schedule)
+    # the memory peak follows from the order alone, whatever the costs
+    assert tl.peak_memory == (instance.m_b[0] * (instance.devices + 1),) * instance.devices
+
+
+@PROPERTY
+@given(two_chunk_instances("v"), st.booleans())
+def test_dualpipev_valid_on_random_instances(instance, split_turn):
+    schedule = generate("dualpipev", instance, split_turn=split_turn)
+    assert validate(instance, schedule) == []
+    assert kinds_in_order(schedule)
+    tl = evaluate(instance, schedule)
+    assert tl.peak_memory == (instance.m_b[0] * (2 * instance.devices + 1),) * instance.devices
+
+
+@PROPERTY
+@given(st.integers(1, 4), st.integers(0, 6), st.integers(1, 6), st.integers(0, 6),
+       st.integers(0, 6), st.sampled_from(["dualpipe", "dualpipev"]))
+def test_seed_bubble_whenever_b_is_the_longest_pass(half, extra, t_b, df, dw, name):
+    """The table's formula holds exactly when t_F <= t_B and t_W <= t_B (comm 0)."""
+    t_f, t_w = max(t_b - df, 1), max(t_b - dw, 0)
+    if name == "dualpipe":
+        p, m, half_ranks = 2 * half, 4 * half + 2 * extra, half
+        instance = Instance(devices=p, microbatches=m, placement="dualpipe",
+                            t_f=t_f, t_b=t_b, t_w=t_w)
+    else:
+        p, half_ranks = half, half
+        instance = Instance(devices=p, microbatches=2 * p + extra, placement="v",
+                            t_f=t_f, t_b=t_b, t_w=t_w)
+    tl = timeline(name, instance)
+    assert tl.span - tl.ideal == seed_bubble(half_ranks, t_f, t_b, t_w)
+
+
+# ----- preconditions --------------------------------------------------------------------------
+
+def test_dualpipe_preconditions():
+    with pytest.raises(ZboptError, match="even number of devices"):
+        generate("dualpipe", Instance(devices=3, microbatches=12, placement="dualpipe"))
+    with pytest.raises(ZboptError, match=r"microbatches >= 2 \* devices = 8, got 6"):
+        generate("dualpipe", Instance(devices=4, microbatches=6, placement="dualpipe"))
+    with pytest.raises(ZboptError, match="microbatches must be even"):
+        Instance(devices=4, microbatches=9).with_placement("dualpipe")
+    with pytest.raises(ZboptError, match=r"microbatches >= 2 \* devices = 6, got 5"):
+        generate("dualpipev", Instance(devices=3, microbatches=5, placement="v"))
+    with pytest.raises(ZboptError, match="placement 'dualpipe'"):
+        generate("dualpipe", Instance(devices=4, microbatches=8, placement="v"))
+
+
+def test_compare_lists_the_new_methods_with_reasons():
+    instance = Instance(devices=4, microbatches=8, t_f=2, t_b=3, t_w=1, m_b=2, m_w=1)
+    rows = {row.method: row for row in compare(instance)}
+    for name, placement in (("zb-v", "v"), ("dualpipe", "dualpipe"), ("dualpipev", "v")):
+        assert rows[name].applies, rows[name].reason
+        assert rows[name].instance.placement == placement
+    # the same model on an odd pipeline: DualPipe does not apply and says why
+    odd = Instance(devices=3, microbatches=7)
+    row = run_method("dualpipe", odd)
+    assert not row.applies and "even" in row.reason
+    row = run_method("dualpipev", odd)
+    assert row.applies
+    row = run_method("dualpipev", Instance(devices=4, microbatches=7))
+    assert not row.applies and "microbatches >= 2 * devices = 8" in row.reason
+
+
+def test_cli_compare_shows_the_new_methods(tmp_path, capsys):
+    path = Instance(devices=4, microbatches=10, m_b=2, m_w=1, memory_cap="1p").save(
+        tmp_path / "p4.toml")
+    assert main(["compare", str(path), "--json", "--methods", "zb-v,dualpipe,dualpipev,1f1b"]) == 0
+    rows = {row["method"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["zb-v"]["applies"] and rows["zb-v"]["fits_cap"]
+    assert rows["zb-v"]["span"] == rows["zb-v"]["ideal"]
+    assert rows["dualpipe"]["placement"] == "dualpipe"
+    assert rows["dualpipev"]["placement"] == "v"
+    assert main(["compare", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "zb-v" in table and "dualpipev" in table
