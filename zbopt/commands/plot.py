@@ -1,0 +1,36 @@
+"""zbopt plot FILE.json -o out.png|out.svg: a schedule file's Gantt chart with memory curves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ZboptError
+from ._common import refuse_overwrite
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("plot", help="draw a schedule file as a Gantt chart (PNG, SVG, PDF)")
+    parser.add_argument("schedule_file", metavar="FILE.json",
+                        help="schedule file (zbopt.schedule/1, e.g. from simulate --out)")
+    parser.add_argument("-o", "--out", required=True, metavar="OUT",
+                        help="chart to write: .png, .svg or .pdf")
+    parser.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    # matplotlib loads lazily: the other subcommands should not pay for it
+    from ..export.schedule_file import read_schedule_file
+    from ..report.gantt import PLOT_SUFFIXES, plot_schedule, save_figure
+    from ..schedule import evaluate
+    out = Path(args.out)
+    if out.suffix.lower() not in PLOT_SUFFIXES:
+        raise ZboptError(f"cannot write a chart to {out}: use a name ending in "
+                         f"{', '.join(PLOT_SUFFIXES)}")
+    refuse_overwrite(out, args.force)
+    loaded = read_schedule_file(args.schedule_file)
+    # the file's stored times are informative only: the chart is drawn from a fresh evaluation
+    timeline = evaluate(loaded.instance, loaded.schedule)
+    save_figure(plot_schedule(timeline), out, force=args.force)
+    print(f"wrote {out}")
+    return 0

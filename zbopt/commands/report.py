@@ -1,0 +1,47 @@
+"""zbopt report [INSTANCE] -o report.html: one self-contained HTML file (table, charts, timelines)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ZboptError
+from ._common import add_instance_arguments, load, refuse_overwrite
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("report", help="write a self-contained HTML report comparing methods")
+    add_instance_arguments(parser)
+    parser.add_argument("-o", "--out", required=True, metavar="FILE.html",
+                        help="the report to write")
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated method names (default: all registered)")
+    parser.add_argument("--chunks", type=int, default=0,
+                        help="chunks per device when re-placing for interleaved families")
+    parser.add_argument("--solve", action="store_true", help="add an exact solver's row")
+    parser.add_argument("--solver", default="cpsat", help="cpsat, cbc or highs (with --solve)")
+    parser.add_argument("--objective", default="span", choices=("span", "makespan"))
+    parser.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
+    parser.add_argument("--threads", type=int, default=2, help="solver threads")
+    parser.add_argument("--force", action="store_true", help="overwrite FILE.html if it exists")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    out = Path(args.out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise ZboptError(f"the report is HTML: give -o a name ending in .html, not {out.name!r}")
+    refuse_overwrite(out, args.force)  # before the (possibly long) solve
+    if args.time_limit <= 0:
+        raise ZboptError(f"--time-limit must be positive, got {args.time_limit:g}")
+    instance = load(args)
+    # the same rows as `zbopt compare` (methods, chunks, the solver's row with --solve)
+    from .compare import rows_for
+    try:
+        rows = rows_for(instance, args)
+    except ImportError as err:  # the solver backends are optional pieces of the package
+        raise ZboptError(f"--solve is not available in this installation ({err}): "
+                         f"drop --solve") from None
+    from ..report.html import write_report
+    write_report(out, instance, rows, force=args.force)
+    print(f"wrote {out}")
+    return 0
