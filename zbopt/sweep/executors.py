@@ -40,11 +40,13 @@ def _worker_main(conn: Connection, job_fn: JobFn) -> None:
         if job is None:
             return
         try:
-            record = job_fn(job)
-        except BaseException as err:  # noqa: BLE001  report, then keep serving
-            record = error_record(job, f"{type(err).__name__}: {err}")
-        try:
-            conn.send(record)
+            # the job's clock starts now, not while the worker process was still importing
+            conn.send(("started", None))
+            try:
+                record = job_fn(job)
+            except BaseException as err:  # noqa: BLE001  report, then keep serving
+                record = error_record(job, f"{type(err).__name__}: {err}")
+            conn.send(("done", record))
         except (BrokenPipeError, OSError):
             return
 
@@ -64,7 +66,7 @@ class _Worker:
     process: Any
     conn: Connection
     job: Job | None = None
-    started: float = 0.0
+    started: float | None = None  # when the worker began the job (None: not yet)
 
 
 @dataclass(frozen=True)
@@ -118,23 +120,26 @@ class LocalExecutor:
 
     @staticmethod
     def _assign(worker: _Worker, job: Job) -> None:
-        worker.job, worker.started = job, time.monotonic()
+        worker.job, worker.started = job, None
         worker.conn.send(job)
 
     def _check(self, worker: _Worker) -> tuple[Job, dict, bool] | None:
         """(job, record, worker still usable) once the worker's job is over, else None."""
         job = worker.job
         assert job is not None
-        if worker.conn.poll():
+        while worker.conn.poll():
             try:
-                return job, worker.conn.recv(), True
+                kind, record = worker.conn.recv()
             except (EOFError, OSError):
                 worker.process.join(1)
                 return job, error_record(job, _death_message(worker.process.exitcode)), False
+            if kind == "done":
+                return job, record, True
+            worker.started = time.monotonic()
         if not worker.process.is_alive():
             worker.process.join(1)
             return job, error_record(job, _death_message(worker.process.exitcode)), False
-        elapsed = time.monotonic() - worker.started
+        elapsed = time.monotonic() - worker.started if worker.started is not None else 0.0
         if self.job_timeout is not None and elapsed > self.job_timeout:
             return job, error_record(job, f"timed out after {self.job_timeout:g} s "
                                           f"(job_timeout); the worker was killed", elapsed), False

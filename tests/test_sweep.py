@@ -1,0 +1,403 @@
+"""Sweeps: grid expansion, job keys, the JSONL store, crash isolation, resume after SIGKILL and
+Ctrl-C, local vs Ray, malformed specs, reports built from the records only."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zbopt.cli import main
+from zbopt.errors import ZboptError
+from zbopt.instance import Instance
+from zbopt.schedule import Schedule, evaluate
+from zbopt.sweep.job import run_job
+from zbopt.sweep.report import csv_text, load_records, write_report
+from zbopt.sweep.run import run_sweep
+from zbopt.sweep.spec import Job, MethodSpec, expand_grid, job_key, load_spec, parse_spec
+from zbopt.sweep.store import ResultStore
+
+TESTS = Path(__file__).resolve().parent
+
+SMALL_SPEC = """
+name = "small"
+methods = ["1f1b", "zb-h1", "zb-h2", "gpipe"]
+[base]
+name = "u"
+devices = 2
+microbatches = 4
+m_b = 2
+m_w = 1
+[axes]
+microbatches = [4, 6]
+memory_cap = ["1p", "none"]
+"""
+
+
+def small_spec(tmp_path: Path, text: str = SMALL_SPEC) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return path
+
+
+# ----- job functions run inside worker processes (imported there as `test_sweep`) -----------
+
+def crashing_job(job: Job) -> dict:
+    """Kills its worker for one instance/method, raises for another, else runs normally."""
+    if job.method.name == "zb-h1" and job.instance["microbatches"] == 6:
+        os._exit(3)
+    if job.method.name == "gpipe" and job.instance["microbatches"] == 4:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if job.method.name == "zb-h2" and job.instance.get("memory_cap") == "1p":
+        raise RuntimeError("boom")
+    return run_job(job)
+
+
+def slow_job(job: Job) -> dict:
+    time.sleep(0.25)
+    return run_job(job)
+
+
+def sleepy_job(job: Job) -> dict:
+    if job.method.name == "gpipe":
+        time.sleep(60)
+    return run_job(job)
+
+
+def _run_slow_sweep(spec_path: str, out: str) -> None:
+    """Entry point of the subprocess that the resume tests kill."""
+    run_sweep(load_spec(spec_path), out, jobs=2, progress=False, report=False, job_fn=slow_job)
+
+
+# ----- grid expansion ---------------------------------------------------------------------------
+
+def test_expand_grid_is_the_cartesian_product_with_last_axis_fastest():
+    points = expand_grid({"name": "b", "devices": 4, "t_f": 1},
+                         {"microbatches": [8, 16], "memory_cap": ["1p", "2p", "3p"]})
+    assert [(p["microbatches"], p["memory_cap"]) for p in points] == \
+        list(itertools.product([8, 16], ["1p", "2p", "3p"]))
+    assert all(p["devices"] == 4 and p["t_f"] == 1 for p in points)
+    assert len({p["name"] for p in points}) == 6
+    assert points[0]["name"] == "b-m8-cap1p"
+
+
+def test_expand_grid_without_axes_is_the_base():
+    assert expand_grid({"name": "b", "devices": 2}, {}) == [{"name": "b", "devices": 2}]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(st.sampled_from(["devices", "microbatches", "comm", "t_f", "t_w"]),
+                       st.lists(st.integers(1, 50), min_size=1, max_size=4, unique=True),
+                       max_size=4))
+def test_expand_grid_covers_every_combination_once(axes):
+    points = expand_grid({"name": "b", "devices": 1, "microbatches": 1}, axes)
+    expected = 1
+    for values in axes.values():
+        expected *= len(values)
+    assert len(points) == expected
+    combos = {tuple(p[k] for k in axes) for p in points}
+    assert combos == set(itertools.product(*axes.values()))
+    assert len({p["name"] for p in points}) == expected
+
+
+def test_spec_grid_builds_validated_instances(tmp_path):
+    spec = load_spec(small_spec(tmp_path))
+    assert len(spec.instances) == 4 and len(spec.methods) == 4
+    assert [(i.microbatches, i.memory_cap) for i in spec.instances] == \
+        [(4, "1p"), (4, None), (6, "1p"), (6, None)]
+    assert spec.instances[0].cap == (2 * 2 * 1,) * 2  # 1p = p * m_b with one stage per device
+    assert len(spec.jobs()) == 16
+
+
+def test_placement_axis_resplits_the_same_model():
+    spec = parse_spec({"methods": ["1f1b"], "base": {"devices": 2, "microbatches": 4, "t_f": 4,
+                                                      "t_b": 4, "t_w": 2, "m_b": 4, "m_w": 2},
+                       "axes": {"placement": ["contiguous", "v"]}})
+    contiguous, v = spec.instances
+    assert v.placement == "v" and v.num_stages == 4
+    # device 0 does the same total work on both placements
+    assert sum(v.t_f[s] for s in v.stages_of(0)) == contiguous.t_f[0]
+
+
+def test_instance_files_by_glob(tmp_path):
+    spec = parse_spec({"instances": ["../instances/unit/unit-p*.toml"], "methods": "all"},
+                      base_dir=TESTS)
+    names = sorted(i.name for i in spec.instances)
+    assert names == sorted(p.stem for p in (TESTS.parent / "instances/unit").glob("unit-p*.toml"))
+
+
+def test_solver_methods_carry_their_limits():
+    spec = parse_spec({"instances": ["../instances/unit/unit-p2-m4.toml"], "methods": ["1f1b"],
+                       "solvers": [{"name": "cpsat", "time_limit": 5, "threads": 1}]},
+                      base_dir=TESTS)
+    solver = spec.methods[1]
+    assert solver.kind == "solver" and dict(solver.params)["time_limit"] == 5
+    assert solver.label == "cpsat[objective=span,threads=1,time_limit=5]"
+
+
+def test_job_key_is_stable_and_distinguishes_methods():
+    data = Instance(devices=2, microbatches=4).to_dict()
+    shuffled = dict(reversed(list(data.items())))
+    a = MethodSpec("cpsat", "solver", (("threads", 1), ("time_limit", 5)))
+    b = MethodSpec("cpsat", "solver", (("threads", 1), ("time_limit", 10)))
+    assert job_key(data, a) == job_key(shuffled, a)
+    assert job_key(data, a) != job_key(data, b)
+    assert job_key(data, a) != job_key({**data, "microbatches": 6}, a)
+
+
+# ----- malformed specs: one line, exit status 2 --------------------------------------------------
+
+@pytest.mark.parametrize("text, words", [
+    ('methods = ["1f1b"]\nbogus = 1\n[base]\ndevices = 2\nmicrobatches = 4\n', "unknown key"),
+    ('methods = ["1f1b"]\n[base]\ndevices = 2\nmicrobatches = 4\n[axes]\ndevicez = [2]\n',
+     "not an instance key"),
+    ('methods = ["nope"]\n[base]\ndevices = 2\nmicrobatches = 4\n', "unknown method"),
+    ('methods = ["1f1b"]\n[base]\ndevices = 2\nmicrobatches = 4\n[axes]\nmicrobatches = []\n',
+     "non-empty list"),
+    ('methods = ["1f1b"]\n[base]\ndevices = 2\nmicrobatches = 4\n[axes]\nmemory_cap = ["2x"]\n',
+     "memory_cap"),
+    ('[base]\ndevices = 2\nmicrobatches = 4\n[[solvers]]\nname = "cpsat"\ntime_limit = -1\n',
+     "time_limit"),
+    ('[base]\ndevices = 2\nmicrobatches = 4\n', "no methods"),
+    ('methods = ["1f1b"]\ninstances = ["nothing-here-*.toml"]\n', "matches no file"),
+    ('methods = ["1f1b"\n', "not valid TOML"),
+])
+def test_malformed_spec_is_one_line_and_exit_2(tmp_path, capsys, text, words):
+    path = small_spec(tmp_path, text)
+    status = main(["sweep", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_malformed_spec_from_the_real_command(tmp_path):
+    path = small_spec(tmp_path, 'methods = ["1f1b"]\n[axes]\ndevices = [2]\n')
+    proc = subprocess.run([sys.executable, "-m", "zbopt", "sweep", str(path), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("zbopt: error:") and proc.stderr.count("\n") == 1
+    assert "[base]" in proc.stderr
+
+
+# ----- the store ---------------------------------------------------------------------------------
+
+def test_store_skips_a_torn_line_and_the_last_record_of_a_key_wins(tmp_path):
+    store = ResultStore(tmp_path)
+    store.append({"key": "a", "status": "error"})
+    store.append({"key": "b", "status": "ok"})
+    store.append({"key": "a", "status": "ok", "span": 3})
+    with open(store.path, "ab") as f:
+        f.write(b'{"key": "c", "status": "o')  # a write cut short
+    records = store.records()
+    assert list(records) == ["a", "b"]
+    assert records["a"] == {"key": "a", "status": "ok", "span": 3}
+    assert store.finished() == {"a", "b"}
+
+
+def test_errors_are_retried_only_on_request(tmp_path):
+    store = ResultStore(tmp_path)
+    store.append({"key": "a", "status": "error"})
+    store.append({"key": "b", "status": "ok"})
+    assert store.finished(include_errors=False) == {"b"}
+
+
+# ----- running -----------------------------------------------------------------------------------
+
+def test_sweep_records_match_the_evaluator_and_rerun_skips_everything(tmp_path):
+    spec = load_spec(small_spec(tmp_path))
+    out = tmp_path / "out"
+    first = run_sweep(spec, out, jobs=2, progress=False)
+    assert (first.total, first.skipped, first.ran, first.errors) == (16, 0, 16, 0)
+    records = load_records(out)
+    assert {r["key"] for r in records} == {j.key for j in spec.jobs()}
+    for record in records:
+        assert record["status"] == "ok", record
+        instance = Instance.from_dict(record["instance"])
+        # the stored orders, re-judged by the one evaluator, give the stored numbers
+        timeline = evaluate(instance, Schedule.build(record["schedule"]))
+        assert timeline.span == record["span"]
+        assert timeline.fits_cap == record["fits_cap"]
+        assert max(timeline.peak_memory) == record["peak_memory"]
+    lines_before = ResultStore(out).path.read_text()
+    again = run_sweep(spec, out, jobs=2, progress=False)
+    assert (again.skipped, again.ran) == (16, 0)
+    assert ResultStore(out).path.read_text() == lines_before
+
+
+def test_crashing_jobs_are_recorded_and_the_rest_finish(tmp_path):
+    spec = load_spec(small_spec(tmp_path))
+    out = tmp_path / "out"
+    summary = run_sweep(spec, out, jobs=2, progress=False, job_fn=crashing_job)
+    assert summary.ran == 16
+    records = load_records(out)
+    assert len(records) == 16
+    errors = {(r["method"], r["microbatches"], r["memory_cap"]): r["error"]
+              for r in records if r["status"] == "error"}
+    assert set(errors) == {("zb-h1", 6, "1p"), ("zb-h1", 6, None), ("gpipe", 4, "1p"),
+                           ("gpipe", 4, None), ("zb-h2", 4, "1p"), ("zb-h2", 6, "1p")}
+    assert "exited (status 3)" in errors[("zb-h1", 6, "1p")]
+    assert "SIGSEGV" in errors[("gpipe", 4, None)]
+    assert "boom" in errors[("zb-h2", 4, "1p")]
+    assert sum(r["status"] == "ok" for r in records) == 10
+    # a retry with a job function that no longer crashes fills in only the errors
+    retry = run_sweep(spec, out, jobs=2, progress=False, retry_errors=True)
+    assert (retry.skipped, retry.ran, retry.errors) == (10, 6, 0)
+    assert all(r["status"] == "ok" for r in load_records(out))
+
+
+def test_a_job_past_its_timeout_is_killed_and_recorded(tmp_path):
+    spec = load_spec(small_spec(tmp_path, SMALL_SPEC.replace(
+        'name = "small"', 'name = "small"\njob_timeout = 1.5')))
+    start = time.monotonic()
+    run_sweep(spec, tmp_path / "out", jobs=2, progress=False, job_fn=sleepy_job)
+    assert time.monotonic() - start < 30
+    records = load_records(tmp_path / "out")
+    timed_out = [r for r in records if r["status"] == "error"]
+    assert {r["method"] for r in timed_out} == {"gpipe"} and len(timed_out) == 4
+    assert all("timed out" in r["error"] for r in timed_out)
+    assert sum(r["status"] == "ok" for r in records) == 12
+
+
+def _start_killable(spec_path: Path, out: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    code = f"import test_sweep; test_sweep._run_slow_sweep({str(spec_path)!r}, {str(out)!r})"
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def _wait_for_lines(path: Path, count: int, proc: subprocess.Popen, limit: float = 60) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= count:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"sweep ended early: {proc.stderr.read().decode()}")
+        time.sleep(0.02)
+    raise AssertionError("sweep made no progress")
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_loses_nothing_and_repeats_nothing(tmp_path):
+    spec_path = small_spec(tmp_path)
+    out = tmp_path / "out"
+    results = out / "results.jsonl"
+    proc = _start_killable(spec_path, out)
+    _wait_for_lines(results, 4, proc)
+    proc.kill()  # SIGKILL: no cleanup at all in the sweep process
+    proc.wait(10)
+    kept = results.read_bytes()
+    assert kept.endswith(b"\n")
+    kept_keys = [json.loads(line)["key"] for line in kept.splitlines()]
+    assert 4 <= len(kept_keys) < 16, "the kill should land mid-sweep"
+    summary = run_sweep(load_spec(spec_path), out, jobs=2, progress=False, report=False)
+    assert summary.skipped == len(kept_keys) and summary.ran == 16 - len(kept_keys)
+    final = results.read_bytes()
+    assert final.startswith(kept)  # finished lines untouched
+    keys = [json.loads(line)["key"] for line in final.splitlines()]
+    assert len(keys) == len(set(keys)) == 16  # nothing lost, nothing run twice
+
+
+@pytest.mark.slow
+def test_sigint_stops_cleanly_and_keeps_finished_jobs(tmp_path):
+    spec_path = small_spec(tmp_path)
+    out = tmp_path / "out"
+    results = out / "results.jsonl"
+    proc = _start_killable(spec_path, out)
+    _wait_for_lines(results, 2, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()  # run_sweep returned normally
+    assert b"Traceback" not in err
+    lines = results.read_bytes().splitlines()
+    assert 2 <= len(lines) < 16
+    keys = [json.loads(line)["key"] for line in lines]
+    summary = run_sweep(load_spec(spec_path), out, jobs=2, progress=False, report=False)
+    assert summary.ran == 16 - len(keys)
+    assert len({r["key"] for r in load_records(out)}) == 16
+
+
+def test_cli_sweep_and_sweep_report(tmp_path, capsys):
+    spec_path = small_spec(tmp_path)
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec_path), "--out", str(out), "--jobs", "2", "--quiet"]) == 0
+    assert "16 jobs, 0 already done, 16 run now" in capsys.readouterr().out
+    (out / "results.md").unlink()
+    assert main(["sweep-report", str(out)]) == 0
+    assert (out / "results.md").exists() and (out / "bubble_vs_m.png").exists()
+    assert main(["sweep-report", str(tmp_path / "missing")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+# ----- reports -----------------------------------------------------------------------------------
+
+def test_report_tables_copy_the_records(tmp_path):
+    spec = load_spec(small_spec(tmp_path))
+    out = tmp_path / "out"
+    run_sweep(spec, out, jobs=1, progress=False, report=False)
+    paths = write_report(out)
+    records = {r["key"]: r for r in load_records(out)}
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert len(rows) == 16
+    for row in rows:
+        assert float(row["span"]) == records[row["key"]]["span"]
+        assert row["fits_cap"] == str(records[row["key"]]["fits_cap"])
+    markdown = (out / "results.md").read_text()
+    # best per instance: the smallest span among results within the cap
+    for m, cap in [(4, "1p"), (6, "unlimited")]:
+        fitting = [r for r in records.values() if r["microbatches"] == m
+                   and (r["memory_cap"] or "unlimited") == cap and r["fits_cap"]]
+        best = min(fitting, key=lambda r: r["span"])
+        line = next(l for l in markdown.splitlines() if l.startswith(f"| u-m{m}-cap"
+                                                                    f"{'none' if cap == 'unlimited' else cap} |"))
+        assert f"| {best['span']:,.0f} |" in line
+    # two values of m, but only one finite cap: no cap plot
+    assert {p.name for p in paths} == {"results.csv", "results.md", "bubble_vs_m.png"}
+    assert csv_text([]).strip() == ",".join(
+        ["instance_name", "devices", "microbatches", "placement", "memory_cap", "cap", "cap_p",
+         "method", "kind", "status", "run_placement", "run_chunks", "makespan", "span", "ideal",
+         "bubble_rate", "peak_memory", "fits_cap", "solver_status", "lower_bound", "gap",
+         "solver_runtime", "runtime", "note", "key"])
+
+
+def test_family_that_does_not_apply_is_recorded_with_its_reason():
+    job = Job(Instance(devices=2, microbatches=4, placement="v").to_dict(),
+              MethodSpec("1f1b", "family"))
+    record = run_job(job)
+    assert record["status"] == "not-applicable" and "1f1b" in record["reason"]
+
+
+# ----- Ray ---------------------------------------------------------------------------------------
+
+_VOLATILE = ("runtime", "finished_at", "solver_runtime")
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray_and_local_executors_agree(tmp_path):
+    pytest.importorskip("ray")
+    spec = load_spec(small_spec(tmp_path))
+    run_sweep(spec, tmp_path / "local", jobs=2, progress=False, report=False)
+    summary = run_sweep(spec, tmp_path / "ray", jobs=2, executor="ray", progress=False,
+                        report=False)
+    assert summary.ran == 16 and summary.errors == 0
+    strip = lambda r: {k: v for k, v in r.items() if k not in _VOLATILE}  # noqa: E731
+    local = {r["key"]: strip(r) for r in load_records(tmp_path / "local")}
+    ray_ = {r["key"]: strip(r) for r in load_records(tmp_path / "ray")}
+    assert local == ray_
+
+
+def test_ray_missing_or_address_misuse_is_a_user_error(tmp_path):
+    from zbopt.sweep.executors import make_executor
+    with pytest.raises(ZboptError, match="--address is for --executor ray"):
+        make_executor("local", 1, address="ray://x:10001")
