@@ -1,0 +1,308 @@
+"""The runtime proof: run an exported CSV in real PyTorch processes and check what it computes.
+
+`verify_torch(instance, schedule)` exports the schedule as a torch compute-only CSV, checks it
+with torch's own validators, then launches one process per device on the CPU (gloo backend,
+file:// rendezvous in a temporary directory). Each process builds the same tiny deterministic
+model (S stages, each a float64 Linear + tanh), wraps its stages (all the stages the placement
+gives its device, e.g. two for V) in `PipelineStage`s, loads the CSV into
+`_PipelineScheduleRuntime` and runs one training step. The per-micro-batch losses and every
+parameter gradient are compared with a single-process reference on the same model and batch.
+
+A wrong order cannot pass by accident: torch would hang (caught by the timeout), raise, or
+compute different gradients (e.g. a W before its B, or a missing micro-batch).
+torch is imported inside the functions: it is an optional extra.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ZboptError
+from ..instance import Instance
+from ..schedule import Schedule
+from .torch_csv import csv_text, torch_check, torch_rows
+
+DEFAULT_ATOL = 1e-6
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The tiny model and batch every process rebuilds identically from the seed."""
+
+    num_stages: int
+    microbatches: int
+    hidden: int = 8
+    rows_per_microbatch: int = 2
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of one runtime proof. `ok` means losses and all gradients match within `atol`."""
+
+    ok: bool
+    method: str
+    ranks: int
+    num_stages: int
+    microbatches: int
+    loss: float | None  # mean over micro-batches, as torch ran it
+    reference_loss: float | None
+    max_loss_error: float | None
+    max_grad_error: float | None
+    worst_parameter: str
+    parameters: int  # parameter tensors compared
+    atol: float
+    seconds: float
+    message: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _require_torch():
+    try:
+        import torch  # noqa: F401
+        import torch.distributed as dist
+    except ImportError as err:
+        raise ZboptError(f"verify-torch needs torch (pip install 'zbopt[torch]'): {err}") from None
+    if not dist.is_available() or not dist.is_gloo_available():
+        raise ZboptError("verify-torch needs torch.distributed with the gloo backend")
+
+
+def build_model(spec: ModelSpec):
+    """One module per stage, created in stage order from one seed (same in every process)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(spec.seed)
+    return [nn.Sequential(nn.Linear(spec.hidden, spec.hidden, dtype=torch.float64), nn.Tanh())
+            for _ in range(spec.num_stages)]
+
+
+def build_batch(spec: ModelSpec):
+    import torch
+
+    generator = torch.Generator().manual_seed(spec.seed + 1)
+    rows = spec.microbatches * spec.rows_per_microbatch
+    x = torch.randn(rows, spec.hidden, dtype=torch.float64, generator=generator)
+    y = torch.randn(rows, spec.hidden, dtype=torch.float64, generator=generator)
+    return x, y
+
+
+def _loss(output, target):
+    import torch.nn.functional as F
+    return F.mse_loss(output, target)
+
+
+def reference(spec: ModelSpec) -> tuple[list[float], dict[str, Any]]:
+    """Per-micro-batch losses and gradients of the mean loss, in one process, no pipeline."""
+    import torch
+
+    stages = build_model(spec)
+    x, y = build_batch(spec)
+    losses = []
+    total = None
+    for xs, ys in zip(torch.chunk(x, spec.microbatches), torch.chunk(y, spec.microbatches)):
+        out = xs
+        for module in stages:
+            out = module(out)
+        loss = _loss(out, ys)
+        losses.append(loss.item())
+        total = loss if total is None else total + loss
+    # torch's schedule scales gradients by 1/n_microbatches (scale_grads=True): the mean loss
+    (total / spec.microbatches).backward()
+    grads = {f"{s}.{name}": param.grad.detach().clone()
+             for s, module in enumerate(stages) for name, param in module.named_parameters()}
+    return losses, grads
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One schedule to run: its CSV, model and the stages of every rank."""
+
+    csv_path: str
+    spec: ModelSpec
+    rank_stages: tuple[tuple[int, ...], ...]
+
+
+def _run_job(rank: int, job: _Job, out_path: str) -> None:
+    """One pipeline rank of one job: build its stages, one step from the CSV, save the results."""
+    import torch
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    spec = job.spec
+    modules = build_model(spec)
+    mine = job.rank_stages[rank]
+    stages = [PipelineStage(modules[s], s, spec.num_stages, torch.device("cpu")) for s in mine]
+    schedule = _PipelineScheduleRuntime(stages, n_microbatches=spec.microbatches,
+                                        loss_fn=_loss, scale_grads=True)
+    schedule._load_csv(job.csv_path)
+    x, y = build_batch(spec)
+    has_first, has_last = 0 in mine, spec.num_stages - 1 in mine
+    losses: list = []
+    args = (x,) if has_first else ()
+    schedule.step(*args, target=y if has_last else None, losses=losses if has_last else None)
+    grads = {}
+    for s in mine:
+        for name, param in modules[s].named_parameters():
+            grads[f"{s}.{name}"] = None if param.grad is None else param.grad.detach().clone()
+    # what torch actually ran on this rank, to prove it ran our order and not a default one
+    executed = [str(a) for a in schedule.pipeline_order_with_comms[rank] if a.is_compute_op]
+    torch.save({"losses": [float(v.detach()) for v in losses] if has_last else None,
+                "grads": grads, "executed": executed}, out_path)
+
+
+def _worker(rank: int, world: int, workdir: str, jobs: list[_Job], timeout: float) -> None:
+    """One process: join the gloo group once, then run every job (all share the world size)."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)  # p processes on a small machine: no oversubscription
+    dist.init_process_group("gloo", init_method=f"file://{workdir}/rendezvous", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=timeout))
+    try:
+        for k, job in enumerate(jobs):
+            _run_job(rank, job, os.path.join(workdir, f"job{k}-rank{rank}.pt"))
+            dist.barrier()  # the next job's messages must not meet this one's
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_processes(world: int, args: tuple, timeout: float) -> str:
+    """Spawn the ranks and wait; '' on success, else a one-line reason (hang, crash)."""
+    import torch.multiprocessing as mp
+    from torch.multiprocessing import ProcessRaisedException
+
+    context = mp.start_processes(_worker, args=args, nprocs=world, join=False,
+                                 start_method="spawn")
+    deadline = time.monotonic() + timeout
+    try:
+        while not context.join(timeout=0.5):
+            if time.monotonic() > deadline:
+                return (f"the ranks did not finish within {timeout:g} s: the runtime hangs on "
+                        f"this order (or raise --timeout)")
+    except ProcessRaisedException as err:
+        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+        return "a rank raised: " + (lines[-1].strip() if lines else "unknown error")
+    except Exception as err:  # a rank exited with a signal or a non-zero code
+        return f"a rank failed: {str(err).strip().splitlines()[0] if str(err).strip() else err}"
+    finally:
+        for process in context.processes:
+            if process.is_alive():  # only the ranks we started, after a hang
+                process.kill()
+    return ""
+
+
+def compare_outputs(spec: ModelSpec, per_rank: list[dict], atol: float):
+    """(ok, loss, reference loss, max loss error, max grad error, worst name, count, message)."""
+    import torch
+
+    ref_losses, ref_grads = reference(spec)
+    losses = next((r["losses"] for r in per_rank if r["losses"] is not None), None)
+    grads: dict[str, Any] = {}
+    for result in per_rank:
+        grads.update(result["grads"])
+    problems = []
+    loss_error = None
+    if losses is None or len(losses) != spec.microbatches:
+        problems.append(f"expected {spec.microbatches} micro-batch losses, got "
+                        f"{0 if losses is None else len(losses)}")
+    else:
+        loss_error = max(abs(a - b) for a, b in zip(losses, ref_losses))
+    grad_error, worst = 0.0, ""
+    missing = sorted(set(ref_grads) - set(grads))
+    if missing:
+        problems.append(f"no gradient for {', '.join(missing)}")
+    for name, expected in ref_grads.items():
+        got = grads.get(name)
+        if got is None:
+            if name not in missing:
+                problems.append(f"no gradient for {name}")
+            continue
+        error = float(torch.max(torch.abs(got - expected)))
+        if error > grad_error or not worst:
+            grad_error, worst = error, name
+    if loss_error is not None and loss_error > atol:
+        problems.append(f"loss differs by {loss_error:.3g} > {atol:g}")
+    if grad_error > atol:
+        problems.append(f"gradient of {worst} differs by {grad_error:.3g} > {atol:g}")
+    loss = sum(losses) / len(losses) if losses else None
+    return (not problems, loss, sum(ref_losses) / len(ref_losses), loss_error, grad_error,
+            worst, len(ref_grads), "; ".join(problems))
+
+
+def verify_torch(instance: Instance, schedule: Schedule, atol: float = DEFAULT_ATOL,
+                 timeout: float = 120.0, hidden: int = 8, seed: int = 0) -> VerifyResult:
+    """Run `schedule` for one training step in real torch processes; see the module doc.
+
+    ZboptError if the schedule cannot be exported or torch's validators reject it; otherwise a
+    VerifyResult (ok False with the reason when the run hangs, crashes or computes wrong).
+    """
+    return verify_many([(instance, schedule)], atol, timeout, hidden, seed)[0]
+
+
+def verify_many(runs: list[tuple[Instance, Schedule]], atol: float = DEFAULT_ATOL,
+                timeout: float = 120.0, hidden: int = 8, seed: int = 0) -> list[VerifyResult]:
+    """verify_torch for several schedules on the same number of devices, in one launch.
+
+    Starting torch processes dominates the cost, so the ranks are started once and run every
+    schedule in turn (a barrier between them). If the launch fails, the schedules that did not
+    finish report the failure.
+    """
+    _require_torch()
+    if not runs:
+        return []
+    world = runs[0][0].devices
+    if any(inst.devices != world for inst, _ in runs):
+        raise ZboptError("verify_many runs schedules on one number of devices at a time")
+    all_rows = []
+    for inst, sched in runs:
+        rows = torch_rows(inst, sched)
+        torch_check(rows, inst.num_stages, inst.microbatches)
+        all_rows.append(rows)
+    started = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="zbopt-verify-") as workdir:
+        jobs = []
+        for k, ((inst, _), rows) in enumerate(zip(runs, all_rows)):
+            csv_path = Path(workdir) / f"schedule{k}.csv"
+            csv_path.write_text(csv_text(rows))
+            spec = ModelSpec(inst.num_stages, inst.microbatches, hidden=hidden, seed=seed)
+            jobs.append(_Job(str(csv_path), spec,
+                             tuple(inst.stages_of(d) for d in range(world))))
+        failure = _run_processes(world, (world, workdir, jobs, timeout), timeout * len(jobs))
+        seconds = time.monotonic() - started
+        import torch
+        rows_of = all_rows
+        for k, ((inst, sched), job) in enumerate(zip(runs, jobs)):
+            common = dict(method=sched.method, ranks=world, num_stages=inst.num_stages,
+                          microbatches=inst.microbatches, atol=atol, seconds=seconds)
+            files = [Path(workdir) / f"job{k}-rank{r}.pt" for r in range(world)]
+            if not all(f.exists() for f in files):
+                results.append(VerifyResult(False, loss=None, reference_loss=None,
+                                            max_loss_error=None, max_grad_error=None,
+                                            worst_parameter="", parameters=0,
+                                            message=failure or "a rank wrote no result",
+                                            **common))
+                continue
+            per_rank = [torch.load(f, weights_only=True) for f in files]
+            ok, loss, ref_loss, loss_error, grad_error, worst, count, message = \
+                compare_outputs(job.spec, per_rank, atol)
+            ran = [r.get("executed") for r in per_rank]
+            if ran != [list(row) for row in rows_of[k]]:
+                ok = False
+                message = "; ".join(filter(None, [message, "torch ran another order than the "
+                                                  "exported CSV"]))
+            results.append(VerifyResult(ok, loss=loss, reference_loss=ref_loss,
+                                        max_loss_error=loss_error, max_grad_error=grad_error,
+                                        worst_parameter=worst, parameters=count,
+                                        message=message, **common))
+    return results
