@@ -187,7 +187,7 @@ def plot_memory(timeline: Timeline, device: int, ax: Axes | None = None,
     cap = timeline.instance.cap[device] if timeline.instance.cap else None
     top = max(levels + ([cap] if cap is not None else []))
     if cap is not None:
-        ax.axhline(cap, color=CAP_COLOUR, linestyle="--", linewidth=1.0)
+        ax.axhline(cap, color=CAP_COLOUR, linestyle="--", linewidth=1.3)
     peak = timeline.peak_memory[device]
     label = f"peak {number(peak)}" + (f" / cap {number(cap)}" if cap is not None else "")
     over = cap is not None and peak > cap + 1e-9
