@@ -113,12 +113,28 @@ def write_schedule_file(path: str | Path, timeline: Timeline, result=None,
     path = Path(path)
     if path.exists() and not force:
         raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
-    text = json.dumps(schedule_document(timeline, result), indent=1) + "\n"
+    text = render(schedule_document(timeline, result))
     try:
         path.write_text(text)
     except OSError as err:
         raise ZboptError(f"cannot write {path}: {err.strerror}") from None
     return path
+
+
+def render(doc: dict) -> str:
+    """JSON text with one line per item, so a long schedule stays readable and diffable."""
+    parts = []
+    for key, value in doc.items():
+        if key == "devices":
+            devices = []
+            for entry in value:
+                items = ",\n   ".join(json.dumps(item) for item in entry["items"])
+                devices.append(f'  {{"device": {entry["device"]}, "items": [\n   {items}\n  ]}}')
+            parts.append(f' "devices": [\n' + ",\n".join(devices) + "\n ]")
+        else:
+            body = json.dumps(value, indent=1).replace("\n", "\n ")
+            parts.append(f" {json.dumps(key)}: {body}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def _fail(source: str, message: str) -> ZboptError:

@@ -1,0 +1,102 @@
+"""zbopt evaluate FILE.json | --torch-csv FILE.csv INSTANCE: re-judge a saved or foreign schedule."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ..errors import ZboptError
+from ..schedule import evaluate
+from ._common import console, fmt, parse_cap, print_json
+
+
+def register(sub) -> None:
+    parser = sub.add_parser(
+        "evaluate", help="re-evaluate a schedule file, or a PyTorch CSV under an instance's costs",
+        description="zbopt evaluate FILE.json re-evaluates a zbopt.schedule/1 file and says whether "
+                    "the stored metrics still hold; zbopt evaluate --torch-csv FILE.csv INSTANCE "
+                    "evaluates a PyTorch pipelining CSV (ours, torchtitan's or a torch dump).")
+    parser.add_argument("file", metavar="FILE",
+                        help="schedule file (.json), or the instance file with --torch-csv")
+    parser.add_argument("--torch-csv", metavar="CSV",
+                        help="evaluate this PyTorch CSV; FILE is then the instance")
+    parser.add_argument("--mem", default=None, metavar="CAP",
+                        help="memory cap overriding the instance's: a number, '1p', 'none'")
+    parser.add_argument("--out", metavar="FILE",
+                        help="write the evaluated schedule as a zbopt.schedule/1 file")
+    parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    parser.add_argument("--check", action="store_true",
+                        help="exit with status 1 if the file's stored metrics differ")
+    parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..export.schedule_file import compare_metrics, read_schedule_file, write_schedule_file
+
+    stored = solver = None
+    if args.torch_csv:
+        from ..export.torch_csv import read_torch_csv
+        from ..instance import load_instance
+        instance = load_instance(args.file)
+        if args.mem is not None:
+            instance = instance.with_cap(parse_cap(args.mem))
+        schedule = read_torch_csv(args.torch_csv, instance)
+        source = args.torch_csv
+    else:
+        if not args.file.endswith(".json"):
+            raise ZboptError(f"{args.file}: expected a zbopt.schedule/1 .json file; for a "
+                             f"PyTorch CSV use --torch-csv FILE.csv INSTANCE")
+        loaded = read_schedule_file(args.file)
+        instance, schedule = loaded.instance, loaded.schedule
+        if args.mem is not None:
+            instance = instance.with_cap(parse_cap(args.mem))
+        else:
+            stored = loaded.meta.get("metrics")
+        solver = loaded.meta.get("solver")
+        source = args.file
+    timeline = evaluate(instance, schedule)
+    metrics = timeline.metrics()
+    differences = compare_metrics(stored, metrics) if stored is not None else None
+    if args.out:
+        write_schedule_file(args.out, timeline, force=args.force)
+    if args.json:
+        data = dict(metrics, source=source, placement=instance.placement,
+                    devices=instance.devices, microbatches=instance.microbatches)
+        if stored is not None:
+            data["stored_metrics_match"] = not differences
+            data["differences"] = differences
+        if solver:
+            data["solver"] = solver
+        print_json(data)
+    else:
+        _print(timeline, source, differences, solver)
+    return 1 if args.check and differences else 0
+
+
+def _print(timeline, source, differences, solver) -> None:
+    out = console()
+    inst = timeline.instance
+    out.print(f"[bold]{timeline.schedule.method or 'schedule'}[/] from {source}: "
+              f"p={inst.devices} m={inst.microbatches} placement={inst.placement} "
+              f"chunks={inst.chunks}")
+    out.print(f"makespan {fmt(timeline.makespan)}  span {fmt(timeline.span)}  "
+              f"ideal {fmt(timeline.ideal)}  bubble rate {timeline.bubble_rate:.2%}  "
+              f"fits cap: {'yes' if timeline.fits_cap else 'NO'}")
+    if solver:
+        gap = solver.get("gap")
+        out.print(f"made by {solver.get('solver')} ({solver.get('status')}): objective "
+                  f"{fmt(solver.get('objective'))}, lower bound {fmt(solver.get('lower_bound'))}"
+                  f", gap {'-' if gap is None else f'{gap:.2%}'}")
+    table = Table("device", "first start", "last end", "busy", "idle", "peak memory", "cap")
+    for d, (s, e) in enumerate(timeline.device_span):
+        table.add_row(str(d), fmt(s), fmt(e), fmt(timeline.busy[d]), fmt(timeline.idle[d]),
+                      fmt(timeline.peak_memory[d]), fmt(inst.cap[d]) if inst.cap else "-")
+    out.print(table)
+    if differences is not None:
+        if differences:
+            out.print("[red]stored metrics differ from this evaluation:[/] "
+                      + "; ".join(differences))
+        else:
+            out.print("stored metrics: identical to this evaluation")
+    for message in timeline.cap_violations[:3]:
+        out.print(f"[red]over the cap:[/] {message}")
