@@ -1,0 +1,73 @@
+"""Shared by the greedy heuristics: resolving the cap, running a grid, judging with evaluate()."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Sequence
+
+from ..errors import ZboptError
+from ..instance import Instance
+from ..schedule import Schedule, evaluate
+from . import _engine
+
+# Candidates are ranked by the simulator's estimate and only the best few are judged by
+# evaluate(): evaluate() is the slow part on large instances (p=32, m=256), and the estimate
+# is exact for orders the simulator produced (tests check that), so this only saves time.
+FINALISTS = 3
+LARGE = 20_000  # passes from which only the single best estimate is evaluated
+
+_UNSET = object()
+
+
+def capped_instance(instance: Instance, memory_cap: Any, method: str) -> Instance:
+    """The instance with the cap the method schedules for (`_UNSET`: the instance's own)."""
+    if memory_cap is _UNSET:
+        return instance
+    try:
+        return instance.with_cap(memory_cap)
+    except ZboptError as err:
+        raise ZboptError(f"{method}: no schedule fits memory_cap {memory_cap!r}: {err}") from None
+
+
+def best_of(instance: Instance, caps: Sequence[float] | None,
+            candidates: Iterable[Callable[[], _engine.Outcome | None]],
+            method: str, needed: Callable[[], str]) -> Schedule:
+    """The candidate with the smallest evaluate() span among those within `caps`.
+
+    `candidates` are thunks returning an Outcome (None: that grid point failed); `needed`
+    explains, when none fits, which cap would be needed.
+    """
+    outcomes: dict[tuple, float] = {}
+    for make in candidates:
+        outcome = make()
+        if outcome is not None and outcome.orders not in outcomes:
+            outcomes[outcome.orders] = outcome.estimate
+    if not outcomes:
+        raise ZboptError(f"{method}: no schedule of this method fits the memory cap "
+                         f"{_describe(caps)}; {needed()}")
+    size = sum(len(order) for order in next(iter(outcomes)))
+    ranked = sorted(outcomes.items(), key=lambda kv: kv[1])[:FINALISTS if size < LARGE else 1]
+    judged_instance = instance if caps is None else _with_abs_caps(instance, caps)
+    best: tuple[float, Schedule] | None = None
+    for orders, _ in ranked:
+        schedule = Schedule.build(orders, method)
+        timeline = evaluate(judged_instance, schedule)
+        if not timeline.fits_cap:
+            continue  # cannot happen for simulator output; evaluate() has the last word
+        if best is None or timeline.span < best[0]:
+            best = (timeline.span, schedule)
+    if best is None:
+        raise ZboptError(f"{method}: no schedule of this method fits the memory cap "
+                         f"{_describe(caps)}; {needed()}")
+    return best[1]
+
+
+def _with_abs_caps(instance: Instance, caps: Sequence[float]) -> Instance:
+    caps = list(caps)
+    return instance.with_cap(caps[0] if len(set(caps)) == 1 else caps)
+
+
+def _describe(caps: Sequence[float] | None) -> str:
+    if caps is None:
+        return "(unlimited)"
+    caps = list(caps)
+    return f"{caps[0]:g}" if len(set(caps)) == 1 else "[" + ", ".join(f"{c:g}" for c in caps) + "]"
