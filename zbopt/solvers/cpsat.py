@@ -3,9 +3,10 @@
 The instance handed in has integer costs and memory (solve() scales them). The model:
 - a fixed-size interval per pass; NoOverlap per device;
 - precedences start(b) >= end(a) + lag for every dependency (comm across devices);
-- memory: a reservoir per device, F adds m_b at its start, B frees m_b - m_w at its end, W
-  frees m_w at its end, level within [0, cap - static]. Exact, because a device runs one pass
-  at a time, so "ended before t" is "earlier in the device's order" as evaluate() counts it;
+- memory per device: F adds m_b at its start, B frees m_b - m_w at its end, W frees m_w at
+  its end, level within [0, cap - static] (a reservoir, written as a cumulative of holding
+  intervals). Exact, because a device runs one pass at a time, so "ended before t" is
+  "earlier in the device's order" as evaluate() counts it;
 - symmetry breaking (switchable): passes of one kind on one stage run in micro-batch order;
 - redundant constraints that help the search: the in-flight limits the cap implies on a
   device with one stage (F(s, i) waits for B(s, i - k) and for enough W), the per-device span
@@ -65,7 +66,7 @@ def build_model(instance: Instance, objective: str, hint: Optional[dict[Pass, in
     if symmetry:
         _micro_batch_order(model, instance, start, cost)
     if instance.cap is not None:
-        _memory(model, instance, start, cost, symmetry)
+        _memory(model, instance, start, cost, symmetry, horizon)
     objective_var, firsts, lasts = _objective(model, instance, objective, start, cost, symmetry,
                                               horizon)
     if hint:
@@ -83,21 +84,32 @@ def _micro_batch_order(model, instance, start, cost) -> None:
                 model.add(start[(s, b, kind)] >= start[(s, a, kind)] + cost[(s, a, kind)])
 
 
-def _memory(model, instance, start, cost, symmetry: bool) -> None:
+def _memory(model, instance, start, cost, symmetry: bool, horizon: int) -> None:
+    """Memory per device as a cumulative of holding intervals.
+
+    Micro-batch j on stage s holds m_b - m_w from the start of F until the end of B, and m_w
+    from the start of F until the end of W. An interval [a, b) counts at a but not at b, so at
+    an instant where a B ends and an F starts the level is after both, as evaluate() counts
+    (same as a reservoir with those events, but CP-SAT propagates cumulatives far better than
+    it expands reservoirs).
+    """
     for d in range(instance.devices):
         capacity = int(instance.cap[d] - instance.static_memory[d])
-        times, changes = [], []
+        holds, demands = [], []
         for s in instance.stages_of(d):
             for j in instance.microbatches_of(s):
                 f, b, w = (s, j, "F"), (s, j, "B"), (s, j, "W")
-                for when, delta in ((start[f], instance.m_b[s]),
-                                    (start[b] + cost[b], -(instance.m_b[s] - instance.m_w[s])),
-                                    (start[w] + cost[w], -instance.m_w[s])):
-                    if delta:
-                        times.append(when)
-                        changes.append(int(delta))
-        if times:
-            model.add_reservoir_constraint(times, changes, 0, capacity)
+                for until, demand in ((b, instance.m_b[s] - instance.m_w[s]),
+                                      (w, instance.m_w[s])):
+                    if demand <= 0:
+                        continue
+                    size = model.new_int_var(0, horizon, "")
+                    model.add(size == start[until] + cost[until] - start[f])
+                    holds.append(model.new_interval_var(start[f], size,
+                                                        start[until] + cost[until], ""))
+                    demands.append(int(demand))
+        if holds:
+            model.add_cumulative(holds, demands, capacity)
         stages = instance.stages_of(d)
         if symmetry and len(stages) == 1:
             _in_flight(model, instance, stages[0], capacity, start, cost)

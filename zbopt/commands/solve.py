@@ -1,0 +1,94 @@
+"""zbopt solve [INSTANCE]: a provably optimal (or certified-gap) schedule from an exact solver."""
+
+from __future__ import annotations
+
+from ..errors import ZboptError
+from ._common import add_instance_arguments, console, fmt, load, print_json, refuse_overwrite
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("solve", help="find an optimal schedule with an exact solver")
+    add_instance_arguments(parser)
+    parser.add_argument("--solver", default="cpsat", help="cpsat (default), cbc or highs")
+    parser.add_argument("--objective", default="span",
+                        help="span (default, the Zero Bubble paper's cost) or makespan")
+    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                        help="solver time limit in seconds (default 60)")
+    parser.add_argument("--threads", type=int, default=2, help="solver threads (default 2)")
+    parser.add_argument("--no-warm-start", action="store_true",
+                        help="do not hint the solver with the best known schedule")
+    parser.add_argument("--no-symmetry", action="store_true",
+                        help="do not assume micro-batch order per stage and kind (slower)")
+    parser.add_argument("--out", metavar="FILE", help="write the schedule file (zbopt.schedule/1)")
+    parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.set_defaults(func=run)
+
+
+def summary(result) -> dict:
+    """The JSON document of a SolveResult (keys fixed by issue 4; more are fine)."""
+    gain = gain_percent = None
+    if result.objective is not None and result.best_heuristic_objective is not None:
+        gain = result.best_heuristic_objective - result.objective
+        gain_percent = 100.0 * gain / result.best_heuristic_objective \
+            if result.best_heuristic_objective else None
+    return {
+        "status": result.status,
+        "objective": result.objective,
+        "lower_bound": result.lower_bound,
+        "gap": result.gap,
+        "runtime": result.runtime,
+        "best_heuristic": result.best_heuristic,
+        "best_heuristic_objective": result.best_heuristic_objective,
+        "gain": gain,
+        "gain_percent": gain_percent,
+        "solver": result.solver,
+        "objective_name": result.objective_name,
+        "scale": result.scale,
+        "message": result.message,
+    }
+
+
+def run(args) -> int:
+    from ..solvers import solve
+    instance = load(args)
+    if args.out:
+        refuse_overwrite(args.out, args.force)  # before spending the time limit
+    result = solve(instance, solver=args.solver, objective=args.objective,
+                   time_limit=args.time_limit, threads=args.threads,
+                   warm_start=not args.no_warm_start, symmetry=not args.no_symmetry)
+    if result.status == "infeasible":
+        if args.json:
+            print_json(summary(result))
+            return 2
+        raise ZboptError(f"infeasible: {result.message}")
+    if args.out and result.timeline is not None:
+        from ..export.schedule_file import write_schedule_file
+        write_schedule_file(args.out, result.timeline, result=result, force=args.force)
+    data = summary(result)
+    if args.json:
+        print_json(data)
+        return 0
+    out = console()
+    unit = f" {instance.time_unit}" if instance.time_unit else ""
+    out.print(f"[bold]{instance.name or 'instance'}[/]: p={instance.devices} "
+              f"m={instance.microbatches} placement={instance.placement} "
+              f"cap={'unlimited' if instance.cap is None else instance.memory_cap}")
+    gap = "-" if result.gap is None else f"{result.gap:.2%}"
+    out.print(f"status      {result.status}")
+    out.print(f"{result.objective_name:<11} {fmt(result.objective)}{unit}")
+    out.print(f"lower bound {fmt(result.lower_bound)}{unit}")
+    out.print(f"gap         {gap}")
+    out.print(f"time        {result.runtime:.1f} s ({result.solver}, {args.threads} threads)")
+    if result.best_heuristic is not None:
+        gain = data["gain"]
+        pct = f"{data['gain_percent']:.2f}%" if data["gain_percent"] is not None else "-"
+        out.print(f"best known  {result.best_heuristic}: {fmt(result.best_heuristic_objective)}"
+                  f"{unit}; gain {fmt(gain)}{unit} ({pct})")
+    else:
+        out.print("best known  no registered schedule fits the cap")
+    if result.message:
+        out.print(f"[dim]{result.message}[/]")
+    if args.out:
+        out.print(f"wrote {args.out}")
+    return 0
