@@ -10,7 +10,7 @@
   "use strict";
   var SVGNS = "http://www.w3.org/2000/svg";
   var KIND_NAMES = { F: "forward", B: "backward (input gradient)", W: "backward (weight gradient)" };
-  var LAYOUT = { width: 1200, left: 74, right: 14, top: 6, row: 24, gap: 6, axis: 28 };
+  var LAYOUT = { width: 1200, left: 74, right: 14, top: 6, row: 24, gap: 6, axis: 36 };
 
   function make(name, attrs, parent) {
     var node = document.createElementNS(SVGNS, name);
