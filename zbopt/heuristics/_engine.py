@@ -297,7 +297,7 @@ class _Greedy:
             return None
         s, mb, kind = queue[0]
         top = self.top
-        k = top.mbs[s].index(mb) if top.mbs[s][0] != 0 else mb
+        k = mb - top.mbs[s][0]  # micro-batches of a stage are consecutive
         if kind == "F":
             if k != self.nf[s]:
                 return False  # not in micro-batch order: outside what the simulator tracks
@@ -313,8 +313,8 @@ class _Greedy:
             if a is None or a > t + _EPS:
                 return None
         else:
-            if not self.wq[d] or self.wq[d][0] != (s, k):
-                return False
-            self.wq[d].popleft()
+            if (s, k) not in self.wq[d]:
+                return False  # W before its B: not an order this simulator replays
+            self.wq[d].remove((s, k))
         queue.popleft()
         return (s, k, kind)

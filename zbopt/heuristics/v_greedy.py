@@ -1,0 +1,124 @@
+"""Memory-capped greedy for the V placement (device d holds stages d and 2p-1-d).
+
+The same list scheduler as zb-greedy (see _engine.py): a device runs a ready B, else a ready F
+that fits, else a W that fills a gap or frees memory. Each micro-batch's F on its first chunk
+reserves room for its F on the second chunk, so a started micro-batch can always finish its
+forward on that device and the greedy never deadlocks. A grid over its choices (B or F first,
+how W fills, which chunk first, in-flight limits) plus the handcrafted `zb-v` order when it is
+registered and fits is judged by evaluate(); the smallest span within the cap wins.
+
+Registered names: `v-greedy` (the instance's cap, unlimited if none), `v-half` and `v-min`
+(caps of about 1/2 and 1/3 of 1F1B's activation memory, like the V-Half / V-Min schedules).
+Every generator takes `memory_cap=` to override.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ZboptError
+from ..families.registry import families, register
+from ..instance import Instance
+from ..schedule import Schedule
+from . import _engine
+from ._search import _UNSET, best_of, capped_instance
+from .zb_greedy import SIMULATION_BUDGET, W_FILLS
+
+# Grid points that won most often on V instances come first; large instances run a prefix.
+MIN_POLICIES = 3
+
+
+def _limits(instance: Instance) -> list[tuple[int, ...] | None]:
+    """None (memory alone decides) and first-chunk limits like 1F1B's and ZB-H2's; the second
+    chunk is bounded by the first anyway."""
+    p, m = instance.devices, instance.microbatches
+    out: list = [None]
+    for factor, offset in ((1, 0), (2, -1), (2, 0)):
+        out.append(tuple(factor * (p - s) + offset if s < p else m
+                         for s in range(2 * p)))
+    return out
+
+
+def grid(instance: Instance) -> list[_engine.Policy]:
+    policies = []
+    for limit in _limits(instance):
+        for b_first in (True, False):
+            for w_fill in W_FILLS:
+                for late_first in (True, False):
+                    policies.append(_engine.Policy(b_first=b_first, w_fill=w_fill,
+                                                   inflight=limit, late_chunk_first=late_first))
+    return policies
+
+
+def min_v_cap(instance: Instance) -> list[float]:
+    """Per device, the least cap any V schedule needs: both chunks' activations of one
+    micro-batch are held at once (its first-chunk B waits for its second-chunk F)."""
+    return [instance.static_memory[d] + sum(instance.m_b[s] for s in instance.stages_of(d))
+            for d in range(instance.devices)]
+
+
+def v_schedule(instance: Instance, method: str) -> Schedule:
+    if instance.placement != "v":
+        raise ZboptError(f"{method} runs on placement 'v', the instance is "
+                         f"{instance.placement!r}")
+    caps = instance.cap
+    need = min_v_cap(instance)
+
+    def needed() -> str:
+        return (f"a V schedule holds both chunks' activations of a micro-batch at once: "
+                f"memory_cap of at least {max(need):g} would fit")
+
+    if caps is not None and any(c + 1e-9 < n for c, n in zip(caps, need)):
+        raise ZboptError(f"{method}: no schedule of this method fits the memory cap "
+                         f"{instance.memory_cap!r}; {needed()}")
+    top = _engine._Topology(instance)
+    policies = grid(instance)
+    if len(policies) * instance.num_passes > SIMULATION_BUDGET:
+        policies = policies[:max(MIN_POLICIES, SIMULATION_BUDGET // instance.num_passes)]
+    candidates = [lambda pol=pol: _engine.run(instance, caps, pol, top) for pol in policies]
+    handcrafted = families().get("zb-v")
+    if handcrafted is not None and handcrafted.placement == "v":
+        candidates.append(lambda: _replay_family(handcrafted, instance, caps, top))
+    return best_of(instance, caps, candidates, method, needed)
+
+
+def _replay_family(family, instance: Instance, caps, top) -> _engine.Outcome | None:
+    """Another generator's order as a candidate (single passes only; else skipped)."""
+    try:
+        schedule = family.generate(instance, **family.defaults)
+    except ZboptError:
+        return None
+    if any(len(item) != 1 for order in schedule.orders for item in order):
+        return None
+    return _engine.replay(instance, caps, [[item[0] for item in order]
+                                           for order in schedule.orders], top)
+
+
+def _fraction_cap(instance: Instance, fraction: float, memory_cap: Any) -> Any:
+    """`memory_cap` if given, else `fraction` of 1F1B's activation memory, raised to the least
+    a V schedule can use on each device."""
+    if memory_cap is not _UNSET:
+        return memory_cap
+    unit = instance.devices * instance.activation_unit
+    return [max(fraction * unit + instance.static_memory[d], need)
+            for d, need in enumerate(min_v_cap(instance))]
+
+
+@register("v-greedy", "v", "V-shape greedy: memory-capped F/B/W order on placement v",
+          kind="heuristic")
+def v_greedy(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
+    return v_schedule(capped_instance(instance, memory_cap, "v-greedy"), "v-greedy")
+
+
+@register("v-half", "v", "V-shape greedy at about half of 1F1B's activation memory",
+          kind="heuristic")
+def v_half(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
+    cap = _fraction_cap(instance, 1 / 2, memory_cap)
+    return v_schedule(capped_instance(instance, cap, "v-half"), "v-half")
+
+
+@register("v-min", "v", "V-shape greedy at about a third of 1F1B's activation memory",
+          kind="heuristic")
+def v_min(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
+    cap = _fraction_cap(instance, 1 / 3, memory_cap)
+    return v_schedule(capped_instance(instance, cap, "v-min"), "v-min")
