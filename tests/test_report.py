@@ -243,6 +243,11 @@ def test_cli_compare_plot_writes_the_charts(tmp_path, capsys):
                  "--plot", str(tmp_path / "charts")]) == 0
     names = sorted(p.name for p in (tmp_path / "charts").iterdir())
     assert names == ["1f1b.png", "dualpipe.png", "stacked.png", "stacked.svg", "zb-h1.png"]
+    capsys.readouterr()
+    argv = ["compare", str(instance), "--methods", "1f1b", "--plot", str(tmp_path / "charts")]
+    assert main(argv) == 2  # the charts of the first run stay
+    assert "--force" in capsys.readouterr().err
+    assert main(argv + ["--force"]) == 0
 
 
 def test_cli_plot_draws_a_schedule_file(tmp_path, capsys):

@@ -21,6 +21,8 @@ def register(sub) -> None:
     parser.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
     parser.add_argument("--threads", type=int, default=2, help="solver threads")
     parser.add_argument("--plot", metavar="DIR", help="write one Gantt chart per method to DIR")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite charts already in the --plot directory")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     parser.set_defaults(func=run)
 
@@ -59,7 +61,7 @@ def run(args) -> int:
     rows = rows_for(instance, args)
     if args.plot:
         from ..report.gantt import write_compare_plots
-        write_compare_plots([r.timeline for r in rows if r.applies], args.plot)
+        write_compare_plots([r.timeline for r in rows if r.applies], args.plot, force=args.force)
     if args.json:
         print_json([r.as_dict() for r in rows])
         return 0
