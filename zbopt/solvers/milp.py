@@ -1,0 +1,630 @@
+"""MILP backend through PuLP, solved by CBC (bundled with PuLP) or HiGHS (highspy).
+
+The model is the ordering-binary (big-M disjunctive) formulation of the Zero Bubble paper's
+appendix (Qi et al., ICLR 2024), written for zbopt's conventions:
+
+- a continuous start time `s[p]` per pass, an integer objective `z`;
+- precedence `s[q] >= s[p] + d[p] + lag` for every DAG edge p -> q (comm across devices);
+- for every two passes a, b on one device whose order is not already implied, a binary y
+  (1: a runs before b) with `s[b] >= s[a] + d[a] - M (1 - y)` and `s[a] >= s[b] + d[b] - M y`;
+- memory: at the start of every F pass p on device d (the only moment the level rises),
+  `static[d] + m_b[p] + sum(delta[q] * [q before p]) <= cap[d]`, delta = +m_b (F),
+  -(m_b - m_w) (B), -m_w (W), exactly the evaluator's accounting;
+- objective: makespan (`z >= s[p] + d[p]`, every device may start at 0) or span
+  (`z >= last[d] - first[d]` with per-device first/last variables).
+
+Orders implied by the DAG (and, with symmetry breaking, by running same-kind passes of a stage
+in micro-batch order) are fixed, so they need no binary. `M` comes from the horizon: the model
+only looks for schedules with objective <= horizon, and any two passes of one device then lie
+within one window of length <= horizon. Costs must be integers (solve() scales them): an
+optimal schedule then has integer starts, so objective and bound are integers.
+
+Only single passes are scheduled: fused (B, W) and DualPipe's overlapped F&B blocks are not
+modelled (an overlap discount is therefore never used by this backend).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import networkx as nx
+import pulp
+
+from ..dag import Pass, dependencies, format_pass, lag
+from ..errors import ZboptError
+from ..instance import Instance
+from .backend import BackendResult
+
+BACKENDS = ("cbc", "highs")
+OBJECTIVES = ("span", "makespan")
+
+# Feasibility tolerance when reading continuous start times back (solver tolerances are ~1e-9).
+_EPS = 1e-6
+
+
+# ----- problem structure (pure) --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Structure:
+    """What the model needs from an instance, computed once.
+
+    `device_passes[d]` lists device d's passes in a topological order; `forced` holds every
+    ordered pair (a, b) on one device where a must run before b (DAG ancestors, same-kind
+    micro-batch order when symmetry breaking is on, and orders the memory cap implies);
+    `free` the unordered pairs left to decide. `head[p]`/`tail[p]` are the longest chains
+    before p's start / after p's end; `between[a, b]` (forced pairs) the total duration of the
+    passes forced after a and before b; `after[p]`/`before[p]` the total duration of the
+    passes of p's device forced after / before p.
+    """
+
+    device_passes: tuple[tuple[Pass, ...], ...]
+    duration: dict[Pass, int]
+    delta: dict[Pass, float]
+    forced: frozenset[tuple[Pass, Pass]]
+    free: tuple[tuple[Pass, Pass], ...]
+    head: dict[Pass, int]
+    tail: dict[Pass, int]
+    edges: tuple[tuple[Pass, Pass, int], ...]  # precedence edges (a, b, lag), DAG + symmetry
+    between: dict[tuple[Pass, Pass], int]
+    after: dict[Pass, int]
+    before: dict[Pass, int]
+    memory_orders: int = 0  # pairs fixed by the memory argument
+
+
+def _integer(name: str, value: float) -> int:
+    if not float(value).is_integer():
+        raise ZboptError(f"the MILP backend needs integer costs, {name} is {value}: "
+                         f"scale the instance's costs to integers first (solve() does this)")
+    return int(value)
+
+
+def memory_delta(instance: Instance, p: Pass) -> float:
+    """Change of the device's memory level caused by pass p (F adds, B and W release)."""
+    stage, _, kind = p
+    if kind == "F":
+        return instance.m_b[stage]
+    if kind == "B":
+        return -(instance.m_b[stage] - instance.m_w[stage])
+    return -instance.m_w[stage]
+
+
+def symmetry_edges(instance: Instance) -> list[tuple[Pass, Pass]]:
+    """Same-kind passes of one stage in micro-batch order (identical passes: a valid choice)."""
+    out = []
+    for stages, mbs in instance.chains:
+        for s in stages:
+            for kind in "FBW":
+                out.extend(((s, a, kind), (s, b, kind)) for a, b in zip(mbs, mbs[1:]))
+    return out
+
+
+def _closure(graph: nx.DiGraph) -> tuple[list[Pass], dict[Pass, int], dict[Pass, int]]:
+    """Topological order, and ancestors / descendants of every node as bitsets over it."""
+    order = list(nx.topological_sort(graph))
+    index = {p: i for i, p in enumerate(order)}
+    up: dict[Pass, int] = {}
+    for p in order:
+        bits = 0
+        for q in graph.predecessors(p):
+            bits |= up[q] | (1 << index[q])
+        up[p] = bits
+    down: dict[Pass, int] = {}
+    for p in reversed(order):
+        bits = 0
+        for q in graph.successors(p):
+            bits |= down[q] | (1 << index[q])
+        down[p] = bits
+    return order, up, down
+
+
+def _bits(mask: int):
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def _memory_orders(instance: Instance, dev: tuple[Pass, ...], device: int,
+                   index: dict[Pass, int], up: dict[Pass, int], down: dict[Pass, int],
+                   delta: dict[Pass, float]) -> list[tuple[Pass, Pass]]:
+    """Releases that must run before an F for it to fit the cap.
+
+    At the start of F pass p the level is at least static + m_b[p] + the deltas of passes
+    forced before p - every release still undecided. If leaving release q (and all passes
+    forced after q) out of that sum already exceeds the cap, q must precede p.
+    """
+    cap = instance.cap[device]
+    by_index = {index[q]: q for q in dev}
+    out = []
+    for p in dev:
+        if p[2] != "F":
+            continue
+        mine = sum(1 << index[q] for q in dev if q != p)
+        before_bits = up[p] & mine
+        undecided = mine & ~before_bits & ~down[p]
+        releases = [by_index[i] for i in _bits(undecided) if delta[by_index[i]] < 0]
+        release_bits = sum(1 << index[q] for q in releases)
+        level = instance.static_memory[device] + delta[p] \
+            + sum(delta[by_index[i]] for i in _bits(before_bits))
+        most = -sum(delta[q] for q in releases)
+        if level <= cap + 1e-9:
+            continue  # fits whatever runs before it
+        if level - most > cap + 1e-9:
+            raise _CapTooSmall()  # over the cap even if every release runs first
+        for q in releases:
+            lost = -sum(delta[by_index[i]]
+                        for i in _bits((down[q] | (1 << index[q])) & release_bits))
+            if level - (most - lost) > cap + 1e-9:
+                out.append((q, p))
+    return out
+
+
+def structure(instance: Instance, symmetry: bool = True) -> Structure:
+    passes = list(instance.passes())
+    duration = {p: _integer(f"t_{p[2].lower()}[{p[0]}]", instance.cost(p[0], p[2]))
+                for p in passes}
+    _integer("comm", instance.comm)
+    delta = {p: memory_delta(instance, p) for p in passes}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(passes)
+    edges: list[tuple[Pass, Pass, int]] = []
+    for b in passes:
+        for a in dependencies(instance, b):
+            edges.append((a, b, int(lag(instance, a, b))))
+    if symmetry:
+        edges.extend((a, b, 0) for a, b in symmetry_edges(instance))
+    graph.add_weighted_edges_from(edges, weight="lag")
+    by_device = [[p for p in passes if instance.device_of(p[0]) == d]
+                 for d in range(instance.devices)]
+    memory_orders = 0
+    while True:  # memory-implied orders may imply more: repeat to a fixed point
+        order, up, down = _closure(graph)
+        index = {p: i for i, p in enumerate(order)}
+        new = []
+        if instance.cap is not None:
+            for d, dev in enumerate(by_device):
+                new += _memory_orders(instance, tuple(dev), d, index, up, down, delta)
+        if not new:
+            break
+        memory_orders += len(new)
+        edges.extend((a, b, 0) for a, b in new)
+        graph.add_weighted_edges_from(((a, b, 0) for a, b in new), weight="lag")
+        if not nx.is_directed_acyclic_graph(graph):
+            # contradictory orders: the cap admits no schedule (reported as infeasible)
+            raise _CapTooSmall()
+    head: dict[Pass, int] = {}
+    for p in order:
+        head[p] = max((head[q] + duration[q] + graph.edges[q, p]["lag"]
+                       for q in graph.predecessors(p)), default=0)
+    tail: dict[Pass, int] = {}
+    for p in reversed(order):
+        tail[p] = max((graph.edges[p, q]["lag"] + duration[q] + tail[q]
+                       for q in graph.successors(p)), default=0)
+    device_passes = tuple(tuple(sorted(dev, key=index.__getitem__)) for dev in by_device)
+    forced, free = set(), []
+    between: dict[tuple[Pass, Pass], int] = {}
+    after: dict[Pass, int] = {}
+    before: dict[Pass, int] = {}
+    for dev in device_passes:
+        mine = sum(1 << index[q] for q in dev)
+        cost = {index[q]: duration[q] for q in dev}
+        for p in dev:
+            after[p] = sum(cost[i] for i in _bits(down[p] & mine))
+            before[p] = sum(cost[i] for i in _bits(up[p] & mine))
+        for i, a in enumerate(dev):
+            for b in dev[i + 1:]:  # index[a] < index[b], so b is never an ancestor of a
+                if up[b] >> index[a] & 1:
+                    forced.add((a, b))
+                    between[a, b] = sum(cost[k] for k in _bits(down[a] & up[b] & mine))
+                else:
+                    free.append((a, b))
+    return Structure(device_passes, duration, delta, frozenset(forced), tuple(free), head, tail,
+                     tuple(edges), between, after, before, memory_orders)
+
+
+class _CapTooSmall(Exception):
+    """The memory cap forces a cyclic order: no schedule fits."""
+
+
+def default_horizon(instance: Instance) -> int:
+    """Objective of running one pass at a time along a topological order: an upper bound.
+
+    It holds the activations of a single micro-batch at a time, the least any schedule needs,
+    so it is a valid horizon whenever some schedule fits the cap.
+    """
+    total = sum(_integer("cost", instance.cost(p[0], p[2])) for p in instance.passes())
+    crossings = sum(1 for b in instance.passes() for a in dependencies(instance, b)
+                    if lag(instance, a, b))
+    return total + crossings * _integer("comm", instance.comm)
+
+
+# ----- model ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Model:
+    """The PuLP problem and its variables (PuLP objects are mutable; the mapping is not)."""
+
+    problem: pulp.LpProblem
+    start: dict[Pass, pulp.LpVariable]
+    order: dict[tuple[Pass, Pass], pulp.LpVariable]  # free pair (a, b) -> 1 if a before b
+    first: tuple[pulp.LpVariable, ...]
+    last: tuple[pulp.LpVariable, ...]
+    objective: pulp.LpVariable
+    structure: Structure
+
+
+def _before(model: Model, a: Pass, b: Pass):
+    """1 (or its expression) when a runs before b on their device."""
+    if (a, b) in model.structure.forced:
+        return 1
+    if (b, a) in model.structure.forced:
+        return 0
+    if (a, b) in model.order:
+        return model.order[a, b]
+    return 1 - model.order[b, a]
+
+
+def build_model(instance: Instance, objective: str, horizon: int,
+                symmetry: bool = True) -> Model:
+    st = structure(instance, symmetry)
+    prob = pulp.LpProblem("zbopt", pulp.LpMinimize)
+    d = st.duration
+    makespan = objective == "makespan"
+    start = {}
+    for dev in st.device_passes:
+        for p in dev:
+            # makespan: a pass cannot start before its head nor end after horizon - tail
+            upper = horizon - st.tail[p] - d[p] if makespan else None
+            start[p] = pulp.LpVariable(f"s_{format_pass(p)}", lowBound=st.head[p] if makespan
+                                       else 0, upBound=upper)
+    z = pulp.LpVariable("z", lowBound=0, upBound=horizon, cat=pulp.LpInteger)
+    prob += z
+    order = {(a, b): pulp.LpVariable(f"y_{format_pass(a)}_{format_pass(b)}", cat=pulp.LpBinary)
+             for a, b in st.free}
+    first = tuple(pulp.LpVariable(f"first_{k}", lowBound=0) for k in range(instance.devices))
+    last = tuple(pulp.LpVariable(f"last_{k}", lowBound=0) for k in range(instance.devices))
+    model = Model(prob, start, order, first, last, z, st)
+    for a, b, gap in st.edges:
+        prob += start[b] >= start[a] + d[a] + gap
+    for a, b in st.forced:  # forced order: a, then every pass forced between them, then b
+        prob += start[b] >= start[a] + d[a] + st.between[a, b]
+    for (a, b), y in order.items():
+        big = horizon
+        if makespan:  # a ends by horizon - tail[a], b starts no earlier than head[b]
+            big = max(0, horizon - st.tail[a] - st.head[b])
+        prob += start[b] >= start[a] + d[a] - big * (1 - y)
+        big = max(0, horizon - st.tail[b] - st.head[a]) if makespan else horizon
+        prob += start[a] >= start[b] + d[b] - big * y
+    for k, dev in enumerate(st.device_passes):
+        busy = sum(d[p] for p in dev)
+        for p in dev:
+            # the passes forced before / after p run on this device too, one at a time
+            prob += first[k] <= start[p] - st.before[p]
+            prob += last[k] >= start[p] + d[p] + st.after[p]
+        # a device runs one pass at a time: valid cuts the LP relaxation would not see
+        prob += last[k] - first[k] >= busy
+        prob += z >= busy
+        prob += (z >= last[k] - first[k]) if not makespan else (z >= last[k])
+    if makespan:
+        prob += z >= max(st.head[p] + d[p] + st.tail[p] for p in start)
+    if instance.cap is not None:
+        for k, dev in enumerate(st.device_passes):
+            for p in dev:
+                if p[2] != "F":
+                    continue
+                level = instance.static_memory[k] + st.delta[p]
+                terms = []
+                for q in dev:
+                    if q == p or st.delta[q] == 0:
+                        continue
+                    x = _before(model, q, p)
+                    if isinstance(x, int):
+                        level += st.delta[q] * x
+                    else:
+                        terms.append(st.delta[q] * x)
+                if terms:
+                    prob += pulp.lpSum(terms) + level <= instance.cap[k]
+                elif level > instance.cap[k]:
+                    # forced orders alone overflow the cap: an always-false row says infeasible
+                    prob += z >= horizon + 1
+    return model
+
+
+# ----- warm start ----------------------------------------------------------------------------
+
+def hint_problem(instance: Instance, st: Structure, hint: dict[Pass, int], horizon: int,
+                 objective: str) -> str:
+    """Why `hint` cannot be the model's start ('' if it can)."""
+    d = st.duration
+    missing = [p for dev in st.device_passes for p in dev if p not in hint]
+    if missing:
+        return f"the hint has no start for {format_pass(missing[0])}"
+    for a, b, gap in st.edges:
+        if hint[b] < hint[a] + d[a] + gap:
+            return (f"{format_pass(b)} starts before {format_pass(a)} (+lag) ends"
+                    + (" or breaks micro-batch order" if gap == 0 else ""))
+    ranks = hint_order(st, hint)
+    for a, b in st.forced:
+        if ranks[a] > ranks[b]:
+            return f"{format_pass(b)} runs before {format_pass(a)}"
+    for dev in st.device_passes:
+        ordered = sorted(dev, key=ranks.__getitem__)
+        for a, b in zip(ordered, ordered[1:]):
+            if hint[b] < hint[a] + d[a]:
+                return f"{format_pass(a)} and {format_pass(b)} overlap"
+    for k, dev in enumerate(st.device_passes):
+        level = instance.static_memory[k]
+        for p in sorted(dev, key=ranks.__getitem__):
+            if p[2] == "F" and instance.cap is not None \
+                    and level + st.delta[p] > instance.cap[k] + 1e-9:
+                return f"device {k} is over the memory cap at {format_pass(p)}"
+            level += st.delta[p]
+    value = _hint_objective(st, hint, objective)
+    if value > horizon:
+        return f"its {objective} {value} exceeds the horizon {horizon}"
+    return ""
+
+
+def hint_order(st: Structure, hint: dict[Pass, int]) -> dict[Pass, int]:
+    """Position of every pass in its device's order: by start, ties (zero-length passes) by
+    the forced order, which the device-topological listing respects."""
+    ranks = {}
+    for dev in st.device_passes:
+        listed = {p: i for i, p in enumerate(dev)}
+        for i, p in enumerate(sorted(dev, key=lambda p: (hint[p], hint[p] + st.duration[p],
+                                                          listed[p]))):
+            ranks[p] = i
+    return ranks
+
+
+def _hint_objective(st: Structure, hint: dict[Pass, int], objective: str) -> int:
+    windows = [(min(hint[p] for p in dev), max(hint[p] + st.duration[p] for p in dev))
+               for dev in st.device_passes if dev]
+    if objective == "makespan":
+        return max(e for _, e in windows)
+    return max(e - s for s, e in windows)
+
+
+def set_warm_start(model: Model, hint: dict[Pass, int], objective: str) -> None:
+    """Initial value of every variable, consistent with the hint."""
+    st = model.structure
+    ranks = hint_order(st, hint)
+    for p, var in model.start.items():
+        var.setInitialValue(hint[p])
+    for (a, b), y in model.order.items():
+        y.setInitialValue(1 if ranks[a] < ranks[b] else 0)
+    for k, dev in enumerate(st.device_passes):
+        model.first[k].setInitialValue(min(hint[p] for p in dev))
+        model.last[k].setInitialValue(max(hint[p] + st.duration[p] for p in dev))
+    model.objective.setInitialValue(_hint_objective(st, hint, objective))
+
+
+# ----- solvers -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SolverOutcome:
+    status: str  # optimal, feasible, infeasible, unknown (as the solver itself proved it)
+    has_solution: bool
+    bound: Optional[float]
+    message: str = ""
+
+
+def _cbc_path() -> str:
+    bundled = pulp.apis.coin_api.PULP_CBC_CMD.pulp_cbc_path
+    if Path(bundled).is_file():
+        return bundled
+    found = shutil.which("cbc")
+    if found is None:
+        raise ZboptError("CBC is not available (PuLP's bundled binary is missing): "
+                         "reinstall pulp or use solver 'highs'")
+    return found
+
+
+_CBC_RESULT = re.compile(r"^Result - (.+?)\s*$", re.M)
+_CBC_BOUND = (re.compile(r"^Lower bound:\s*(\S+)", re.M),
+              re.compile(r"best possible (\S+?)\)"),
+              re.compile(r"Objective limits?.*?best possible (\S+)"))
+
+
+def parse_cbc_log(text: str) -> tuple[str, Optional[float]]:
+    """(CBC's own 'Result - ...' line, its best bound if it printed one)."""
+    results = _CBC_RESULT.findall(text)
+    result = results[-1] if results else ""
+    bound = None
+    for pattern in _CBC_BOUND:
+        found = pattern.findall(text)
+        if found:
+            try:
+                bound = float(found[-1].rstrip(",)"))
+                break
+            except ValueError:
+                continue
+    return result, bound
+
+
+def _run_cbc(model: Model, time_limit: float, threads: int, warm: bool,
+             workdir: str) -> SolverOutcome:
+    log_path = Path(workdir) / "cbc.log"
+    solver = pulp.COIN_CMD(path=_cbc_path(), msg=False, timeLimit=time_limit,
+                           threads=threads if threads > 1 else None, warmStart=warm,
+                           gapRel=0, gapAbs=0.999, logPath=str(log_path))
+    solver.tmpDir = workdir  # PuLP's .mps/.sol/.mst files go in our temp dir
+    model.problem.solve(solver)
+    log = log_path.read_text() if log_path.exists() else ""
+    result, bound = parse_cbc_log(log)
+    sol = model.problem.sol_status
+    has_solution = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+    lowered = result.lower()
+    if "optimal solution found" in lowered and sol == pulp.LpSolutionOptimal:
+        status = "optimal"
+    elif "infeasible" in lowered or model.problem.status == pulp.LpStatusInfeasible:
+        status, has_solution = "infeasible", False
+    elif has_solution:
+        status = "feasible"  # PuLP calls this "Optimal"; CBC stopped on a limit
+    else:
+        status = "unknown"
+    return SolverOutcome(status, has_solution, bound, f"CBC: {result or 'no result line'}")
+
+
+@contextlib.contextmanager
+def _stdout_silenced():
+    """Point file descriptor 1 at /dev/null for the block (C-level prints included)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _highs_class():
+    class _HiGHS(pulp.HiGHS):
+        """PuLP's HiGHS API, plus a warm start: PuLP builds the highspy model; before running
+        it we hand HiGHS the variables' initial values as a starting solution."""
+
+        warm = False
+
+        def createAndConfigureSolver(self, lp):  # noqa: N802 (PuLP's name)
+            # HiGHS prints its banner from C++ on the first Highs() of a process, before any
+            # option can silence it; keep it off stdout (it would corrupt `--json` output).
+            with _stdout_silenced():
+                super().createAndConfigureSolver(lp)
+
+        def callSolver(self, lp):  # noqa: N802 (PuLP's name)
+            import highspy
+            if self.warm:
+                sol = highspy.HighsSolution()
+                sol.col_value = [float(v.varValue or 0.0)
+                                 for v in sorted(lp.variables(), key=lambda v: v.index)]
+                sol.value_valid = True
+                lp.solverModel.setSolution(sol)
+            lp.solverModel.run()
+
+    return _HiGHS
+
+
+def _run_highs(model: Model, time_limit: float, threads: int, warm: bool,
+               workdir: str) -> SolverOutcome:
+    import highspy
+    solver = _highs_class()(msg=False, timeLimit=time_limit, threads=threads,
+                            gapRel=0.0, gapAbs=0.999)
+    solver.warm = warm
+    model.problem.solve(solver)
+    highs = model.problem.solverModel
+    status_code = highs.getModelStatus()
+    info = highs.getInfo()
+    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    bound = info.mip_dual_bound
+    bound = None if bound is None or not math.isfinite(bound) else float(bound)
+    name = highs.modelStatusToString(status_code)
+    ms = highspy.HighsModelStatus
+    if status_code == ms.kOptimal and has_solution:
+        status = "optimal"
+    elif status_code in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
+        status, has_solution = "infeasible", False
+    elif has_solution:
+        status = "feasible"
+    else:
+        status = "unknown"
+    return SolverOutcome(status, has_solution, bound,
+                         f"HiGHS: {name}, gap {info.mip_gap:.3g}")
+
+
+# ----- entry point ---------------------------------------------------------------------------
+
+def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span",
+               time_limit: float = 60.0, threads: int = 1,
+               hint: dict[Pass, int] | None = None, symmetry: bool = True,
+               horizon: int | None = None) -> BackendResult:
+    """Solve `instance` (integer costs) with the MILP on CBC or HiGHS.
+
+    `horizon` must be at least the objective of some schedule that fits the cap (the warm
+    start's, or default_horizon()): the model searches objective <= horizon only, so
+    "infeasible" means no schedule under the cap within the horizon. `extra["orders"]` holds
+    each device's passes in the solved order (ties of zero-length passes resolved).
+    """
+    if backend not in BACKENDS:
+        raise ZboptError(f"unknown MILP backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if objective not in OBJECTIVES:
+        raise ZboptError(f"unknown objective {objective!r}: use 'span' or 'makespan'")
+    if not time_limit or time_limit <= 0:
+        raise ZboptError(f"time_limit must be positive, got {time_limit}")
+    if threads < 1:
+        raise ZboptError(f"threads must be >= 1, got {threads}")
+    horizon = default_horizon(instance) if horizon is None else int(math.ceil(horizon))
+    t0 = time.perf_counter()
+    try:
+        model = build_model(instance, objective, horizon, symmetry)
+    except _CapTooSmall:
+        return BackendResult("infeasible", None, None, None,
+                             "the memory cap forces contradictory pass orders: no schedule "
+                             "fits it; raise the cap", {"horizon": horizon, "presolve": True})
+    notes = []
+    warm = False
+    if hint is not None:
+        problem = hint_problem(instance, model.structure, hint, horizon, objective)
+        if problem:
+            notes.append(f"warm start not used: {problem}")
+        else:
+            set_warm_start(model, hint, objective)
+            warm = True
+    run = _run_cbc if backend == "cbc" else _run_highs
+    with tempfile.TemporaryDirectory(prefix="zbopt-milp-") as workdir:
+        outcome = run(model, time_limit, threads, warm, workdir)
+    notes.insert(0, outcome.message)
+    extra = {"horizon": horizon, "variables": len(model.problem.variables()),
+             "binaries": len(model.order), "constraints": len(model.problem.constraints),
+             "warm_start": warm, "model_seconds": 0.0, "solver_status": outcome.status}
+    extra["model_seconds"] = round(time.perf_counter() - t0, 3)
+    if outcome.status == "infeasible":
+        return BackendResult("infeasible", None, None, None,
+                             "; ".join(notes + [f"no schedule fits the memory cap with "
+                                                f"{objective} <= {horizon}"]), extra)
+    if not outcome.has_solution:
+        return BackendResult("unknown", None, None, _ceil(outcome.bound), "; ".join(notes),
+                             extra)
+    starts = {p: int(math.floor(v.varValue + _EPS)) for p, v in model.start.items()}
+    value = int(round(model.objective.varValue))
+    bound = _ceil(outcome.bound)
+    status = outcome.status
+    if status == "optimal":
+        bound = value if bound is None else bound
+    if bound is not None and bound > value:
+        bound = value  # the solver's bound cannot exceed its own incumbent
+    if status == "optimal" and bound < value:
+        # the solver stopped within its gap tolerance without proving optimality
+        status = "feasible"
+    extra["orders"] = solved_orders(model, starts)
+    return BackendResult(status, starts, value, bound, "; ".join(notes), extra)
+
+
+def _ceil(bound: Optional[float]) -> Optional[int]:
+    """The optimum is an integer (integer data), so any bound rounds up."""
+    return None if bound is None else int(math.ceil(bound - _EPS))
+
+
+def solved_orders(model: Model, starts: dict[Pass, int]) -> tuple[tuple[Pass, ...], ...]:
+    """Each device's passes by start; ties by how many passes the binaries put before."""
+    out = []
+    for dev in model.structure.device_passes:
+        before = {p: 0 for p in dev}
+        for i, a in enumerate(dev):
+            for b in dev[i + 1:]:
+                x = _before(model, a, b)
+                a_first = x if isinstance(x, int) else round(pulp.value(x)) == 1
+                before[b if a_first else a] += 1
+        out.append(tuple(sorted(dev, key=lambda p: (starts[p], before[p]))))
+    return tuple(out)
