@@ -136,6 +136,16 @@ def test_instance_files_by_glob(tmp_path):
     assert names == sorted(p.stem for p in (TESTS.parent / "instances/unit").glob("unit-p*.toml"))
 
 
+def test_axes_apply_to_every_instance_file():
+    spec = parse_spec({"instances": ["../instances/unit/unit-p2-m4.toml",
+                                     "../instances/unit/unit-p4-m8.toml"],
+                       "axes": {"memory_cap": ["1p", "3p"]}, "methods": ["1f1b"]},
+                      base_dir=TESTS)
+    assert [(i.devices, i.memory_cap) for i in spec.instances] == \
+        [(2, "1p"), (2, "3p"), (4, "1p"), (4, "3p")]
+    assert spec.instances[1].name == "unit-p2-m4-cap3p"
+
+
 def test_solver_methods_carry_their_limits():
     spec = parse_spec({"instances": ["../instances/unit/unit-p2-m4.toml"], "methods": ["1f1b"],
                        "solvers": [{"name": "cpsat", "time_limit": 5, "threads": 1}]},
@@ -187,7 +197,7 @@ def test_malformed_spec_from_the_real_command(tmp_path):
                            str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.startswith("zbopt: error:") and proc.stderr.count("\n") == 1
-    assert "[base]" in proc.stderr
+    assert "no instances" in proc.stderr and "[base]" in proc.stderr
 
 
 # ----- the store ---------------------------------------------------------------------------------

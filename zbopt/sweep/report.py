@@ -149,6 +149,8 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
                      _num(s.lower_bound), _pct(s.gap)])
     out.append(_table(["instance", "p", "m", "cap", "best method", "span", "bubble",
                        "lower bound", "gap"], rows))
+    out.append("\n## Runtime per method\n\n")
+    out.append(_table(["method", "jobs", "median s", "max s"], runtime_rows(records)))
     for name in plots:
         out.append(f"\n![{name}]({name})\n")
     out.append("\n## Every job\n")
@@ -168,6 +170,17 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
     return "".join(out)
 
 
+def runtime_rows(records: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """Wall seconds of each job in its worker (median and max per method)."""
+    import statistics
+    times: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if r.get("runtime") is not None:
+            times[r["method"]].append(r["runtime"])
+    return [[method, str(len(ts)), f"{statistics.median(ts):.3f}", f"{max(ts):.3f}"]
+            for method, ts in sorted(times.items())]
+
+
 def _short(text: str, limit: int = 120) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -175,20 +188,40 @@ def _short(text: str, limit: int = 120) -> str:
 
 # ----- plots -------------------------------------------------------------------------------------
 
-def series(records: Iterable[dict[str, Any]], x_field: str, ignore: tuple[str, ...]
-           ) -> dict[str, list[tuple[float, float]]]:
-    """Bubble rate against `x_field`, one series per method and per setting of the instance
-    keys (other than `ignore`) that vary between records; only results within the cap."""
+# Instance keys that split results into panels (costs and comm do not: points measured with
+# different profiled costs still belong on one line, as bubble rates)
+SETTING_KEYS = ("devices", "microbatches", "placement", "chunks", "memory_cap", "m_b", "m_w",
+                "static_memory", "overlap")
+MAX_PANELS = 12
+
+
+def panels(records: Iterable[dict[str, Any]], x_field: str, ignore: tuple[str, ...]
+           ) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """{panel title: {method: [(x, bubble rate)]}} over results within the cap; one panel per
+    setting of the instance keys (other than `ignore`) that vary between records."""
     points = [r for r in records if usable(r) and r.get(x_field) is not None]
-    keys = sorted({k for r in points for k in r.get("instance", {})} - set(ignore) - {"name"})
+    keys = [k for k in SETTING_KEYS if k not in ignore]
     varying = [k for k in keys
                if len({repr(r.get("instance", {}).get(k)) for r in points}) > 1]
-    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    out: dict[tuple, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for r in points:
-        setting = ", ".join(f"{k}={_label_value(r['instance'].get(k))}" for k in varying)
-        label = r["method"] + (f" ({setting})" if setting else "")
-        out[label].append((r[x_field], r["bubble_rate"]))
-    return {label: sorted(pts) for label, pts in sorted(out.items())}
+        setting = tuple((k, r["instance"].get(k)) for k in varying)
+        out[setting][r["method"]].append((r[x_field], r["bubble_rate"]))
+    ordered = sorted(out.items(), key=lambda item: [_sortable(v) for _, v in item[0]])
+    return {(", ".join(f"{k}={_label_value(v)}" for k, v in setting) or "all"):
+            {method: sorted(pts) for method, pts in sorted(lines.items())}
+            for setting, lines in ordered}
+
+
+def _sortable(value: Any) -> tuple:
+    if isinstance(value, (int, float)):
+        return (0, value, "")
+    if isinstance(value, str) and value.endswith("p"):
+        try:
+            return (1, float(value[:-1]), "")
+        except ValueError:
+            pass
+    return (2, 0, repr(value))
 
 
 def _label_value(value: Any) -> str:
@@ -197,22 +230,22 @@ def _label_value(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
-def plot_bubble_against(records: list[dict[str, Any]], x_field: str, xlabel: str,
-                        ignore: tuple[str, ...], ax=None):
-    """One line per method (and setting): bubble rate against `x_field`. Returns the Axes."""
+def plot_bubble_against(lines: dict[str, list[tuple[float, float]]], xlabel: str, title: str,
+                        ax=None, colors: dict[str, Any] | None = None):
+    """One line per method: bubble rate against x. Returns the Axes."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     if ax is None:
-        _, ax = plt.subplots(figsize=(9, 5.5))
-    for label, pts in series(records, x_field, ignore).items():
+        _, ax = plt.subplots(figsize=(6, 4))
+    for method, pts in lines.items():
         xs, ys = zip(*pts)
-        ax.plot(xs, [100 * y for y in ys], marker="o", markersize=3, linewidth=1, label=label)
+        ax.plot(xs, [100 * y for y in ys], marker="o", markersize=3, linewidth=1, label=method,
+                color=(colors or {}).get(method))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("bubble rate (%)")
+    ax.set_title(title, fontsize=8)
     ax.grid(True, alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return ax
 
 
@@ -233,10 +266,22 @@ def write_plots(records: list[dict[str, Any]], directory: Path) -> list[str]:
         xs = {r.get(x_field) for r in records if usable(r) and r.get(x_field) is not None}
         if len(xs) < 2:
             continue
-        fig, ax = plt.subplots(figsize=(10, 5.5))
-        plot_bubble_against(records, x_field, xlabel, ignore, ax=ax)
-        ax.set_title(f"bubble rate against {xlabel}")
-        fig.tight_layout()
+        groups = list(panels(records, x_field, ignore).items())[:MAX_PANELS]
+        methods = sorted({m for _, lines in groups for m in lines})
+        cmap = plt.get_cmap("tab20")
+        colors = {m: cmap(i % 20) for i, m in enumerate(methods)}
+        cols = min(3, len(groups))
+        rows = -(-len(groups) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols + 2.2, 3.3 * rows),
+                                 squeeze=False, sharey=True)
+        for ax, (title, lines) in zip(axes.flat, groups):
+            plot_bubble_against(lines, xlabel, title, ax=ax, colors=colors)
+        for ax in list(axes.flat)[len(groups):]:
+            ax.set_visible(False)
+        handles = [plt.Line2D([], [], color=colors[m], marker="o", markersize=3) for m in methods]
+        fig.legend(handles, methods, loc="center right", fontsize=7)
+        fig.suptitle(f"bubble rate against {xlabel} (schedules within the cap)", fontsize=10)
+        fig.tight_layout(rect=(0, 0, 1 - 2.0 / (4.2 * cols + 2.2), 0.96))
         fig.savefig(directory / name, dpi=110)
         plt.close(fig)
         written.append(name)

@@ -27,6 +27,7 @@ and the methods to run on every instance:
     threads = 1
     objective = "span"
 
+Axes apply to every base: the [base] table and each instance file.
 A `placement` axis re-places the base model (same layers re-split into chunks, see
 Instance.with_placement) rather than reusing per-stage costs for a different stage count.
 """
@@ -213,7 +214,10 @@ def _positive(x: Any) -> bool:
 
 
 def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Instance]:
-    out: list[Instance] = []
+    """Every base (the [base] table or file, then each instance file) expanded by the axes."""
+    bases = []
+    if "base" in data:
+        bases.append(_base(data["base"], base_dir, source))
     files = data.get("instances", [])
     if isinstance(files, str):
         files = [files]
@@ -226,26 +230,25 @@ def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Ins
         if not matches:
             raise ZboptError(f"{source}: instances entry {pattern!r} matches no file "
                              f"(paths are relative to the spec's folder {base_dir})")
-        out += [load_instance(m) for m in matches]
-    if "base" in data or "axes" in data:
-        out += _grid(data, base_dir, source)
-    if not out:
-        raise ZboptError(f"{source}: no instances: give `instances = [...]` or a [base] table "
-                         f"with [axes]")
-    return out
+        bases += [load_instance(m).to_dict() for m in matches]
+    axes = _axes(data.get("axes", {}), source)
+    if not bases:
+        raise ZboptError(f"{source}: no instances: give a [base] table (with [axes]) or "
+                         f"`instances = [...]` files")
+    return [instance for base in bases for instance in _grid(base, axes, source)]
 
 
-def _grid(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Instance]:
-    base = data.get("base")
-    if base is None:
-        raise ZboptError(f"{source}: [axes] needs a [base] instance (a table or a file path)")
+def _base(base: Any, base_dir: Path, source: str) -> dict[str, Any]:
     if isinstance(base, str):
         path = Path(base) if Path(base).is_absolute() else base_dir / base
-        base = load_instance(path).to_dict()
+        return load_instance(path).to_dict()
     if not isinstance(base, dict):
         raise ZboptError(f"{source}: base must be a table of instance keys or a file path, "
                          f"got {base!r}")
-    axes = data.get("axes", {})
+    return base
+
+
+def _axes(axes: Any, source: str) -> dict[str, list]:
     if not isinstance(axes, dict):
         raise ZboptError(f"{source}: axes must be a table `key = [values]`, got {axes!r}")
     for key, values in axes.items():
@@ -255,6 +258,10 @@ def _grid(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Instance
         if not isinstance(values, list) or not values:
             raise ZboptError(f"{source}: axis {key!r} must be a non-empty list of values, "
                              f"got {values!r}")
+    return axes
+
+
+def _grid(base: dict[str, Any], axes: dict[str, list], source: str) -> list[Instance]:
     if "placement" in axes and base.get("placement", "contiguous") != "contiguous":
         raise ZboptError(f"{source}: a placement axis re-splits a contiguous model: "
                          f"give a contiguous base")
