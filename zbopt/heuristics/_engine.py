@@ -198,6 +198,12 @@ class _Greedy:
         else:
             cost = top.tw[s]
             self.level[d] -= top.mw[s]
+        if kind == "W" and self.free_at[d] < t:
+            # A W was ready since the device went idle (its B ran here) and nothing depends on
+            # it: start it then, as evaluate()'s ASAP timing of this order will.
+            t, now = self.free_at[d], t
+        else:
+            now = t
         end = t + cost
         if self.first[d] is None:
             self.first[d] = t
@@ -206,7 +212,7 @@ class _Greedy:
         self.free_at[d] = end
         self.remaining[d] -= 1
         self.orders[d].append((s, mb, kind))
-        self.push(end, d)
+        self.push(max(end, now), d)
         if kind == "F":
             nxt = top.next[s]
             if nxt >= 0:

@@ -1,0 +1,249 @@
+"""The greedy heuristics (zb-greedy, zb-1p, zb-2p, v-greedy, v-half, v-min): reference rows,
+validity and caps over random instances, errors for impossible caps."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from zbopt.compare import compare, run_method
+from zbopt.errors import ZboptError
+from zbopt.families import families, generate
+from zbopt.heuristics import _engine, _search
+from zbopt.heuristics import zb_greedy as zb
+from zbopt.heuristics import v_greedy as vg
+from zbopt.instance import Instance
+from zbopt.schedule import Schedule, evaluate, validate
+
+GREEDY = ("zb-greedy", "zb-1p", "zb-2p", "v-greedy", "v-half", "v-min")
+
+
+def paper_instance(row, cap):
+    return Instance(devices=row["p"], microbatches=row["m"], t_f=row["t_f"], t_b=row["t_b"],
+                    t_w=row["t_w"], comm=row["comm"], m_b=row["m_b"], m_w=row["m_w"],
+                    memory_cap=cap)
+
+
+def judged(name, instance):
+    """The timeline of `name`'s schedule on `instance`."""
+    return evaluate(instance, generate(name, instance))
+
+
+# ----- reference rows ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("index", range(6))
+def test_paper_table5_zb_1p_and_2p_beat_or_equal_the_authors(paper_rows, index):
+    row = paper_rows[index]
+    for cap, name, key in (("1p", "zb-1p", "zb_1p_heuristic"), ("2p", "zb-2p", "zb_2p_heuristic")):
+        instance = paper_instance(row, cap)
+        for method in (name, "zb-greedy"):  # zb-greedy reads the instance's cap
+            timeline = judged(method, instance)
+            assert timeline.fits_cap, (method, cap)
+            assert validate(instance, timeline.schedule) == []
+            assert timeline.span <= row[key], (method, cap, timeline.span, row[key])
+
+
+def test_unit_cost_grid_every_cap_column(unit_grid):
+    for row in unit_grid:
+        base = Instance(devices=row["p"], microbatches=row["m"], t_f=1, t_b=1, t_w=1, comm=0,
+                        m_b=2, m_w=1)
+        for k in ("1p", "1.5p", "2p", "3p"):
+            instance = base.with_cap(k)
+            timeline = judged("zb-greedy", instance)
+            assert timeline.fits_cap and validate(instance, timeline.schedule) == []
+            assert max(timeline.peak_memory) <= float(k[:-1]) * row["p"] * 2
+            assert timeline.span <= row[f"zb_{k}"], (row, k, timeline.span)
+
+
+def test_zb_names_schedule_for_their_own_cap_whatever_the_instance_says(paper_rows):
+    row = paper_rows[0]
+    unlimited = paper_instance(row, None)
+    one_p = unlimited.with_cap("1p").cap[0]
+    for name, k in (("zb-1p", 1), ("zb-2p", 2)):
+        timeline = evaluate(unlimited, generate(name, unlimited))
+        assert max(timeline.peak_memory) <= k * one_p
+    # judged against the instance's own (smaller) cap, zb-2p does not fit: compare says so
+    row_2p = run_method("zb-2p", paper_instance(row, "1p"))
+    assert row_2p.applies and not row_2p.timeline.fits_cap
+    assert run_method("zb-1p", paper_instance(row, "1p")).timeline.fits_cap
+
+
+def test_memory_cap_keyword_overrides(paper_rows):
+    instance = paper_instance(paper_rows[0], None)
+    cap = instance.with_cap("1.5p").cap[0]
+    schedule = generate("zb-greedy", instance, memory_cap="1.5p")
+    assert max(evaluate(instance, schedule).peak_memory) <= cap
+    tighter = generate("zb-2p", instance, memory_cap="1p")
+    assert max(evaluate(instance, tighter).peak_memory) <= instance.with_cap("1p").cap[0]
+
+
+def test_more_memory_never_hurts_on_the_paper_settings(paper_rows):
+    row = paper_rows[1]
+    spans = [judged("zb-greedy", paper_instance(row, k)).span for k in ("1p", "1.5p", "2p", "3p")]
+    assert spans == sorted(spans, reverse=True)
+    assert spans[-1] < spans[0]  # the extra memory is actually used
+
+
+# ----- property tests ---------------------------------------------------------------------
+
+@st.composite
+def instances(draw, max_p=5):
+    p = draw(st.integers(2, max_p))
+    m = draw(st.integers(1, 3 * p))
+    cost = st.integers(1, 12)
+    t_f = draw(st.lists(cost, min_size=p, max_size=p))
+    t_b = draw(st.lists(cost, min_size=p, max_size=p))
+    t_w = draw(st.lists(st.integers(0, 12), min_size=p, max_size=p))
+    m_b = draw(st.lists(st.integers(2, 6), min_size=p, max_size=p))
+    m_w = [draw(st.integers(0, b)) for b in m_b]
+    comm = draw(st.integers(0, 4))
+    instance = Instance(devices=p, microbatches=m, t_f=t_f, t_b=t_b, t_w=t_w, comm=comm,
+                        m_b=m_b, m_w=m_w)
+    # caps: unlimited, a multiple of p, or per device an absolute number in a feasible range
+    kind = draw(st.sampled_from(["none", "kp", "absolute"]))
+    if kind == "kp":
+        k = draw(st.sampled_from(["1p", "1.5p", "2p", "3p"]))
+        try:
+            return instance.with_cap(k)
+        except ZboptError:
+            return instance  # below one activation somewhere: covered by the error tests
+    if kind == "absolute":
+        caps = [m_b[d] + draw(st.integers(0, 4 * max(m_b))) for d in range(p)]
+        return instance.with_cap(caps)
+    return instance
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=instances())
+def test_zb_greedy_is_complete_deadlock_free_and_within_cap(instance):
+    schedule = generate("zb-greedy", instance)
+    assert validate(instance, schedule) == []  # every pass once, no deadlock, within cap
+    timeline = evaluate(instance, schedule)
+    assert timeline.fits_cap
+    for name in ("zb-h1", "zb-h2"):  # never worse than a handcrafted order that fits
+        other = evaluate(instance, generate(name, instance))
+        if other.fits_cap:
+            assert timeline.span <= other.span, name
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=instances(max_p=4), factor=st.sampled_from([None, 1.0, 1.5, 3.0]))
+def test_v_greedy_is_complete_deadlock_free_and_within_cap(instance, factor):
+    placed = instance.with_cap(None).with_placement("v")
+    if factor is not None:
+        # between the least a V schedule needs and a generous cap, per device
+        placed = placed.with_cap([factor * need for need in vg.min_v_cap(placed)])
+    schedule = generate("v-greedy", placed)
+    assert validate(placed, schedule) == []
+    assert evaluate(placed, schedule).fits_cap
+    unit = placed.devices * placed.activation_unit
+    for name, fraction in (("v-half", 1 / 2), ("v-min", 1 / 3)):
+        other = generate(name, placed)
+        assert validate(placed.with_cap(None), other) == []  # complete, no deadlock
+        peaks = evaluate(placed, other).peak_memory
+        for peak, need in zip(peaks, vg.min_v_cap(placed)):  # within its own cap
+            assert peak <= max(fraction * unit, need) + 1e-9
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=instances(max_p=4), v=st.booleans())
+def test_simulator_estimate_is_exactly_the_evaluated_span(instance, v):
+    # the grid is pruned by the simulator's estimate: this is why that is safe
+    if v:
+        instance = instance.with_cap(None).with_placement("v")
+        policies = vg.grid(instance)
+    else:
+        policies = zb.grid(instance)
+    for policy in policies[:12]:
+        outcome = _engine.run(instance, instance.cap, policy)
+        assert outcome is not None
+        timeline = evaluate(instance, Schedule.build(outcome.orders))
+        assert timeline.span == pytest.approx(outcome.estimate)
+        assert timeline.fits_cap
+
+
+# ----- errors: caps no schedule can meet -----------------------------------------------
+
+def test_cap_below_one_activation_names_the_needed_cap():
+    instance = Instance(devices=3, microbatches=6, m_b=[2, 5, 3], m_w=1)
+    with pytest.raises(ZboptError, match=r"no schedule fits memory_cap 4.*at least 5"):
+        generate("zb-greedy", instance, memory_cap=4)
+    # "1p" = 3 * 2 = 6 fits stage 1's 5; with m_b[1] = 7 it does not
+    heavy = Instance(devices=3, microbatches=6, m_b=[2, 7, 3], m_w=1)
+    with pytest.raises(ZboptError, match=r"zb-1p.*at least 7"):
+        generate("zb-1p", heavy)
+    assert "at least 7" in run_method("zb-1p", heavy).reason
+
+
+def test_v_cap_below_both_chunks_names_the_needed_cap():
+    instance = Instance(devices=2, microbatches=4, m_b=4, m_w=1).with_placement("v")
+    # each chunk holds 2; a V device needs both chunks of one micro-batch: 4
+    assert vg.min_v_cap(instance) == [4, 4]
+    bad = instance.with_cap(3)
+    with pytest.raises(ZboptError, match=r"v-greedy: no schedule.*at least 4"):
+        generate("v-greedy", bad)
+    row = run_method("v-greedy", bad)  # compare lists it with the reason
+    assert not row.applies and "at least 4" in row.reason
+    assert evaluate(instance.with_cap(4), generate("v-greedy", instance.with_cap(4))).fits_cap
+
+
+def test_wrong_placement_is_an_error():
+    contiguous = Instance(devices=2, microbatches=4)
+    with pytest.raises(ZboptError, match="placement 'v'"):
+        vg.v_greedy(contiguous)
+    with pytest.raises(ZboptError, match="placement 'contiguous'"):
+        zb.zb_greedy(contiguous.with_placement("v"))
+
+
+# ----- registry, compare, V quality ------------------------------------------------------
+
+def test_registered_as_heuristics_and_listed_by_compare():
+    registry = families()
+    for name in GREEDY:
+        assert registry[name].kind == "heuristic"
+    assert registry["v-greedy"].placement == "v"
+    rows = {r.method: r for r in compare(Instance(devices=4, microbatches=8, memory_cap="1p"))}
+    for name in GREEDY:
+        assert rows[name].applies, (name, rows[name].reason)
+        assert rows[name].timeline.fits_cap or name in ("zb-2p", "v-greedy")
+    dual = compare(Instance(devices=4, microbatches=8, placement="dualpipe"), list(GREEDY))
+    assert all(not r.applies and "placement" in r.reason for r in dual)
+
+
+def test_v_greedy_never_worse_than_zb_v_when_it_fits():
+    if "zb-v" not in families():
+        pytest.skip("zb-v is not registered")
+    for p, m in ((2, 4), (4, 8), (4, 12)):
+        instance = Instance(devices=p, microbatches=m, t_f=2, t_b=2, t_w=2, m_b=2, m_w=1,
+                            memory_cap="1p").with_placement("v")
+        handcrafted = evaluate(instance, generate("zb-v", instance))
+        greedy = evaluate(instance, generate("v-greedy", instance))
+        assert greedy.fits_cap
+        if handcrafted.fits_cap:
+            assert greedy.span <= handcrafted.span
+
+
+def test_v_half_and_v_min_use_less_memory_than_v_greedy():
+    instance = Instance(devices=6, microbatches=18, t_f=2, t_b=2, t_w=2, m_b=2, m_w=1,
+                        memory_cap="1p").with_placement("v")
+    peaks = {name: max(evaluate(instance, generate(name, instance)).peak_memory)
+             for name in ("v-greedy", "v-half", "v-min")}
+    one_p = instance.cap[0]
+    assert peaks["v-half"] <= one_p / 2 and peaks["v-min"] <= one_p / 3 + 1e-9
+    assert peaks["v-min"] <= peaks["v-half"] <= peaks["v-greedy"]
+
+
+def test_large_instances_run_a_grid_prefix_and_evaluate_one_finalist(monkeypatch):
+    instance = Instance(devices=6, microbatches=24, t_f=3, t_b=4, t_w=2, comm=1, m_b=2, m_w=1,
+                        memory_cap="2p")
+    full = evaluate(instance, generate("zb-greedy", instance))
+    monkeypatch.setattr(zb, "SIMULATION_BUDGET", instance.num_passes)
+    monkeypatch.setattr(_search, "LARGE", 1)
+    assert len(zb.budgeted(zb.grid(instance), instance.num_passes)) == zb.MIN_POLICIES
+    quick = evaluate(instance, generate("zb-greedy", instance))
+    assert quick.fits_cap and validate(instance, quick.schedule) == []
+    assert full.span <= quick.span  # the full grid can only do better
+
+
+def test_deterministic():
+    instance = Instance(devices=4, microbatches=10, t_f=[3, 2, 4, 3], t_b=4, t_w=2, comm=1,
+                        m_b=3, m_w=1, memory_cap="1.5p")
+    assert generate("zb-greedy", instance) == generate("zb-greedy", instance)
