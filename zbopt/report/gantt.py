@@ -115,9 +115,12 @@ def _new_axes(width: float, height: float) -> Axes:
 
 
 def plot_gantt(timeline: Timeline, ax: Axes | None = None, devices: Sequence[int] | None = None,
-               labels: bool = True, xmax: float | None = None, legend: bool = False) -> Axes:
+               labels: bool = True, xmax: float | None = None, legend: bool = False,
+               boxes: list[dict] | None = None) -> Axes:
     """One row per device: idle time grey, F/B/W blocks coloured, micro-batch numbers on the
-    blocks wide enough to hold them, atomic multi-pass blocks outlined."""
+    blocks wide enough to hold them, atomic multi-pass blocks outlined.
+
+    `boxes` is pass_boxes(timeline), when a caller drawing row by row already has it."""
     rows = list(range(timeline.instance.devices)) if devices is None else list(devices)
     if ax is None:
         ax = _new_axes(12, 0.45 * len(rows) + 1.2)
@@ -128,7 +131,8 @@ def plot_gantt(timeline: Timeline, ax: Axes | None = None, devices: Sequence[int
     height = 0.8
     ax.barh(range(len(rows)), [timeline.makespan] * len(rows), left=0, height=height,
             color=IDLE_COLOUR, linewidth=0)
-    boxes = [b for b in pass_boxes(timeline) if b["device"] in row_of]
+    boxes = [b for b in (pass_boxes(timeline) if boxes is None else boxes)
+             if b["device"] in row_of]
     patches, colours = [], []
     for b in boxes:
         band_height = height / b["bands"]
@@ -235,10 +239,11 @@ def plot_schedule(timeline: Timeline) -> Figure:
                                left=0.08, right=0.98, top=1 - header / height,
                                bottom=footer / height)
     first = None
+    boxes = pass_boxes(timeline)
     for d in range(p):
         gantt_ax = figure.add_subplot(grid[2 * d], sharex=first)
         first = first or gantt_ax
-        plot_gantt(timeline, gantt_ax, devices=[d])
+        plot_gantt(timeline, gantt_ax, devices=[d], boxes=boxes)
         memory_ax = figure.add_subplot(grid[2 * d + 1], sharex=first)
         plot_memory(timeline, d, memory_ax, xmax=timeline.makespan)
         gantt_ax.set_xlabel("")
