@@ -31,8 +31,9 @@ from ..errors import ZboptError
 from ..instance import Instance
 from ..schedule import Item, Schedule, format_item, structure_problems
 
-# Lowest torch whose compute-only CSV runtime knows I/W/B as written here and runs two stages
-# of one rank back to back (V placement); the OVERLAP_F_B block form needs 2.9.
+# Lowest torch whose CSV runtime reads I (input grad) and B (full backward) unambiguously: the IR
+# change is pytorch/pytorch#138886 (Oct 2024, in 2.6). The OVERLAP_F_B block form needs 2.9.
+# Only VERIFIED_TORCH is actually run by the tests; the minimums come from torch's history.
 MIN_TORCH = "2.6"
 MIN_TORCH_OVERLAP = "2.9"
 VERIFIED_TORCH = "2.13.0"
