@@ -109,6 +109,91 @@ def sequential_schedule(instance: Instance) -> Schedule:
     return Schedule.build(orders, method="sequential")
 
 
+def list_schedule(instance: Instance, new_before_w: bool = True) -> Schedule:
+    """A memory-safe greedy for any placement, a fallback warm start where no family fits.
+
+    Every device, whenever free, runs a ready B, else the next F of a micro-batch it already
+    admitted, else (in the order `new_before_w` picks) a pending W or the F that admits a new
+    micro-batch. A device admits a micro-batch (at its first stage there) only if the
+    activations of all its stages for it fit beside what it holds and what its admitted
+    micro-batches will still add, so admitted micro-batches never wait for memory and the
+    order cannot deadlock. The order is then judged by evaluate() like any other.
+    """
+    p = instance.devices
+    caps = instance.cap or (math.inf,) * p
+    footprint: dict[tuple[int, int], float] = {}  # (device, mb) -> activations it will add
+    for q in instance.passes():
+        if q[2] == "F":
+            key = (instance.device_of(q[0]), q[1])
+            footprint[key] = footprint.get(key, 0) + instance.m_b[q[0]]
+    level = list(instance.static_memory)
+    owed = [0.0] * p  # activations admitted micro-batches will still add
+    admitted: set[tuple[int, int]] = set()
+    end: dict[Pass, float] = {}
+    free_at = [0.0] * p
+    nxt = {(s, k): 0 for s in range(instance.num_stages) for k in "FBW"}
+    orders: list[list[Pass]] = [[] for _ in range(p)]
+    total = instance.num_passes
+    from ..dag import dependencies, lag
+
+    def candidates(d):
+        out = []
+        for s in instance.stages_of(d):
+            mbs = instance.microbatches_of(s)
+            for k in "BFW":
+                i = nxt[(s, k)]
+                if i >= len(mbs):
+                    continue
+                q = (s, mbs[i], k)
+                deps = dependencies(instance, q)
+                if any(a not in end for a in deps):
+                    continue
+                ready = max([end[a] + lag(instance, a, q) for a in deps], default=0.0)
+                if k == "B":
+                    rank = 0
+                elif k == "F" and (d, q[1]) in admitted:
+                    rank = 1
+                elif k == "F":
+                    if level[d] + owed[d] + footprint[(d, q[1])] > caps[d] + 1e-9:
+                        continue
+                    rank = 2 if new_before_w else 3
+                else:
+                    rank = 3 if new_before_w else 2
+                out.append((ready, rank, -s, q))
+        return out
+
+    while sum(len(o) for o in orders) < total:
+        best = None
+        for d in range(p):
+            cands = candidates(d)
+            if not cands:
+                continue
+            now = [c for c in cands if c[0] <= free_at[d]]
+            ready, rank, _, q = min(now, key=lambda c: c[1:]) if now else min(cands)
+            start = max(free_at[d], ready)
+            if best is None or (start, rank) < best[:2]:
+                best = (start, rank, d, q)
+        if best is None:
+            raise ZboptError("the fallback list scheduler is stuck (internal error)")
+        start, _, d, q = best
+        s, j, k = q
+        if k == "F":
+            if (d, j) not in admitted:
+                admitted.add((d, j))
+                owed[d] += footprint[(d, j)]
+            owed[d] -= instance.m_b[s]
+            level[d] += instance.m_b[s]
+        elif k == "B":
+            level[d] -= instance.m_b[s] - instance.m_w[s]
+        else:
+            level[d] -= instance.m_w[s]
+        end[q] = start + instance.cost(s, k)
+        free_at[d] = end[q]
+        nxt[(s, k)] += 1
+        orders[d].append(q)
+    return Schedule.build(orders, method="list" + ("" if new_before_w else "-w-first"))
+
+
 def single_passes(schedule: Schedule) -> Schedule:
     """The same orders with every block split into its passes (solvers schedule single passes).
 
@@ -126,7 +211,15 @@ def _warm_start(instance: Instance, objective: str):
     row = best_schedule(instance, objective)
     if row is not None:
         candidates.append(row.timeline)
-    candidates.append(evaluate(instance, sequential_schedule(instance)))
+    fallbacks = [sequential_schedule(instance), list_schedule(instance, True),
+                 list_schedule(instance, False)]
+    for schedule in fallbacks:
+        try:
+            timeline = evaluate(instance, schedule)
+        except ZboptError:  # a fallback that cannot run here is simply not a candidate
+            continue
+        if timeline.fits_cap:
+            candidates.append(timeline)
     hints = []
     for timeline in candidates:
         try:
@@ -148,16 +241,9 @@ def _hint_starts(scaled: Instance, timeline: Timeline) -> tuple[dict[Pass, int],
     return {q: int(round(t)) for q, t in again.start.items()}, again
 
 
-def _horizon(scaled: Instance, timeline: Timeline, objective: str) -> int:
-    """Latest end any improving schedule needs.
-
-    Makespan: the warm start's makespan. Span: neighbouring devices' windows overlap (each
-    holds a pass inside the other's), so with the first start at 0 every device starts within
-    (p-1) spans and ends within p spans of the warm start's span.
-    """
-    if objective == "makespan":
-        return int(round(timeline.makespan))
-    return int(round(max(timeline.makespan, scaled.devices * timeline.span)))
+def _horizon(timeline: Timeline, objective: str, scale: int) -> int:
+    """The warm start's objective in scaled time: backends search schedules no worse."""
+    return int(round(timeline.objective(objective) * scale))
 
 
 # ----- the backends -------------------------------------------------------------------------
@@ -178,12 +264,18 @@ def _backend(solver: str) -> Callable[..., BackendResult]:
 
 
 def _schedule_from_starts(instance: Instance, scaled: Instance, starts: dict[Pass, int],
-                          objective: str, scale: int, method: str) -> Schedule:
+                          objective: str, scale: int, method: str,
+                          backend_orders=None) -> Schedule:
     """Per-device orders sorted by start (ties: shorter first, so a zero-length pass that
-    shares a start with a longer one runs first), released at each device's first start."""
-    orders: list[list[Pass]] = [[] for _ in range(instance.devices)]
-    for q in sorted(starts, key=lambda q: (starts[q], starts[q] + scaled.cost(q[0], q[2]), q)):
-        orders[instance.device_of(q[0])].append(q)
+    shares a start with a longer one runs first; a backend's own orders win), released at
+    each device's first start."""
+    if backend_orders is not None:
+        orders = [list(order) for order in backend_orders]
+    else:
+        orders = [[] for _ in range(instance.devices)]
+        for q in sorted(starts, key=lambda q: (starts[q], starts[q] + scaled.cost(q[0], q[2]),
+                                               q)):
+            orders[instance.device_of(q[0])].append(q)
     release = None
     if objective == "span":
         release = [min(starts[q] for q in order) / scale if order else 0.0 for order in orders]
@@ -231,7 +323,7 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     bound_scaled = math.ceil(bound_value * scale - 1e-6)
     heuristic_name, heuristic_value, warm, hint = _warm_start(instance, objective)
     hint_starts, hint_tl = _hint_starts(scaled, hint)
-    horizon = _horizon(scaled, hint_tl, objective)
+    horizon = _horizon(hint, objective, scale)
     extra: dict = {"memory_scale": memory_scale, "bound_name": bound_name,
                    "warm_start": warm.schedule.method,
                    "warm_start_objective": warm.objective(objective)}
@@ -265,7 +357,7 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     message = raw.message
     if raw.starts is not None:
         schedule = _schedule_from_starts(instance, scaled, raw.starts, objective, scale,
-                                         f"solver-{solver}")
+                                         f"solver-{solver}", raw.extra.get("orders"))
         problems = validate(instance, schedule)
         if problems:
             message = f"the {solver} schedule failed validation ({problems[0]}); " \

@@ -45,12 +45,27 @@ def _integral(instance: Instance) -> None:
                          "(zbopt.solvers.solve does)")
 
 
+def time_window(instance: Instance, objective: str, horizon: int) -> int:
+    """Latest end time any schedule with objective <= horizon needs.
+
+    Makespan: the horizon itself. Span: the pass windows of two devices holding neighbouring
+    stages overlap (F(s+1, j) follows F(s, j), B(s+1, j) precedes B(s, j)), so once time is
+    shifted to start at 0, every device starts within (p-1) spans and ends within p spans.
+    """
+    return int(horizon) if objective == "makespan" else instance.devices * int(horizon)
+
+
 def build_model(instance: Instance, objective: str, hint: Optional[dict[Pass, int]],
                 symmetry: bool, horizon: int):
-    """The CP-SAT model; returns (model, start variables, objective variable)."""
+    """The CP-SAT model; returns (model, start variables, objective variable).
+
+    `horizon` bounds the objective (as for the MILP backend): the model searches schedules
+    with objective <= horizon, e.g. the warm start's.
+    """
     _integral(instance)
     model = cp_model.CpModel()
-    horizon = int(horizon)
+    bound = int(horizon)
+    horizon = time_window(instance, objective, bound)
     cost = {q: int(instance.cost(q[0], q[2])) for q in instance.passes()}
     start = {q: model.new_int_var(0, max(0, horizon - cost[q]), f"s{q[0]}{q[2]}{q[1]}")
              for q in cost}
@@ -66,9 +81,9 @@ def build_model(instance: Instance, objective: str, hint: Optional[dict[Pass, in
     if symmetry:
         _micro_batch_order(model, instance, start, cost)
     if instance.cap is not None:
-        _memory(model, instance, start, cost, symmetry, horizon)
+        _memory(model, instance, start, cost, symmetry, horizon, hint)
     objective_var, firsts, lasts = _objective(model, instance, objective, start, cost, symmetry,
-                                              horizon)
+                                              horizon, bound)
     if hint:
         _add_hint(model, instance, objective, hint, start, cost, firsts, lasts, objective_var)
     return model, start, objective_var
@@ -84,7 +99,8 @@ def _micro_batch_order(model, instance, start, cost) -> None:
                 model.add(start[(s, b, kind)] >= start[(s, a, kind)] + cost[(s, a, kind)])
 
 
-def _memory(model, instance, start, cost, symmetry: bool, horizon: int) -> None:
+def _memory(model, instance, start, cost, symmetry: bool, horizon: int,
+            hint: Optional[dict[Pass, int]]) -> None:
     """Memory per device as a cumulative of holding intervals.
 
     Micro-batch j on stage s holds m_b - m_w from the start of F until the end of B, and m_w
@@ -105,6 +121,9 @@ def _memory(model, instance, start, cost, symmetry: bool, horizon: int) -> None:
                         continue
                     size = model.new_int_var(0, horizon, "")
                     model.add(size == start[until] + cost[until] - start[f])
+                    if hint and f in hint and until in hint:
+                        # a complete hint lets CP-SAT start from the warm start at once
+                        model.add_hint(size, hint[until] + cost[until] - hint[f])
                     holds.append(model.new_interval_var(start[f], size,
                                                         start[until] + cost[until], ""))
                     demands.append(int(demand))
@@ -142,7 +161,7 @@ def _in_flight(model, instance, s: int, capacity: int, start, cost) -> None:
                 model.add(f >= start[w] + cost[w])
 
 
-def _objective(model, instance, objective, start, cost, symmetry, horizon):
+def _objective(model, instance, objective, start, cost, symmetry, horizon, bound):
     p = instance.devices
     best = math.ceil(bounds.best_lower_bound(instance, objective)[1] - 1e-9)
     # first pass of a device is always an F (B and W follow their F) and its last is a W
@@ -156,7 +175,7 @@ def _objective(model, instance, objective, start, cost, symmetry, horizon):
         first_candidates[d] += [(s, j, "F") for j in firsts]
         last_candidates[d] += [(s, j, "W") for j in lasts]
     if objective == "makespan":
-        makespan = model.new_int_var(best, max(best, horizon), "makespan")
+        makespan = model.new_int_var(best, max(best, bound), "makespan")
         for d in range(p):
             for q in last_candidates[d]:
                 model.add(makespan >= start[q] + cost[q])
@@ -165,7 +184,7 @@ def _objective(model, instance, objective, start, cost, symmetry, horizon):
             model.add(makespan >= head)
         model.minimize(makespan)
         return makespan, None, None
-    span = model.new_int_var(best, max(best, horizon), "span")
+    span = model.new_int_var(best, max(best, bound), "span")
     first = [model.new_int_var(0, horizon, f"first{d}") for d in range(p)]
     last = [model.new_int_var(0, horizon, f"last{d}") for d in range(p)]
     for d in range(p):
@@ -216,7 +235,8 @@ def solve_cpsat(instance: Instance, objective: str = "span", time_limit: float =
     """Solve the integer instance with CP-SAT; starts are scaled integer times."""
     began = time.perf_counter()
     if horizon is None:
-        # every pass back to back on one device is always feasible time-wise
+        # the sum of all costs and lags bounds the span and makespan of running one
+        # micro-batch at a time, which fits every cap that admits a schedule
         horizon = int(sum(instance.cost(q[0], q[2]) for q in instance.passes())
                       + instance.comm * instance.num_passes)
     model, start, objective_var = build_model(instance, objective, hint, symmetry, horizon)
