@@ -333,6 +333,16 @@ def test_report_table_lists_methods_by_span_and_reasons_for_the_rest():
             assert "does not apply" in table and r.method in table
 
 
+def test_report_table_shows_each_methods_own_cap():
+    rows = compare(UNIT, ["1f1b", "dualpipe"])
+    page = render_report(UNIT, rows, charts=False)
+    for row in rows:
+        cells = re.search(rf"<td>{row.method}</td>(.*?)</tr>", page).group(1)
+        numbers = re.findall(r'<td class="num">([^<]*)</td>', cells)
+        assert numbers[-1] == f"{max(row.timeline.instance.cap):g}"
+    assert rows[0].timeline.instance.cap != rows[1].timeline.instance.cap  # so the test bites
+
+
 def test_report_escapes_names():
     rows = [Row("<b>x</b>", "handwritten", UNIT, timeline_of("1f1b"))]
     page = render_report(UNIT.with_cap(None), rows, title="a </script> title", charts=False)

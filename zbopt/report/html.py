@@ -87,26 +87,31 @@ def comparison_table(rows: Sequence[Row]) -> str:
     fitting = [r for r in applied if r.timeline.fits_cap]
     best = min((r.timeline.span for r in fitting), default=None)
     head = ("<tr><th>method</th><th>kind</th><th>placement</th><th>makespan</th><th>span</th>"
-            "<th>ideal</th><th>bubble rate</th><th>peak memory (max)</th><th>fits cap</th></tr>")
+            "<th>ideal</th><th>bubble rate</th><th>peak memory (max)</th><th>cap (max)</th>"
+            "<th>fits cap</th></tr>")
     body = []
     for r in applied:
         tl = r.timeline
         placement = r.instance.placement + (f"/{r.instance.chunks}"
                                             if r.instance.placement == "interleaved" else "")
         fits = "yes" if tl.fits_cap else '<span class="over">no</span>'
+        # a re-placed method's "kp" cap resolves on its own placement, so it can differ per row
+        cap = "unlimited" if tl.instance.cap is None else number(max(tl.instance.cap))
         css = ' class="best"' if tl.fits_cap and tl.span == best else ""
         body.append(
             f"<tr{css}><td>{_e(r.method)}</td><td>{_e(r.kind)}</td><td>{_e(placement)}</td>"
             f'<td class="num">{number(tl.makespan)}</td><td class="num">{number(tl.span)}</td>'
             f'<td class="num">{number(tl.ideal)}</td><td class="num">{tl.bubble_rate:.2%}</td>'
-            f'<td class="num">{number(max(tl.peak_memory))}</td><td>{fits}</td></tr>')
+            f'<td class="num">{number(max(tl.peak_memory))}</td>'
+            f'<td class="num">{cap}</td><td>{fits}</td></tr>')
     for r in rows:
         if not r.applies:
             body.append(f'<tr class="na"><td>{_e(r.method)}</td><td>{_e(r.kind)}</td>'
-                        f'<td colspan="7">does not apply: {_e(r.reason)}</td></tr>')
+                        f'<td colspan="8">does not apply: {_e(r.reason)}</td></tr>')
     note = ('<p class="sub">Sorted by span; the bold row is the best that fits the memory cap. '
             'span = max over devices of (last end - first start); bubble rate = '
-            '(span - ideal) / span.</p>')
+            '(span - ideal) / span. A cap given as a multiple of p ("1p") is resolved on '
+            'each method\'s own placement.</p>')
     return f"<table>{head}{''.join(body)}</table>{note}"
 
 

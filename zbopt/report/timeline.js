@@ -98,7 +98,8 @@
         q.label = make("text", { x: q.cx, y: q.cy, class: "zb-label" + (q.kind === "B" ? "" : " light") }, svg);
         q.label.textContent = text;
       }
-      if (q.item_size > 1) {
+      // outline atomic blocks only where wide enough: thin outlines would paint rows black
+      if (q.item_size > 1 && (q.item_end - q.item_start) * scale >= 14) {
         blocks[q.device + ":" + q.item_start] = q;
       }
     });
