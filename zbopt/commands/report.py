@@ -30,7 +30,10 @@ def run(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".html", ".htm"):
         raise ZboptError(f"the report is HTML: give -o a name ending in .html, not {out.name!r}")
-    refuse_overwrite(out, args.force)  # before the (possibly long) solve
+    # both checks before the (possibly long) solve
+    refuse_overwrite(out, args.force)
+    if not out.parent.exists():
+        raise ZboptError(f"directory {out.parent} does not exist: create it first")
     if args.time_limit <= 0:
         raise ZboptError(f"--time-limit must be positive, got {args.time_limit:g}")
     instance = load(args)

@@ -57,6 +57,11 @@ def pass_colour(timeline: Timeline, stage: int, kind: str) -> str:
     return lighten(KIND_COLOURS[kind], shade_of(timeline, stage))
 
 
+def label_colour(timeline: Timeline, stage: int, kind: str) -> str:
+    """White on the dark purple and green, black on orange and on the lighter shades."""
+    return "black" if kind == "B" or shade_of(timeline, stage) >= 0.3 else "white"
+
+
 def is_overlapped(item: Item) -> bool:
     """A DualPipe F&B block (an F run together with another pass), drawn as stacked bands since
     its passes run at the same time; a fused (B, W) is sequential and drawn side by side."""
@@ -158,7 +163,7 @@ def plot_gantt(timeline: Timeline, ax: Axes | None = None, devices: Sequence[int
             if fontsize >= 4 and _fits(ax, b["x1"] - b["x0"], text, fontsize):
                 y = row_of[b["device"]] - height / 2 + (b["band"] + 0.5) * height / b["bands"]
                 ax.text((b["x0"] + b["x1"]) / 2, y, text, ha="center", va="center",
-                        fontsize=fontsize, color="white" if b["kind"] != "B" else "black",
+                        fontsize=fontsize, color=label_colour(timeline, b["stage"], b["kind"]),
                         clip_on=True)
     ax.set_yticks(range(len(rows)), [f"device {d}" for d in rows])
     ax.tick_params(axis="y", length=0)
@@ -196,7 +201,8 @@ def plot_memory(timeline: Timeline, device: int, ax: Axes | None = None,
     label = f"peak {number(peak)}" + (f" / cap {number(cap)}" if cap is not None else "")
     over = cap is not None and peak > cap + 1e-9
     ax.text(1.0, 1.0, label, transform=ax.transAxes, ha="right", va="top", fontsize=7,
-            color=CAP_COLOUR if over else "#333333")
+            color=CAP_COLOUR if over else "#333333",
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
     ax.set_xlim(0, end if end > 0 else 1)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: number(x)))
     ax.set_ylim(0, top * 1.15 if top > 0 else 1)
@@ -213,6 +219,13 @@ def plot_memory(timeline: Timeline, device: int, ax: Axes | None = None,
 def legend_handles(timeline: Timeline, cap: bool = True) -> list:
     handles = [Patch(color=KIND_COLOURS[k], label=f"{k} {KIND_NAMES[k]}") for k in "FBW"]
     handles.append(Patch(color=IDLE_COLOUR, label="idle"))
+    instance = timeline.instance
+    if instance.placement == "dualpipe":
+        handles.append(Patch(color=lighten(KIND_COLOURS["F"], 0.45),
+                             label="lighter: reverse direction"))
+    elif instance.chunks > 1:
+        handles.append(Patch(color=lighten(KIND_COLOURS["F"], 0.5),
+                             label="lighter: later chunk"))
     if cap and timeline.instance.cap is not None:
         handles.append(Patch(facecolor="none", edgecolor=CAP_COLOUR, linestyle="--",
                              label="memory cap"))
@@ -252,7 +265,7 @@ def plot_schedule(timeline: Timeline) -> Figure:
             memory_ax.tick_params(axis="x", labelbottom=False)
     figure.text(0.01, 1 - 0.12 / height, describe(timeline), ha="left", va="top", fontsize=10,
                 weight="bold")
-    figure.legend(handles=legend_handles(timeline), loc="upper left", ncol=5, fontsize=8,
+    figure.legend(handles=legend_handles(timeline), loc="upper left", ncol=6, fontsize=8,
                   frameon=False, bbox_to_anchor=(0.005, 1 - 0.36 / height))
     unit = timeline.instance.time_unit
     figure.axes[-1].set_xlabel(f"time ({unit})" if unit else "time")

@@ -21,12 +21,12 @@ from ..compare import Row
 from ..errors import ZboptError
 from ..instance import Instance
 from ..schedule import Timeline
-from .gantt import (IDLE_COLOUR, KIND_COLOURS, KIND_NAMES, number, pass_boxes, pass_colour,
-                    plot_schedule, plot_stacked)
+from .gantt import (IDLE_COLOUR, KIND_COLOURS, KIND_NAMES, label_colour, number, pass_boxes,
+                    pass_colour, plot_schedule, plot_stacked)
 
 # The order of the per-pass arrays in the page's JSON (timeline.js unpacks them by name).
 PASS_FIELDS = ("device", "stage", "mb", "kind", "start", "end", "x0", "x1", "band", "bands",
-               "item_start", "item_end", "item_size", "colour", "step")
+               "item_start", "item_end", "item_size", "colour", "ink", "step")
 
 
 def _asset(name: str) -> str:
@@ -56,6 +56,7 @@ def timeline_data(timeline: Timeline, name: str, xmax: float) -> dict:
     rows = []
     for box in pass_boxes(timeline):
         box = dict(box, colour=pass_colour(timeline, box["stage"], box["kind"]),
+                   ink=label_colour(timeline, box["stage"], box["kind"]),
                    step=path_step(instance, box["stage"], box["kind"]))
         rows.append([_compact(box[f]) if isinstance(box[f], float) else box[f]
                      for f in PASS_FIELDS])

@@ -95,7 +95,7 @@
       q.cy = y + bandHeight / 2;
       var text = String(q.mb);
       if (w >= 6.5 * text.length + 3 && bandHeight >= 9) {
-        q.label = make("text", { x: q.cx, y: q.cy, class: "zb-label" + (q.kind === "B" ? "" : " light") }, svg);
+        q.label = make("text", { x: q.cx, y: q.cy, class: "zb-label", style: "fill:" + q.ink }, svg);
         q.label.textContent = text;
       }
       // outline atomic blocks only where wide enough: thin outlines would paint rows black
