@@ -182,14 +182,12 @@ class _Greedy:
     def execute(self, d: int, t: float, choice: tuple[int, int, str]) -> None:
         top = self.top
         s, k, kind = choice
-        mb = top.mbs[s][k]
+        free = self.free_at[d]
+        now = t
         if kind == "F":
             cost = top.tf[s]
             self.level[d] += top.mb_[s]
-            if top.first_on_device[s]:
-                self.reserve[d] += top.later[s]
-            else:
-                self.reserve[d] -= top.mb_[s]
+            self.reserve[d] += top.later[s] if top.first_on_device[s] else -top.mb_[s]
             self.nf[s] += 1
         elif kind == "B":
             cost = top.tb[s]
@@ -198,27 +196,25 @@ class _Greedy:
         else:
             cost = top.tw[s]
             self.level[d] -= top.mw[s]
-        if kind == "W" and self.free_at[d] < t:
-            # A W was ready since the device went idle (its B ran here) and nothing depends on
-            # it: start it then, as evaluate()'s ASAP timing of this order will.
-            t, now = self.free_at[d], t
-        else:
-            now = t
+            if free < t:
+                # A W was ready since the device went idle (its B ran here) and nothing
+                # depends on it: start it then, as evaluate()'s ASAP timing of this order will.
+                t = free
         end = t + cost
         if self.first[d] is None:
             self.first[d] = t
-        elif t > self.free_at[d]:
-            self.idle[d] += t - self.free_at[d]
+        elif t > free:
+            self.idle[d] += t - free
         self.free_at[d] = end
         self.remaining[d] -= 1
-        self.orders[d].append((s, mb, kind))
-        self.push(max(end, now), d)
+        self.orders[d].append((s, top.mbs[s][k], kind))
+        heapq.heappush(self.heap, (end if end > now else now, next(self.seq), d))
         if kind == "F":
             nxt = top.next[s]
             if nxt >= 0:
                 arrival = end + top.lag_next[s]
                 self.f_arr[nxt][k] = arrival
-                self.wake(top.device[nxt], t, arrival)
+                self.wake(top.device[nxt], now, arrival)
             else:
                 self.b_arr[s][k] = end
         elif kind == "B":
@@ -227,7 +223,7 @@ class _Greedy:
             if prv >= 0:
                 arrival = end + top.lag_prev[s]
                 self.b_arr[prv][k] = arrival
-                self.wake(top.device[prv], t, arrival)
+                self.wake(top.device[prv], now, arrival)
 
     # ----- decisions -------------------------------------------------------------------------
 
