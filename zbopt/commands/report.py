@@ -1,4 +1,7 @@
-"""zbopt report [INSTANCE] -o report.html: one self-contained HTML file (table, charts, timelines)."""
+"""zbopt report [INSTANCE] -o report.html: one self-contained HTML file.
+
+The comparison table, the instance, the charts and an interactive timeline per method.
+"""
 
 from __future__ import annotations
 

@@ -216,16 +216,16 @@ def plot_memory(timeline: Timeline, device: int, ax: Axes | None = None,
     return ax
 
 
-def legend_handles(timeline: Timeline, cap: bool = True) -> list:
+def legend_handles(timeline: Timeline, cap: bool = True,
+                   others: Sequence[Timeline] = ()) -> list:
+    """Kinds, idle, the lighter shade when some chart uses it, and the cap line if drawn."""
     handles = [Patch(color=KIND_COLOURS[k], label=f"{k} {KIND_NAMES[k]}") for k in "FBW"]
     handles.append(Patch(color=IDLE_COLOUR, label="idle"))
-    instance = timeline.instance
-    if instance.placement == "dualpipe":
-        handles.append(Patch(color=lighten(KIND_COLOURS["F"], 0.45),
-                             label="lighter: reverse direction"))
-    elif instance.chunks > 1:
-        handles.append(Patch(color=lighten(KIND_COLOURS["F"], 0.5),
-                             label="lighter: later chunk"))
+    placements = {t.instance.placement for t in (timeline, *others) if t.instance.chunks > 1}
+    if placements:
+        meaning = {"dualpipe": "reverse direction"}.get(placements.pop(), "later chunk") \
+            if len(placements) == 1 else "later chunk or reverse direction"
+        handles.append(Patch(color=lighten(KIND_COLOURS["F"], 0.45), label=f"lighter: {meaning}"))
     if cap and timeline.instance.cap is not None:
         handles.append(Patch(facecolor="none", edgecolor=CAP_COLOUR, linestyle="--",
                              label="memory cap"))
@@ -273,11 +273,12 @@ def plot_schedule(timeline: Timeline) -> Figure:
 
 
 def plot_stacked(timelines: Sequence[Timeline]) -> Figure:
-    """Every method's Gantt chart stacked on one shared time axis, to compare bubbles at a glance."""
+    """Every method's Gantt chart stacked on one shared time axis: bubbles compared at a glance."""
     timelines = list(timelines)
     if not timelines:
         raise ZboptError("no schedule to plot: no method applies to this instance")
-    heights = [0.28 * t.instance.devices + 0.45 for t in timelines]
+    # rows get thinner past ~16 devices so the figure stays a sensible size
+    heights = [min(0.28 * t.instance.devices, 4.5) + 0.45 for t in timelines]
     total = sum(heights) + 1.0
     figure = Figure(figsize=(12, total), dpi=110)
     grid = figure.add_gridspec(len(timelines), 1, height_ratios=heights, hspace=0.5 / (
@@ -294,8 +295,8 @@ def plot_stacked(timelines: Sequence[Timeline]) -> Figure:
         if i < len(timelines) - 1:
             ax.set_xlabel("")
             ax.tick_params(axis="x", labelbottom=False)
-    figure.legend(handles=legend_handles(timelines[0], cap=False), loc="upper right", ncol=5, fontsize=8,
-                  frameon=False)
+    figure.legend(handles=legend_handles(timelines[0], cap=False, others=timelines[1:]),
+                  loc="upper right", ncol=5, fontsize=8, frameon=False)
     return figure
 
 
