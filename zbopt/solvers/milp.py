@@ -40,6 +40,7 @@ from typing import Optional
 import networkx as nx
 import pulp
 
+from .. import bounds
 from ..dag import Pass, dependencies, format_pass, lag
 from ..errors import ZboptError
 from ..instance import Instance
@@ -275,7 +276,7 @@ def _before(model: Model, a: Pass, b: Pass):
 
 
 def build_model(instance: Instance, objective: str, horizon: int,
-                symmetry: bool = True) -> Model:
+                symmetry: bool = True, bound_cuts: bool = True) -> Model:
     st = structure(instance, symmetry)
     prob = pulp.LpProblem("zbopt", pulp.LpMinimize)
     d = st.duration
@@ -285,14 +286,15 @@ def build_model(instance: Instance, objective: str, horizon: int,
         for p in dev:
             # makespan: a pass cannot start before its head nor end after horizon - tail
             upper = horizon - st.tail[p] - d[p] if makespan else None
-            start[p] = pulp.LpVariable(f"s_{format_pass(p)}", lowBound=st.head[p] if makespan
-                                       else 0, upBound=upper)
-    z = pulp.LpVariable("z", lowBound=0, upBound=horizon, cat=pulp.LpInteger)
+            start[p] = prob.add_variable(f"s_{format_pass(p)}", lowBound=st.head[p] if makespan
+                                         else 0, upBound=upper)
+    z = prob.add_variable("z", lowBound=0, upBound=horizon, cat=pulp.LpInteger)
     prob += z
-    order = {(a, b): pulp.LpVariable(f"y_{format_pass(a)}_{format_pass(b)}", cat=pulp.LpBinary)
+    order = {(a, b): prob.add_variable(f"y_{format_pass(a)}_{format_pass(b)}",
+                                       cat=pulp.LpBinary)
              for a, b in st.free}
-    first = tuple(pulp.LpVariable(f"first_{k}", lowBound=0) for k in range(instance.devices))
-    last = tuple(pulp.LpVariable(f"last_{k}", lowBound=0) for k in range(instance.devices))
+    first = tuple(prob.add_variable(f"first_{k}", lowBound=0) for k in range(instance.devices))
+    last = tuple(prob.add_variable(f"last_{k}", lowBound=0) for k in range(instance.devices))
     model = Model(prob, start, order, first, last, z, st)
     for a, b, gap in st.edges:
         prob += start[b] >= start[a] + d[a] + gap
@@ -317,6 +319,12 @@ def build_model(instance: Instance, objective: str, horizon: int,
         prob += (z >= last[k] - first[k]) if not makespan else (z >= last[k])
     if makespan:
         prob += z >= max(st.head[p] + d[p] + st.tail[p] for p in start)
+    if bound_cuts:
+        # zbopt.bounds: every schedule's device window is at least its load plus the idle
+        # time the memory ramp and drain force (the LP relaxation cannot see the latter)
+        for k in range(instance.devices):
+            prob += last[k] - first[k] >= _ceil(bounds.device_bound(instance, k))
+        prob += z >= _ceil(bounds.best_lower_bound(instance, objective)[1])
     if instance.cap is not None:
         for k, dev in enumerate(st.device_passes):
             for p in dev:
@@ -431,9 +439,10 @@ def _cbc_path() -> str:
 
 
 _CBC_RESULT = re.compile(r"^Result - (.+?)\s*$", re.M)
+# CBC's final summary when it stops early ("Lower bound:") and its "Partial search - best
+# objective X (best possible Y)" line; progress lines are not read (they go stale).
 _CBC_BOUND = (re.compile(r"^Lower bound:\s*(\S+)", re.M),
-              re.compile(r"best possible (\S+?)\)"),
-              re.compile(r"Objective limits?.*?best possible (\S+)"))
+              re.compile(r"^Partial search - .*best possible (\S+?)\)", re.M))
 
 
 def parse_cbc_log(text: str) -> tuple[str, Optional[float]]:
@@ -465,9 +474,10 @@ def _run_cbc(model: Model, time_limit: float, threads: int, warm: bool,
     sol = model.problem.sol_status
     has_solution = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     lowered = result.lower()
-    if "optimal solution found" in lowered and sol == pulp.LpSolutionOptimal:
+    if lowered.startswith("optimal solution found") and sol == pulp.LpSolutionOptimal:
         status = "optimal"
-    elif "infeasible" in lowered or model.problem.status == pulp.LpStatusInfeasible:
+    elif "infeasible" in lowered or (not result
+                                     and model.problem.status == pulp.LpStatusInfeasible):
         status, has_solution = "infeasible", False
     elif has_solution:
         status = "feasible"  # PuLP calls this "Optimal"; CBC stopped on a limit
@@ -548,13 +558,15 @@ def _run_highs(model: Model, time_limit: float, threads: int, warm: bool,
 def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span",
                time_limit: float = 60.0, threads: int = 1,
                hint: dict[Pass, int] | None = None, symmetry: bool = True,
-               horizon: int | None = None) -> BackendResult:
+               horizon: int | None = None, bound_cuts: bool = True) -> BackendResult:
     """Solve `instance` (integer costs) with the MILP on CBC or HiGHS.
 
     `horizon` must be at least the objective of some schedule that fits the cap (the warm
     start's, or default_horizon()): the model searches objective <= horizon only, so
     "infeasible" means no schedule under the cap within the horizon. `extra["orders"]` holds
     each device's passes in the solved order (ties of zero-length passes resolved).
+    `bound_cuts` adds zbopt.bounds' per-device and global lower bounds as constraints; turn it
+    off to check the formulation on its own.
     """
     if backend not in BACKENDS:
         raise ZboptError(f"unknown MILP backend {backend!r}: use one of {', '.join(BACKENDS)}")
@@ -567,7 +579,7 @@ def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span"
     horizon = default_horizon(instance) if horizon is None else int(math.ceil(horizon))
     t0 = time.perf_counter()
     try:
-        model = build_model(instance, objective, horizon, symmetry)
+        model = build_model(instance, objective, horizon, symmetry, bound_cuts)
     except _CapTooSmall:
         return BackendResult("infeasible", None, None, None,
                              "the memory cap forces contradictory pass orders: no schedule "
@@ -586,9 +598,10 @@ def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span"
         outcome = run(model, time_limit, threads, warm, workdir)
     notes.insert(0, outcome.message)
     extra = {"horizon": horizon, "variables": len(model.problem.variables()),
-             "binaries": len(model.order), "constraints": len(model.problem.constraints),
-             "warm_start": warm, "model_seconds": 0.0, "solver_status": outcome.status}
-    extra["model_seconds"] = round(time.perf_counter() - t0, 3)
+             "binaries": len(model.order), "constraints": model.problem.numConstraints(),
+             "warm_start": warm, "bound_cuts": bound_cuts, "memory_orders":
+             model.structure.memory_orders, "solver_status": outcome.status,
+             "seconds": round(time.perf_counter() - t0, 3)}
     if outcome.status == "infeasible":
         return BackendResult("infeasible", None, None, None,
                              "; ".join(notes + [f"no schedule fits the memory cap with "
@@ -600,8 +613,8 @@ def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span"
     value = int(round(model.objective.varValue))
     bound = _ceil(outcome.bound)
     status = outcome.status
-    if status == "optimal":
-        bound = value if bound is None else bound
+    if status == "optimal" and bound is None:
+        bound = value  # CBC prints no bound when it proves optimality
     if bound is not None and bound > value:
         bound = value  # the solver's bound cannot exceed its own incumbent
     if status == "optimal" and bound < value:
