@@ -36,12 +36,16 @@ class Policy:
         memory forces it or nothing else is left. A tuple gives one value per device.
     inflight: per stage, the most micro-batches with F done and B not done (None: memory only).
     late_chunk_first: on a device with several stages (V), prefer the later stage's ready pass.
+    reserve_all: a micro-batch's first-chunk F reserves room for its later chunks' F on the
+        device for every micro-batch started there (else: room for one, which lets about twice
+        as many micro-batches be in flight on V at the same cap).
     """
 
     b_first: bool = True
     w_fill: str = "gap"
     inflight: tuple[int, ...] | None = None
     late_chunk_first: bool = True
+    reserve_all: bool = True
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,10 @@ class _Greedy:
         top = self.top
         need = top.mb_[s]
         if top.first_on_device[s]:
-            need += top.later[s] + self.reserve[d]
+            # keep room for a second-chunk F: of every started micro-batch (always safe), or of
+            # one (tighter; safe since a stage runs micro-batches in order, so the oldest one in
+            # flight finds the room; the engine reports a stuck run anyway)
+            need += top.later[s] + (self.reserve[d] if self.policy.reserve_all else 0.0)
         return self.level[d] + need <= self.caps[d] + _EPS
 
     def decide(self, d: int, t: float):

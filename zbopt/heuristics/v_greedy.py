@@ -3,9 +3,10 @@
 The same list scheduler as zb-greedy (see _engine.py): a device runs a ready B, else a ready F
 that fits, else a W that fills a gap or frees memory. Each micro-batch's F on its first chunk
 reserves room for its F on the second chunk, so a started micro-batch can always finish its
-forward on that device and the greedy never deadlocks. A grid over its choices (B or F first,
-how W fills, which chunk first, in-flight limits) plus the handcrafted `zb-v` order when it is
-registered and fits is judged by evaluate(); the smallest span within the cap wins.
+forward on that device and the greedy never deadlocks (a tighter variant keeps room for one
+micro-batch only). A grid over its choices (B or F first, how W fills, which chunk first, how
+much room) plus the handcrafted `zb-v` order when it is registered and fits is judged by
+evaluate(); the smallest span within the cap wins.
 
 Registered names: `v-greedy` (the instance's cap, unlimited if none), `v-half` and `v-min`
 (caps of about 1/2 and 1/3 of 1F1B's activation memory, like the V-Half / V-Min schedules).
@@ -25,31 +26,21 @@ from ._search import _UNSET, best_of, capped_instance
 from .zb_greedy import SIMULATION_BUDGET, W_FILLS
 
 # The grid, most useful first: the order in which its points won on random V instances (a
-# greedy set cover; in-flight limits and the early chunk first never won there, so they come
-# last). Large instances only run a prefix of MIN_POLICIES or what the budget allows.
+# greedy set cover; in-flight limits never won there and are left out, the early chunk first
+# comes last). Large instances only run a prefix of MIN_POLICIES or what the budget allows.
 PRIORITY = ((False, "eager"), (True, "eager"), (False, "gap"), (True, "gap"),
             (False, "balance"), (True, "balance"), (False, "lazy"), (True, "lazy"))
 MIN_POLICIES = 2
 
 
-def _limits(instance: Instance) -> list[tuple[int, ...] | None]:
-    """None (memory alone decides) and first-chunk limits like 1F1B's and ZB-H2's; the second
-    chunk is bounded by the first anyway."""
-    p, m = instance.devices, instance.microbatches
-    out: list = [None]
-    for factor, offset in ((1, 0), (2, -1), (2, 0)):
-        out.append(tuple(factor * (p - s) + offset if s < p else m
-                         for s in range(2 * p)))
-    return out
-
-
 def grid(instance: Instance) -> list[_engine.Policy]:
-    policies = [_engine.Policy(b_first=b_first, w_fill=w_fill, inflight=limit,
-                               late_chunk_first=late_first)
-                for late_first in (True, False)
-                for limit in _limits(instance)
-                for b_first, w_fill in PRIORITY]
-    return policies
+    """(B first, W fill) x room kept for the second chunk (every started micro-batch's, or one),
+    the later chunk's ready pass first, then the same with the earlier chunk first."""
+    return [_engine.Policy(b_first=b_first, w_fill=w_fill, late_chunk_first=late_first,
+                           reserve_all=reserve_all)
+            for late_first in (True, False)
+            for b_first, w_fill in PRIORITY
+            for reserve_all in (True, False)]
 
 
 def min_v_cap(instance: Instance) -> list[float]:
