@@ -29,6 +29,10 @@ def timeline(name: str, instance: Instance, **params):
     return evaluate(instance, generate(name, instance, **params))
 
 
+def bubble(tl) -> float:
+    return tl.span - tl.ideal
+
+
 def kinds_in_order(schedule) -> bool:
     """Every (stage, kind) runs its micro-batches in increasing order on its device."""
     last: dict = {}
@@ -115,6 +119,49 @@ def test_zbv_zero_bubble_for_any_equal_costs(p, extra, cost):
 def test_zbv_needs_the_v_placement():
     with pytest.raises(ZboptError, match="placement 'v'"):
         generate("zb-v", Instance(devices=4, microbatches=8))
+
+
+# ----- V-Min and V-Half building blocks ---------------------------------------------------------
+
+BLOCKS = {"v-min-block": lambda p: (p + 4) // 3, "v-half-block": lambda p: (p + 2) // 2}
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 6, 7, 9, 12])
+def test_block_peak_is_the_papers_activation_count(name, p):
+    """With m_w = m_b the peak is exactly (p+4)//3 or (p+2)//2 device activations once
+    m >= 2p, and never more; any smaller m_w only lowers it."""
+    for m in (1, p, 2 * p, 3 * p + 1):
+        for m_w in (0, 1, 2):
+            instance = Instance(devices=p, microbatches=m, m_b=2, m_w=m_w).with_placement("v")
+            tl = timeline(name, instance)
+            assert validate(instance, tl.schedule) == []
+            bound = BLOCKS[name](p) * instance.activation_unit
+            assert max(tl.peak_memory) <= bound
+            if m_w == 2 and m >= 2 * p:
+                assert max(tl.peak_memory) == bound
+
+
+@pytest.mark.parametrize("p", [3, 4, 6, 8, 11])
+def test_block_bubbles_between_zbv_and_1f1b(p):
+    contiguous = Instance(devices=p, microbatches=3 * p + 1)
+    v = contiguous.with_placement("v")
+    of = {name: bubble(timeline(name, v)) for name in ("zb-v", "v-half-block", "v-min-block")}
+    assert of["zb-v"] == 0 < of["v-half-block"] < of["v-min-block"] \
+        < bubble(timeline("1f1b", contiguous))
+
+
+@PROPERTY
+@given(v_instances(), st.sampled_from(sorted(BLOCKS)))
+def test_blocks_valid_on_random_instances(instance, name):
+    schedule = generate(name, instance)
+    assert validate(instance, schedule) == []
+    assert kinds_in_order(schedule)
+    tl = evaluate(instance, schedule)
+    p = instance.devices
+    for d in range(p):
+        own = sum(instance.m_b[s] for s in instance.stages_of(d))
+        assert tl.peak_memory[d] <= instance.static_memory[d] + BLOCKS[name](p) * own + 1e-9
 
 
 # ----- DualPipe and DualPipeV: the seed table -------------------------------------------------
@@ -283,7 +330,8 @@ def test_dualpipe_preconditions():
 def test_compare_lists_the_new_methods_with_reasons():
     instance = Instance(devices=4, microbatches=8, t_f=2, t_b=3, t_w=1, m_b=2, m_w=1)
     rows = {row.method: row for row in compare(instance)}
-    for name, placement in (("zb-v", "v"), ("dualpipe", "dualpipe"), ("dualpipev", "v")):
+    for name, placement in (("zb-v", "v"), ("dualpipe", "dualpipe"), ("dualpipev", "v"),
+                            ("v-min-block", "v"), ("v-half-block", "v")):
         assert rows[name].applies, rows[name].reason
         assert rows[name].instance.placement == placement
     # the same model on an odd pipeline: DualPipe does not apply and says why
