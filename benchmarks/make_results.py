@@ -77,7 +77,7 @@ def paper_comparison(out: Path) -> Path:
         "placement; `lower bound` is CP-SAT's proven bound and `gap` = (ours - bound) / ours. "
         "All spans in microseconds, from zbopt's evaluator. CP-SAT ran 60 s, 1 thread per "
         "job, two jobs at a time on a shared 2-core machine.\n\n",
-        "| setting | cap | authors' heuristic | ours | by | vs authors | CP-SAT status | "
+        "| setting | cap | authors' heuristic | ours | by | ours vs authors (negative: shorter) | CP-SAT status | "
         "lower bound | gap | best on any placement |\n",
         "|---|---|---|---|---|---|---|---|---|---|\n",
     ]

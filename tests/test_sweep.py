@@ -380,6 +380,35 @@ def test_report_tables_copy_the_records(tmp_path):
          "solver_runtime", "runtime", "note", "key"])
 
 
+def test_a_replaced_family_gets_the_same_absolute_memory():
+    # dualpipe keeps two copies of the model, so its own "1p" would be twice the memory
+    instance = Instance(devices=2, microbatches=8, m_b=2, m_w=1, memory_cap="1p")
+    record = run_job(Job(instance.to_dict(), MethodSpec("dualpipe", "family")))
+    assert record["run_placement"] == "dualpipe" and record["cap"] == 4
+    assert record["fits_cap"] == (record["peak_memory"] <= record["cap"])
+    assert record["fits_cap"] is False
+
+
+def test_summary_never_compares_another_placement_with_the_bound():
+    from zbopt.sweep.report import summarize
+    base = {"instance_name": "x", "devices": 2, "microbatches": 4, "memory_cap": "1p",
+            "placement": "contiguous", "status": "ok", "fits_cap": True}
+    records = [
+        {**base, "method": "a", "kind": "handwritten", "run_placement": "contiguous", "span": 30,
+         "bubble_rate": 0.2},
+        {**base, "method": "b", "kind": "handwritten", "run_placement": "v", "span": 20,
+         "bubble_rate": 0.1},
+        {**base, "method": "c", "kind": "handwritten", "run_placement": "contiguous", "span": 10,
+         "bubble_rate": 0.0, "fits_cap": False},
+        {**base, "method": "s", "kind": "solver", "run_placement": "contiguous", "span": 31,
+         "bubble_rate": 0.2, "lower_bound": 24},
+    ]
+    summary = summarize(records)
+    assert (summary.best_method, summary.best_span, summary.lower_bound) == ("a", 30, 24)
+    assert summary.gap == pytest.approx(0.2)
+    assert (summary.any_method, summary.any_span, summary.any_placement) == ("b", 20, "v")
+
+
 def test_family_that_does_not_apply_is_recorded_with_its_reason():
     job = Job(Instance(devices=2, microbatches=4, placement="v").to_dict(),
               MethodSpec("1f1b", "family"))

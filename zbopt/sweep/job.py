@@ -93,6 +93,10 @@ def run_job(job: Job) -> dict[str, Any]:
 
 def _run_family(job: Job, instance: Instance) -> dict[str, Any]:
     from ..compare import run_method
+    if instance.cap is not None:
+        # the absolute cap: a family that re-places the model (dualpipe keeps two copies) gets
+        # the same memory, not its own placement's reading of "kp"
+        instance = instance.with_cap(list(instance.cap))
     row = run_method(job.method.name, instance, **dict(job.method.params))
     out: dict[str, Any] = {"kind": row.kind}
     if not row.applies:
