@@ -356,3 +356,17 @@ def test_cli_compare_shows_the_new_methods(tmp_path, capsys):
     assert main(["compare", str(path)]) == 0
     table = capsys.readouterr().out
     assert "zb-v" in table and "dualpipev" in table
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("name", ["zb-v", "dualpipev", "v-min-block", "v-half-block"])
+def test_v_schedules_round_trip_through_torch_csv_and_pass_torch_checks(name):
+    pytest.importorskip("torch")
+    from zbopt.export.torch_csv import csv_text, parse_torch_csv, torch_check, torch_rows
+    for p, m in ((2, 4), (4, 11)):
+        instance = Instance(devices=p, microbatches=m, placement="v")
+        schedule = generate(name, instance)
+        rows = torch_rows(instance, schedule)
+        assert parse_torch_csv(csv_text(rows), instance).orders == schedule.orders
+        torch_check(rows, instance.num_stages, m)  # raises if torch rejects the order
