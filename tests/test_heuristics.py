@@ -248,3 +248,28 @@ def test_deterministic():
     instance = Instance(devices=4, microbatches=10, t_f=[3, 2, 4, 3], t_b=4, t_w=2, comm=1,
                         m_b=3, m_w=1, memory_cap="1.5p")
     assert generate("zb-greedy", instance) == generate("zb-greedy", instance)
+
+
+def test_cli_compare_lists_the_greedy_methods_and_their_reasons(capsys, tmp_path):
+    import json
+
+    from zbopt.cli import main
+
+    code = main(["compare", "--json", "--methods", ",".join(GREEDY)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = {r["method"]: r for r in json.loads(out)}
+    assert set(rows) == set(GREEDY)
+    assert rows["zb-greedy"]["span"] <= 1310405 and rows["zb-greedy"]["fits_cap"]
+    assert rows["v-greedy"]["placement"] == "v" and rows["v-greedy"]["fits_cap"]
+    # a V instance whose cap is below both chunks of one micro-batch: listed with the reason
+    inst = tmp_path / "v.toml"
+    inst.write_text('devices = 2\nmicrobatches = 4\nplacement = "v"\nm_b = 2\nmemory_cap = 3\n')
+    code = main(["compare", str(inst), "--json", "--methods", "v-greedy,zb-greedy"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    rows = {r["method"]: r for r in json.loads(out)}
+    assert not rows["v-greedy"]["applies"] and "at least 4" in rows["v-greedy"]["reason"]
+    assert not rows["zb-greedy"]["applies"] and "placement" in rows["zb-greedy"]["reason"]
+    code = main(["compare", str(inst), "--methods", "v-greedy"])
+    assert code == 0 and "v-greedy: does not apply" in capsys.readouterr().out
