@@ -35,21 +35,23 @@ then computes, and both results leave at its end; it lasts t_F + t_B + t_W less
 overlap = 1 hides the shorter one entirely).
 
 The turning device (h = n-1: dualpipe's two middle ranks, dualpipev's last rank) is special in
-DeepSeek's code: its first step-4 pair is computed without overlap, F first, and both results
-are sent after the backward. By default it stays one block (its outputs leave together, as in
-the runtime; only with overlap > 0 does the model shorten it, which the runtime does not).
-`split_turn=True` runs it as two items instead (the F's output leaves at once): an optimistic
-reading of the runtime, whose bubble is at most the default's (p=8, m=20, costs 2,3,1: 19).
+DeepSeek's code: its first step-4 pair is not overlapped; it computes the F, then waits for the
+backward's input and computes the full backward, and sends both results after that. By default
+it stays one block here too (its results leave together, as in the runtime; the block also
+makes the F wait for the backward's input, and with overlap > 0 it is shortened, which the
+runtime does not do). `split_turn=True` runs it as two items instead, the F's result leaving at
+once: a more optimistic reading, never worse than the default in our tests with comm = 0
+(p=8, m=20, costs 2,3,1: bubble 19 instead of 21).
 
 Bubble: with comm = 0 and the default, the seed table's DualPipe bubble
 (n-1)(F&B + B - 3W) (B = the full backward t_B + t_W, F&B = the pair's duration) is
 `span - ideal` of evaluate(): the longest device span less the busiest device's work
 (e.g. p=8, m=20: 6 for unit costs, 21 for t_F, t_B, t_W = 2, 3, 1). It comes out exactly
 whenever t_F <= t_B and t_W <= t_B (uniform per-stage costs, overlap 0); outside that regime
-the formula, an estimate in DeepSeek's report, differs from what the order really leaves. Every device does the
-same work when costs are uniform and all start at 0, so it is also `makespan - ideal` and
-each device's `Timeline.idle`. Peak activation (m_w = 0, in units of one stage's m_b):
-2n + 1, i.e. p + 1 for dualpipe and 2p + 1 for dualpipev (the seed's PP + 1 with PP = 2p
+the formula, an estimate in DeepSeek's report, differs from what the order really leaves.
+Every device does the same work when costs are uniform and all start at 0, so it is also
+`makespan - ideal` and each device's `Timeline.idle`. Peak activation (m_w = 0, in units of
+one stage's m_b): 2n + 1, i.e. p + 1 for dualpipe and 2p + 1 for dualpipev (the seed's PP + 1 with PP = 2p
 stages); dualpipe holds two copies of the parameters (2x), dualpipev one.
 """
 
@@ -85,12 +87,12 @@ def eight_phase_program(half_ranks: int, position: int, per_phase: int,
 
     split_turn: run the turning device's first step-4 pair as two items (see module doc).
     """
-    n, h, chunks = half_ranks, position, per_phase
+    n, h = half_ranks, position
     ops: list[Op] = []
     ops += [Op("F", 0)] * (2 * (n - h - 1))
     ops += [Op("F", 0), Op("F", 1)] * (h + 1)
     ops += [Op("B", 1, split=True), Op("W"), Op("F", 1)] * (n - h - 1)
-    for i in range(chunks - 2 * n + h + 1):
+    for i in range(per_phase - 2 * n + h + 1):
         if i == 0 and h == n - 1 and split_turn:
             ops += [Op("F", 0), Op("B", 1)]
         else:
@@ -144,7 +146,8 @@ def realise(ops: list[Op], stages: tuple[int, int],
             f = forward(op.phase)
             items.append((f, *backward(op.other)))
     if pending_w or next_f != next_b or any(n != len(mbs) for n, mbs in zip(next_f, microbatches)):
-        raise ZboptError("the 8-phase program did not cover every pass (internal error)")
+        # a bug here, not a user error: the program's step counts must use every micro-batch
+        raise RuntimeError("the 8-phase program did not cover every pass")
     return items
 
 

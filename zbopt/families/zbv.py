@@ -68,7 +68,8 @@ def zbv_device_order(p: int, d: int, n: int) -> list[tuple[str, str]]:
     return order
 
 
-def number_passes(order: list[tuple[str, str]], stages: dict[str, int]) -> list[tuple[int, int, str]]:
+def number_passes(order: list[tuple[str, str]],
+                  stages: dict[str, int]) -> list[tuple[int, int, str]]:
     """Passes (stage, micro-batch, kind): each kind of each stage takes micro-batches in order."""
     counters: dict[tuple[str, str], int] = {}
     passes = []
@@ -143,13 +144,13 @@ def repeat_block(p: int, m: int, slots: dict[tuple[str, str, int], int]) -> Sche
 
 @register("v-min-block", "v",
           "V-Min building block (handcrafted): (p+4)//3 activations, about 1/3 of 1F1B's")
-def v_min(instance: Instance) -> Schedule:
+def v_min_block(instance: Instance) -> Schedule:
     p = instance.devices
     return repeat_block(p, instance.microbatches, v_block(p, up_gap=1))
 
 
 @register("v-half-block", "v",
           "V-Half building block (handcrafted): (p+2)//2 activations, about 1/2 of 1F1B's")
-def v_half(instance: Instance) -> Schedule:
+def v_half_block(instance: Instance) -> Schedule:
     p = instance.devices
     return repeat_block(p, instance.microbatches, v_block(p, up_gap=2))
