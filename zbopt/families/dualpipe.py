@@ -51,8 +51,8 @@ whenever t_F <= t_B and t_W <= t_B (uniform per-stage costs, overlap 0); outside
 the formula, an estimate in DeepSeek's report, differs from what the order really leaves.
 Every device does the same work when costs are uniform and all start at 0, so it is also
 `makespan - ideal` and each device's `Timeline.idle`. Peak activation (m_w = 0, in units of
-one stage's m_b): 2n + 1, i.e. p + 1 for dualpipe and 2p + 1 for dualpipev (the seed's PP + 1 with PP = 2p
-stages); dualpipe holds two copies of the parameters (2x), dualpipev one.
+one stage's m_b): 2n + 1, i.e. p + 1 for dualpipe and 2p + 1 for dualpipev (the seed's PP + 1
+with PP = 2p stages); dualpipe holds two copies of the parameters (2x), dualpipev one.
 """
 
 from __future__ import annotations
