@@ -343,6 +343,14 @@ def test_report_table_shows_each_methods_own_cap():
     assert rows[0].timeline.instance.cap != rows[1].timeline.instance.cap  # so the test bites
 
 
+def test_report_says_why_a_solver_row_has_no_schedule():
+    rows = compare(UNIT, ["1f1b"]) + [Row("cpsat (unknown)", "solver", UNIT,
+                                          reason="no solution within 1 s")]
+    page = render_report(UNIT, rows, charts=False)
+    assert "no schedule: no solution within 1 s" in page
+    assert [t["method"] for t in page_data(page)["timelines"]] == ["1f1b"]
+
+
 def test_report_escapes_names():
     rows = [Row("<b>x</b>", "handwritten", UNIT, timeline_of("1f1b"))]
     page = render_report(UNIT.with_cap(None), rows, title="a </script> title", charts=False)

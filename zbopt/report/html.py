@@ -107,8 +107,9 @@ def comparison_table(rows: Sequence[Row]) -> str:
             f'<td class="num">{cap}</td><td>{fits}</td></tr>')
     for r in rows:
         if not r.applies:
+            why = "no schedule" if r.kind == "solver" else "does not apply"
             body.append(f'<tr class="na"><td>{_e(r.method)}</td><td>{_e(r.kind)}</td>'
-                        f'<td colspan="8">does not apply: {_e(r.reason)}</td></tr>')
+                        f'<td colspan="8">{why}: {_e(r.reason)}</td></tr>')
     note = ('<p class="sub">Sorted by span; the bold row is the best that fits the memory cap. '
             'span = max over devices of (last end - first start); bubble rate = '
             '(span - ideal) / span. A cap given as a multiple of p ("1p") is resolved on '
