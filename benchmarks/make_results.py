@@ -50,7 +50,8 @@ def _num(x: float | None) -> str:
 def _best(records: list[dict], same_placement: bool) -> dict | None:
     fitting = [r for r in records if usable(r)
                and (not same_placement or r.get("run_placement") == r.get("placement"))]
-    return min(fitting, key=lambda r: r["span"]) if fitting else None
+    # on a tie the heuristic gets the credit (a solver may return its warm start)
+    return min(fitting, key=lambda r: (r["span"], r.get("kind") == "solver")) if fitting else None
 
 
 def _solver(records: list[dict]) -> dict | None:

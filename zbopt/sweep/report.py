@@ -98,12 +98,18 @@ def _instance_id(record: dict[str, Any]) -> str:
     return json.dumps(record.get("instance", {}), sort_keys=True)
 
 
+def _rank(record: dict[str, Any]) -> tuple:
+    # on a tie the family/heuristic gets the credit: a solver that returns its warm start
+    # did not find that schedule
+    return (record["span"], record.get("kind") == "solver")
+
+
 def summarize(records: list[dict[str, Any]]) -> InstanceSummary:
     first = records[0]
     fitting = [r for r in records if usable(r)]
     home = [r for r in fitting if r.get("run_placement", r.get("placement")) == r.get("placement")]
-    best = min(home, key=lambda r: r["span"]) if home else None
-    anywhere = min(fitting, key=lambda r: r["span"]) if fitting else None
+    best = min(home, key=_rank) if home else None
+    anywhere = min(fitting, key=_rank) if fitting else None
     bounds = [r["lower_bound"] for r in records
               if r.get("kind") == "solver" and r.get("lower_bound") is not None]
     return InstanceSummary(
