@@ -347,6 +347,13 @@ def test_cli_sweep_and_sweep_report(tmp_path, capsys):
     assert (out / "results.md").exists() and (out / "bubble_vs_m.png").exists()
     assert main(["sweep-report", str(tmp_path / "missing")]) == 2
     assert "not found" in capsys.readouterr().err
+    # a folder of someone's files is not a sweep folder: refused unless --force
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "results.csv").write_text("precious\n")
+    assert main(["sweep", str(spec_path), "--out", str(other), "--quiet"]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert (other / "results.csv").read_text() == "precious\n"
 
 
 # ----- reports -----------------------------------------------------------------------------------

@@ -192,16 +192,20 @@ def plot_frontier(points: list[FrontierPoint], title: str = "", ax=None):
         ax.plot(*zip(*greedy), marker="s", linestyle="--", color="tab:orange", label=GREEDY)
     names = sorted({(f.method, f.placement) for p in points for f in p.families})
     home = points[0].placement if points else ""
-    for name, placement in names:
+    palette = plt.get_cmap("tab20")
+    for index, (name, placement) in enumerate(names):
         pts = [(p.cap_p, 100 * f.bubble_rate) for p in points if p.cap_p is not None
                for f in p.families if f.method == name]
-        label = name if placement == home else f"{name} ({placement} placement)"
-        ax.plot(*zip(*pts), marker=".", linestyle=":", linewidth=1, label=label)
+        same = placement == home
+        # dotted: the same problem as the optimum; dash-dot: a re-placed model
+        ax.plot(*zip(*pts), marker="." if same else "x", linestyle=":" if same else "-.",
+                linewidth=1, color=palette(index % 20),
+                label=name if same else f"{name} ({placement} placement)")
     ax.set_xlabel("memory cap (multiples of p: 1p = 1F1B's peak)")
     ax.set_ylabel("bubble rate (%)")
     ax.set_title(title or "memory-bubble frontier")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
 
 

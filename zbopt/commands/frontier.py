@@ -52,7 +52,7 @@ def run(args) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         targets["md"].parent.mkdir(parents=True, exist_ok=True)
-        fig, ax = plt.subplots(figsize=(8, 5))
+        fig, ax = plt.subplots(figsize=(11, 5))
         plot_frontier(points, f"{name}: bubble rate against the memory cap "
                               f"({args.solver}, {args.time_limit:g} s per cap)", ax=ax)
         fig.tight_layout()

@@ -25,6 +25,8 @@ def register(sub) -> None:
     parser.add_argument("--no-report", action="store_true",
                         help="skip writing results.csv/results.md/plots at the end")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--force", action="store_true",
+                        help="use an --out folder that holds other files")
     parser.set_defaults(func=run)
 
 
@@ -37,7 +39,7 @@ def run(args) -> int:
     summary = run_sweep(spec, args.out, jobs=args.jobs, executor=args.executor,
                         address=args.address, retry_errors=args.retry_errors,
                         progress=not args.quiet and sys.stderr.isatty(),
-                        report=not args.no_report, spec_path=args.spec)
+                        report=not args.no_report, spec_path=args.spec, force=args.force)
     left = summary.total - summary.skipped - summary.ran
     print(f"{spec.name}: {summary.total} jobs, {summary.skipped} already done, "
           f"{summary.ran} run now ({summary.errors} errors), {left} left; "

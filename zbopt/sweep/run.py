@@ -17,7 +17,8 @@ from typing import Iterator
 from .executors import JobFn, make_executor
 from .job import run_job
 from .spec import SweepSpec
-from .store import ResultStore
+from ..errors import ZboptError
+from .store import RESULTS_FILE, ResultStore
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,13 @@ def _sigint_sets(flag: _StopFlag) -> Iterator[None]:
 def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, executor: str = "local",
               address: str | None = None, retry_errors: bool = False, progress: bool = True,
               report: bool = True, spec_path: str | Path | None = None,
-              job_fn: JobFn = run_job) -> SweepSummary:
+              job_fn: JobFn = run_job, force: bool = False) -> SweepSummary:
     """Run every job of `spec` not yet in `out`/results.jsonl; regenerate the report at the end.
 
     `job_fn` runs one job in the worker (default: run_job); tests pass one that crashes.
     """
     out = Path(out)
+    check_out_dir(out, force)
     out.mkdir(parents=True, exist_ok=True)
     if spec_path is not None:
         _keep_spec_copy(Path(spec_path), out)
@@ -86,6 +88,18 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, executor: str = "
         from .report import write_report
         write_report(out)
     return SweepSummary(len(all_jobs), len(all_jobs) - len(todo), ran, errors, flag.stopped, out)
+
+
+def check_out_dir(out: Path, force: bool) -> None:
+    """Refuse a folder that holds files but no sweep: the report would overwrite them."""
+    if force or not out.exists():
+        return
+    if not out.is_dir():
+        raise ZboptError(f"--out {out} is a file: give a folder")
+    if (out / RESULTS_FILE).exists() or not any(out.iterdir()):
+        return
+    raise ZboptError(f"--out {out} holds files but no {RESULTS_FILE}: choose another folder "
+                     f"or pass --force (results.csv, results.md and plots there get replaced)")
 
 
 def _keep_spec_copy(spec_path: Path, out: Path) -> None:
