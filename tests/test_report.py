@@ -306,6 +306,11 @@ def test_report_embeds_the_evaluated_times_of_every_pass():
             p = (q["stage"], q["mb"], q["kind"])
             assert (q["start"], q["end"]) == (row.timeline.start[p], row.timeline.end[p])
             assert q["device"] == row.instance.device_of(q["stage"])
+        drawn = by_method[row.method]
+        assert [[tuple(point) for point in curve] for curve in drawn["memory"]] == \
+            [list(curve) for curve in row.timeline.memory_curve]
+        assert drawn["cap"] == list(row.timeline.instance.cap)
+        assert drawn["memory_top"] >= max(max(drawn["cap"]), max(row.timeline.peak_memory))
     assert tuple(data["fields"]) == PASS_FIELDS
 
 

@@ -216,9 +216,26 @@ def test_report_renders_without_script_errors_or_network(loaded):
     counts = browser.js("[...document.querySelectorAll('.zb-timeline')].map("
                         "c => c.querySelectorAll('rect.zb-pass').length)")
     assert counts == [r.instance.num_passes for r in order_of(rows)]
+    # under every device a memory strip and its cap line
+    strips = browser.js("[...document.querySelectorAll('.zb-timeline')].map(c => ["
+                        "c.querySelectorAll('path.zb-memory').length,"
+                        "c.querySelectorAll('line.zb-cap').length])")
+    assert strips == [[UNIT.devices, UNIT.devices]] * len(counts)
     images = browser.js("[...document.images].map(i => i.complete && i.naturalWidth > 0)")
     assert images and all(images)  # the inlined charts decode
     assert all(u.startswith(("file:", "data:", "about:")) for u in browser.requested_urls())
+
+
+def test_memory_strips_are_as_tall_as_each_devices_peak(loaded):
+    browser, rows, _ = loaded
+    which, row = next((i, r) for i, r in enumerate(order_of(rows)) if r.method == "1f1b")
+    heights = browser.js(f"[...document.querySelectorAll('.zb-timeline')[{which}]"
+                         ".querySelectorAll('path.zb-memory')].map(p => p.getBBox().height)")
+    peaks = row.timeline.peak_memory
+    assert len(set(peaks)) > 1  # 1F1B holds fewer activations down the pipeline
+    assert min(heights) > 2
+    for height, peak in zip(heights, peaks):
+        assert height == pytest.approx(heights[0] * peak / peaks[0], abs=0.6)
 
 
 def test_screenshot_shows_the_timelines(loaded):

@@ -60,8 +60,15 @@ def timeline_data(timeline: Timeline, name: str, xmax: float) -> dict:
                    step=path_step(instance, box["stage"], box["kind"]))
         rows.append([_compact(box[f]) if isinstance(box[f], float) else box[f]
                      for f in PASS_FIELDS])
+    cap = instance.cap
+    top = max([*timeline.peak_memory, *(cap or ())])
     return {"method": name, "devices": instance.devices, "makespan": _compact(timeline.makespan),
-            "xmax": _compact(xmax), "time_unit": instance.time_unit, "passes": rows}
+            "xmax": _compact(xmax), "time_unit": instance.time_unit, "passes": rows,
+            "memory": [[[_compact(t), _compact(level)] for t, level in curve]
+                       for curve in timeline.memory_curve],
+            "peak": [_compact(x) for x in timeline.peak_memory],
+            "cap": [_compact(x) for x in cap] if cap is not None else None,
+            "memory_top": _compact(top)}
 
 
 def _png(figure, dpi: int = 80) -> str:
@@ -169,8 +176,9 @@ def render_report(instance: Instance, rows: Sequence[Row], title: str = "",
     if timelines:
         parts += ["<h2>Interactive timelines</h2>",
                   '<p class="sub">Hover a pass for its stage, micro-batch, kind, start and end; '
-                  'click it to highlight its micro-batch\'s path through the devices. All '
-                  'methods share one time axis.</p>', _legend()]
+                  'click it to highlight its micro-batch\'s path through the devices. Under each '
+                  'device: its memory level over time, the dashed line its cap. All methods '
+                  'share one time axis.</p>', _legend()]
         for i, (t, r) in enumerate(zip(timelines, applied)):
             parts.append(f'<h3 id="method-{i}">{_e(r.method)}: span {number(t.span)}, bubble '
                          f'{t.bubble_rate:.1%}, peak memory {number(max(t.peak_memory))}'

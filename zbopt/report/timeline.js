@@ -10,7 +10,8 @@
   "use strict";
   var SVGNS = "http://www.w3.org/2000/svg";
   var KIND_NAMES = { F: "forward", B: "backward (input gradient)", W: "backward (weight gradient)" };
-  var LAYOUT = { width: 1200, left: 74, right: 14, top: 6, row: 24, gap: 6, axis: 36 };
+  var LAYOUT = { width: 1200, left: 74, right: 14, top: 6, row: 24, memory: 20, gap: 8,
+                 axis: 36 };
 
   function make(name, attrs, parent) {
     var node = document.createElementNS(SVGNS, name);
@@ -54,7 +55,37 @@
   }
 
   Timeline.prototype.rowY = function (device) {
-    return LAYOUT.top + device * (LAYOUT.row + LAYOUT.gap);
+    return LAYOUT.top + device * (LAYOUT.row + LAYOUT.memory + LAYOUT.gap);
+  };
+
+  // Under each device's row: its memory level over time (the evaluator's step curve) as a
+  // filled strip, scaled to the largest of the caps and peaks, with the cap as a dashed line.
+  Timeline.prototype.drawMemory = function (svg, scale) {
+    var tl = this.tl, L = LAYOUT, self = this;
+    var top = tl.memory_top || 1, end = L.left + tl.xmax * scale;
+    tl.memory.forEach(function (curve, d) {
+      var y0 = self.rowY(d) + L.row + 1, h = L.memory - 3, bottom = y0 + h;
+      var yOf = function (level) { return (bottom - h * level / top).toFixed(2); };
+      var parts = ["M" + L.left + "," + bottom];
+      curve.forEach(function (point, i) {
+        var x = (L.left + point[0] * scale).toFixed(2);
+        if (i > 0) { parts.push("L" + x + "," + yOf(curve[i - 1][1])); }
+        parts.push("L" + x + "," + yOf(point[1]));
+      });
+      parts.push("L" + end.toFixed(2) + "," + yOf(curve[curve.length - 1][1]));
+      parts.push("L" + end.toFixed(2) + "," + bottom + "Z");
+      var label = make("text", { x: L.left - 6, y: bottom - 1, "text-anchor": "end",
+                                 class: "zb-memory-label" }, svg);
+      label.textContent = "memory";
+      var area = make("path", { d: parts.join(" "), class: "zb-memory", "data-device": d }, svg);
+      var title = make("title", {}, area);
+      title.textContent = "device " + d + " memory: peak " + fmt(tl.peak[d]) +
+        (tl.cap ? " / cap " + fmt(tl.cap[d]) : "");
+      if (tl.cap) {
+        make("line", { x1: L.left, x2: end, y1: yOf(tl.cap[d]), y2: yOf(tl.cap[d]),
+                       class: "zb-cap" }, svg);
+      }
+    });
   };
 
   Timeline.prototype.draw = function () {
@@ -72,6 +103,7 @@
                                  "text-anchor": "end" }, svg);
       label.textContent = "device " + d;
     }
+    this.drawMemory(svg, scale);
     var step = niceStep(tl.xmax || 1, 10), axisY = this.rowY(tl.devices) + 2;
     make("line", { x1: L.left, x2: L.left + tl.xmax * scale, y1: axisY, y2: axisY,
                    stroke: "#444" }, svg);
