@@ -88,10 +88,12 @@ def test_more_memory_never_hurts_on_the_paper_settings(paper_rows):
 def instances(draw, max_p=5):
     p = draw(st.integers(2, max_p))
     m = draw(st.integers(1, 3 * p))
-    cost = st.integers(1, 12)
+    cost = st.integers(0, 12)  # zero-cost passes included: ties at one instant
     t_f = draw(st.lists(cost, min_size=p, max_size=p))
     t_b = draw(st.lists(cost, min_size=p, max_size=p))
-    t_w = draw(st.lists(st.integers(0, 12), min_size=p, max_size=p))
+    t_w = draw(st.lists(cost, min_size=p, max_size=p))
+    if not sum(t_f + t_b + t_w):
+        t_b[0] = 1
     m_b = draw(st.lists(st.integers(2, 6), min_size=p, max_size=p))
     m_w = [draw(st.integers(0, b)) for b in m_b]
     comm = draw(st.integers(0, 4))
@@ -273,3 +275,15 @@ def test_cli_compare_lists_the_greedy_methods_and_their_reasons(capsys, tmp_path
     assert not rows["zb-greedy"]["applies"] and "placement" in rows["zb-greedy"]["reason"]
     code = main(["compare", str(inst), "--methods", "v-greedy"])
     assert code == 0 and "v-greedy: does not apply" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("costs", [dict(t_f=0, t_b=1, t_w=0), dict(t_f=1, t_b=0, t_w=0),
+                                   dict(t_f=0, t_b=0, t_w=1)])
+def test_zero_cost_passes(costs):
+    for placement, names in (("contiguous", ("zb-greedy", "zb-1p", "zb-2p")),
+                             ("v", ("v-greedy", "v-half", "v-min"))):
+        instance = Instance(devices=3, microbatches=5, comm=1, m_b=2, m_w=1, memory_cap="1p",
+                            **costs).with_placement(placement)
+        for name in names:
+            schedule = generate(name, instance)
+            assert validate(instance.with_cap(None), schedule) == [], name

@@ -28,10 +28,9 @@ def capped_instance(instance: Instance, memory_cap: Any, method: str) -> Instanc
         raise ZboptError(f"{method}: no schedule fits memory_cap {memory_cap!r}: {err}") from None
 
 
-def best_of(instance: Instance, caps: Sequence[float] | None,
-            candidates: Iterable[Callable[[], _engine.Outcome | None]],
+def best_of(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcome | None]],
             method: str, needed: Callable[[], str]) -> Schedule:
-    """The candidate with the smallest evaluate() span among those within `caps`.
+    """The candidate with the smallest evaluate() span among those within the instance's cap.
 
     `candidates` are thunks returning an Outcome (None: that grid point failed); `needed`
     explains, when none fits, which cap would be needed.
@@ -43,27 +42,21 @@ def best_of(instance: Instance, caps: Sequence[float] | None,
             outcomes[outcome.orders] = outcome.estimate
     if not outcomes:
         raise ZboptError(f"{method}: no schedule of this method fits the memory cap "
-                         f"{_describe(caps)}; {needed()}")
+                         f"{_describe(instance.cap)}; {needed()}")
     size = sum(len(order) for order in next(iter(outcomes)))
     ranked = sorted(outcomes.items(), key=lambda kv: kv[1])[:FINALISTS if size < LARGE else 1]
-    judged_instance = instance if caps is None else _with_abs_caps(instance, caps)
     best: tuple[float, Schedule] | None = None
     for orders, _ in ranked:
         schedule = Schedule.build(orders, method)
-        timeline = evaluate(judged_instance, schedule)
+        timeline = evaluate(instance, schedule)
         if not timeline.fits_cap:
             continue  # cannot happen for simulator output; evaluate() has the last word
         if best is None or timeline.span < best[0]:
             best = (timeline.span, schedule)
     if best is None:
         raise ZboptError(f"{method}: no schedule of this method fits the memory cap "
-                         f"{_describe(caps)}; {needed()}")
+                         f"{_describe(instance.cap)}; {needed()}")
     return best[1]
-
-
-def _with_abs_caps(instance: Instance, caps: Sequence[float]) -> Instance:
-    caps = list(caps)
-    return instance.with_cap(caps[0] if len(set(caps)) == 1 else caps)
 
 
 def _describe(caps: Sequence[float] | None) -> str:

@@ -72,7 +72,7 @@ def v_schedule(instance: Instance, method: str) -> Schedule:
     handcrafted = families().get("zb-v")
     if handcrafted is not None and handcrafted.placement == "v":
         candidates.append(lambda: _replay_family(handcrafted, instance, caps, top))
-    return best_of(instance, caps, candidates, method, needed)
+    return best_of(instance, candidates, method, needed)
 
 
 def _replay_family(family, instance: Instance, caps, top) -> _engine.Outcome | None:

@@ -49,6 +49,10 @@ def warmup_counts(instance: Instance, overshoot: bool) -> tuple[int, ...]:
     for s in range(p - 2, -1, -1):
         arrival = b_end + comm
         pace = max(t_f[: s + 1])  # forwards reach stage s no faster than its slowest upstream
+        if pace <= 0:  # free forwards: all of them fit before any backward
+            counts[s] = instance.microbatches
+            b_end = max(arrival, start[s]) + t_b[s]
+            continue
         n = max(1, int((arrival - start[s] - t_f[s]) // pace) + 1)
         if overshoot and start[s] + (n - 1) * pace + t_f[s] < arrival:
             n += 1
@@ -124,7 +128,7 @@ def zb_schedule(instance: Instance, method: str) -> Schedule:
     for handcrafted in (zb_h1, zb_h2):
         candidates.append(lambda h=handcrafted: _engine.replay(
             instance, caps, _orders(h(instance)), top))
-    return best_of(instance, caps, candidates, method,
+    return best_of(instance, candidates, method,
                    lambda: _needed_cap(instance))
 
 
