@@ -131,28 +131,31 @@ def _reference_outputs(spec: ModelSpec):
 def test_compare_detects_a_wrong_gradient():
     spec = ModelSpec(num_stages=3, microbatches=2)
     outputs = _reference_outputs(spec)
-    assert compare_outputs(spec, outputs, DEFAULT_ATOL)[0] is True
+    assert compare_outputs(spec, outputs, DEFAULT_ATOL).ok
     outputs[0]["grads"]["1.0.weight"] = outputs[0]["grads"]["1.0.weight"] + 1e-5
-    ok, *_, worst, _, message = compare_outputs(spec, outputs, DEFAULT_ATOL)
-    assert not ok and worst == "1.0.weight" and "1.0.weight differs" in message
+    found = compare_outputs(spec, outputs, DEFAULT_ATOL)
+    assert not found.ok and found.worst_parameter == "1.0.weight"
+    assert "1.0.weight differs" in found.message
+    assert found.max_grad_error == pytest.approx(1e-5)
     outputs = _reference_outputs(spec)
     outputs[0]["grads"]["2.0.bias"] = outputs[0]["grads"]["2.0.bias"] + 1e-9  # within atol
-    assert compare_outputs(spec, outputs, DEFAULT_ATOL)[0] is True
+    assert compare_outputs(spec, outputs, DEFAULT_ATOL).ok
 
 
 def test_compare_detects_missing_gradients_and_losses():
     spec = ModelSpec(num_stages=2, microbatches=3)
     outputs = _reference_outputs(spec)
     del outputs[0]["grads"]["0.0.bias"]
-    ok, *_, message = compare_outputs(spec, outputs, DEFAULT_ATOL)
-    assert not ok and "no gradient for 0.0.bias" in message
+    found = compare_outputs(spec, outputs, DEFAULT_ATOL)
+    assert not found.ok and "no gradient for 0.0.bias" in found.message
     outputs = _reference_outputs(spec)
     outputs[0]["losses"] = outputs[0]["losses"][:2]
-    ok, *_, message = compare_outputs(spec, outputs, DEFAULT_ATOL)
-    assert not ok and "expected 3 micro-batch losses" in message
+    found = compare_outputs(spec, outputs, DEFAULT_ATOL)
+    assert not found.ok and "expected 3 micro-batch losses" in found.message
     outputs = _reference_outputs(spec)
     outputs[0]["losses"][1] += 1e-3
-    assert compare_outputs(spec, outputs, DEFAULT_ATOL)[0] is False
+    found = compare_outputs(spec, outputs, DEFAULT_ATOL)
+    assert not found.ok and found.max_loss_error == pytest.approx(1e-3)
 
 
 def test_reference_is_the_mean_loss_gradient():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ class VerifyResult:
     message: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 def _require_torch():
@@ -201,8 +201,22 @@ def _run_processes(world: int, args: tuple, timeout: float) -> str:
     return ""
 
 
-def compare_outputs(spec: ModelSpec, per_rank: list[dict], atol: float):
-    """(ok, loss, reference loss, max loss error, max grad error, worst name, count, message)."""
+@dataclass(frozen=True)
+class Comparison:
+    """Torch's outputs against the single-process reference."""
+
+    ok: bool
+    loss: float | None  # mean of torch's micro-batch losses
+    reference_loss: float
+    max_loss_error: float | None
+    max_grad_error: float
+    worst_parameter: str  # the parameter with the largest gradient error
+    parameters: int
+    message: str  # what differs, '' when ok
+
+
+def compare_outputs(spec: ModelSpec, per_rank: list[dict], atol: float) -> Comparison:
+    """Compare the ranks' saved losses and gradients with `reference(spec)`."""
     import torch
 
     ref_losses, ref_grads = reference(spec)
@@ -217,26 +231,25 @@ def compare_outputs(spec: ModelSpec, per_rank: list[dict], atol: float):
                         f"{0 if losses is None else len(losses)}")
     else:
         loss_error = max(abs(a - b) for a, b in zip(losses, ref_losses))
-    grad_error, worst = 0.0, ""
-    missing = sorted(set(ref_grads) - set(grads))
+    missing = sorted(name for name in ref_grads if grads.get(name) is None)
     if missing:
         problems.append(f"no gradient for {', '.join(missing)}")
+    grad_error, worst = 0.0, ""
     for name, expected in ref_grads.items():
-        got = grads.get(name)
-        if got is None:
-            if name not in missing:
-                problems.append(f"no gradient for {name}")
+        if grads.get(name) is None:
             continue
-        error = float(torch.max(torch.abs(got - expected)))
+        error = float(torch.max(torch.abs(grads[name] - expected)))
         if error > grad_error or not worst:
             grad_error, worst = error, name
     if loss_error is not None and loss_error > atol:
         problems.append(f"loss differs by {loss_error:.3g} > {atol:g}")
     if grad_error > atol:
         problems.append(f"gradient of {worst} differs by {grad_error:.3g} > {atol:g}")
-    loss = sum(losses) / len(losses) if losses else None
-    return (not problems, loss, sum(ref_losses) / len(ref_losses), loss_error, grad_error,
-            worst, len(ref_grads), "; ".join(problems))
+    return Comparison(
+        ok=not problems, loss=sum(losses) / len(losses) if losses else None,
+        reference_loss=sum(ref_losses) / len(ref_losses), max_loss_error=loss_error,
+        max_grad_error=grad_error, worst_parameter=worst, parameters=len(ref_grads),
+        message="; ".join(problems))
 
 
 def verify_torch(instance: Instance, schedule: Schedule, atol: float = DEFAULT_ATOL,
@@ -281,7 +294,6 @@ def verify_many(runs: list[tuple[Instance, Schedule]], atol: float = DEFAULT_ATO
         failure = _run_processes(world, (world, workdir, jobs, timeout), timeout * len(jobs))
         seconds = time.monotonic() - started
         import torch
-        rows_of = all_rows
         for k, ((inst, sched), job) in enumerate(zip(runs, jobs)):
             common = dict(method=sched.method, ranks=world, num_stages=inst.num_stages,
                           microbatches=inst.microbatches, atol=atol, seconds=seconds)
@@ -294,15 +306,16 @@ def verify_many(runs: list[tuple[Instance, Schedule]], atol: float = DEFAULT_ATO
                                             **common))
                 continue
             per_rank = [torch.load(f, weights_only=True) for f in files]
-            ok, loss, ref_loss, loss_error, grad_error, worst, count, message = \
-                compare_outputs(job.spec, per_rank, atol)
-            ran = [r.get("executed") for r in per_rank]
-            if ran != [list(row) for row in rows_of[k]]:
+            found = compare_outputs(job.spec, per_rank, atol)
+            ok, message = found.ok, found.message
+            # the same losses could come from torch's default order: check it ran ours
+            if [r.get("executed") for r in per_rank] != [list(row) for row in all_rows[k]]:
                 ok = False
                 message = "; ".join(filter(None, [message, "torch ran another order than the "
                                                   "exported CSV"]))
-            results.append(VerifyResult(ok, loss=loss, reference_loss=ref_loss,
-                                        max_loss_error=loss_error, max_grad_error=grad_error,
-                                        worst_parameter=worst, parameters=count,
-                                        message=message, **common))
+            results.append(VerifyResult(
+                ok, loss=found.loss, reference_loss=found.reference_loss,
+                max_loss_error=found.max_loss_error, max_grad_error=found.max_grad_error,
+                worst_parameter=found.worst_parameter, parameters=found.parameters,
+                message=message, **common))
     return results
