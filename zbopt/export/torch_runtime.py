@@ -8,9 +8,10 @@ gives its device, e.g. two for V) in `PipelineStage`s, loads the CSV into
 `_PipelineScheduleRuntime` and runs one training step. The per-micro-batch losses and every
 parameter gradient are compared with a single-process reference on the same model and batch.
 
-A wrong order cannot pass by accident: torch would hang (caught by the timeout), raise, or
-compute different gradients (e.g. a W before its B, or a missing micro-batch).
-torch is imported inside the functions: it is an optional extra.
+A bad export cannot pass quietly: torch's validators reject it before the launch, or a rank
+raises or hangs (caught by the timeout), or the gradients differ; and each rank reports the
+compute order torch actually ran, which must equal its CSV row (so a silently substituted
+default order would fail too). torch is imported inside the functions: it is an optional extra.
 """
 
 from __future__ import annotations
