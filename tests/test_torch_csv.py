@@ -106,6 +106,7 @@ def test_file_round_trip_and_sidecar(tmp_path):
     assert titan["parallelism.pipeline_parallel_degree"] == 4
     assert titan["parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert side["min_torch_version"] == "2.6"
+    assert side["notes"] == []
     with pytest.raises(ZboptError, match="--force"):
         write_torch_csv(tmp_path / "s.csv", instance, schedule)
 
@@ -118,6 +119,7 @@ def test_sidecar_of_v_and_overlap():
     assert side["rank_stages"]["0"] == [0, 7]
     assert side["torchtitan"]["parallelism.pipeline_parallel_schedule"] == "ZBVZeroBubble"
     assert side["min_torch_version"] == "2.9"  # OVERLAP_F_B cells
+    assert any("OVERLAP_F_B" in note for note in side["notes"])
 
 
 # ----- torch's own checks (no processes) -------------------------------------------------------

@@ -120,6 +120,14 @@ def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
     """What a runtime needs besides the CSV: placement, micro-batches, torch and torchtitan settings."""
     rows = rows if rows is not None else torch_rows(instance, schedule)
     p, v = instance.devices, instance.chunks
+    notes = []
+    if schedule.release is not None and any(schedule.release):
+        notes.append("the schedule's per-device start offsets (release) have no CSV form: "
+                     "torch starts every rank's next action as soon as its inputs arrive")
+    if uses_overlap(rows):
+        notes.append("torch's runtime runs an OVERLAP_F_B block's actions one after the other "
+                     "unless a custom OVERLAP_F_B function is registered "
+                     "(_PipelineScheduleRuntime.register_custom_function)")
     return {
         "format": "zbopt.torch-csv-sidecar/1",
         "csv": Path(csv_path).name,
@@ -151,6 +159,7 @@ def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
                      f"local_batch_size / pipeline_parallel_microbatch_size must equal "
                      f"{instance.microbatches} micro-batches"),
         },
+        "notes": notes,
     }
 
 
