@@ -110,3 +110,13 @@ def test_shipped_instances_load():
     assert len(files) >= 8
     for path in files:
         load_instance(path)
+
+
+def test_kp_cap_unit_is_one_microbatch_over_device_0():
+    contiguous = Instance(devices=4, microbatches=8, m_b=[5, 1, 1, 1], memory_cap="1p")
+    assert contiguous.cap == (20,) * 4
+    # dualpipe: a micro-batch passes one copy only, so "1p" equals 1F1B's device-0 peak
+    dual = contiguous.with_placement("dualpipe").with_cap("1p")
+    assert dual.activation_unit == 5 and dual.cap == (20,) * 4
+    v = contiguous.with_placement("v").with_cap("1p")  # both chunks hold device 0's layers
+    assert v.activation_unit == 5 and v.cap == (20,) * 4

@@ -203,8 +203,13 @@ class Instance:
 
     @property
     def activation_unit(self) -> float:
-        """Activation of one micro-batch over all layers of device 0: the unit of a "kp" cap."""
-        return sum(self.m_b[s] for s in self.stages_of(0))
+        """Activation of one micro-batch over all layers of device 0: the unit of a "kp" cap.
+
+        On dualpipe a micro-batch runs through one of the two copies only, so the unit is the
+        larger of device 0's two stages, and "1p" is the same memory as 1F1B's peak there.
+        """
+        return max(sum(self.m_b[s] for s in stages if self.device_of(s) == 0)
+                   for stages, _ in self.chains)
 
     def _resolve_cap(self, spec: Any) -> tuple | None:
         p = self.devices
