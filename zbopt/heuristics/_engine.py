@@ -108,14 +108,16 @@ class _Topology:
 
 def run(instance: Instance, caps: Sequence[float] | None, policy: Policy,
         topology: _Topology | None = None) -> Outcome | None:
-    """Simulate the greedy under `policy`; None if it gets stuck (never with a feasible cap)."""
+    """Simulate the greedy under `policy`; None if it gets stuck (not seen with a feasible cap,
+    see tests/test_heuristics.py; the grid just skips such a point)."""
     top = topology or _Topology(instance)
     return _Greedy(instance, top, caps, policy).go()
 
 
 def replay(instance: Instance, caps: Sequence[float] | None,
            orders: Sequence[Sequence[Pass]], topology: _Topology | None = None) -> Outcome | None:
-    """Rank a fixed per-device order (e.g. ZB-H1) with the same simulator; None if over a cap."""
+    """Rank a fixed per-device order (e.g. ZB-H1) with the same simulator; None if it goes over
+    a cap or runs a stage's passes out of micro-batch order (not a candidate then)."""
     top = topology or _Topology(instance)
     return _Greedy(instance, top, caps, Policy(), fixed=orders).go()
 
