@@ -36,8 +36,9 @@ def schedule_of(instance, result, use_orders=True):
     if use_orders:
         orders = [list(o) for o in result.extra["orders"]]
     else:
+        # ties only between zero-length passes and what follows them: shorter first
         orders = [sorted((q for q in result.starts if instance.device_of(q[0]) == d),
-                         key=lambda q: (result.starts[q], q[2] == "W", q))
+                         key=lambda q: (result.starts[q], instance.cost(q[0], q[2])))
                   for d in range(instance.devices)]
     release = [result.starts[o[0]] for o in orders]
     return Schedule.build(orders, method="milp", release=release)
