@@ -184,7 +184,9 @@ def drain_idle(instance: Instance, device: int) -> float:
     stages = instance.stages_of(device)
     capacity = _capacity(instance, device)
     best = math.inf
-    for s in stages:
+    # F(s, j) of an earlier stage of d on the chain precedes F(s', j) of the later one, so the
+    # last F of d belongs to d's last stage on some chain
+    for s in _last_stages_on_device(instance, device):
         if not math.isfinite(capacity):
             return 0.0
         items: list[Item] = []
@@ -196,6 +198,15 @@ def drain_idle(instance: Instance, device: int) -> float:
         busy = instance.t_f[s] + _paired_knapsack(items, capacity - instance.m_b[s])
         best = min(best, max(0.0, round_trip(instance, s, s) - busy))
     return best
+
+
+def _last_stages_on_device(instance: Instance, device: int) -> list[int]:
+    out = []
+    for stages, _ in instance.chains:
+        mine = [s for s in stages if instance.device_of(s) == device]
+        if mine:
+            out.append(mine[-1])
+    return out
 
 
 def _paired_knapsack(items: list[Item], capacity: float) -> float:

@@ -136,6 +136,15 @@ def list_schedule(instance: Instance, new_before_w: bool = True) -> Schedule:
     total = instance.num_passes
     from ..dag import dependencies, lag
 
+    chain_devices = {j: sorted({instance.device_of(s) for s in stages})
+                     for stages, mbs in instance.chains for j in mbs}
+
+    def admit_on(d, j):
+        # one chain: admit per device (the device first on the chain whose admitted
+        # micro-batches all wait further down cannot exist, so no deadlock); two chains
+        # (dualpipe) run opposite ways, so a micro-batch reserves every device at entry
+        return [d] if len(instance.chains) == 1 else chain_devices[j]
+
     def candidates(d):
         out = []
         for s in instance.stages_of(d):
@@ -154,7 +163,8 @@ def list_schedule(instance: Instance, new_before_w: bool = True) -> Schedule:
                 elif k == "F" and (d, q[1]) in admitted:
                     rank = 1
                 elif k == "F":
-                    if level[d] + owed[d] + footprint[(d, q[1])] > caps[d] + 1e-9:
+                    if not all(level[e] + owed[e] + footprint[(e, q[1])] <= caps[e] + 1e-9
+                               for e in admit_on(d, q[1])):
                         continue
                     rank = 2 if new_before_w else 3
                 else:
@@ -179,8 +189,9 @@ def list_schedule(instance: Instance, new_before_w: bool = True) -> Schedule:
         s, j, k = q
         if k == "F":
             if (d, j) not in admitted:
-                admitted.add((d, j))
-                owed[d] += footprint[(d, j)]
+                for e in admit_on(d, j):
+                    admitted.add((e, j))
+                    owed[e] += footprint[(e, j)]
             owed[d] -= instance.m_b[s]
             level[d] += instance.m_b[s]
         elif k == "B":
@@ -211,11 +222,11 @@ def _warm_start(instance: Instance, objective: str):
     row = best_schedule(instance, objective)
     if row is not None:
         candidates.append(row.timeline)
-    fallbacks = [sequential_schedule(instance), list_schedule(instance, True),
-                 list_schedule(instance, False)]
-    for schedule in fallbacks:
+    fallbacks = (lambda: sequential_schedule(instance), lambda: list_schedule(instance, True),
+                 lambda: list_schedule(instance, False))
+    for make in fallbacks:
         try:
-            timeline = evaluate(instance, schedule)
+            timeline = evaluate(instance, make())
         except ZboptError:  # a fallback that cannot run here is simply not a candidate
             continue
         if timeline.fits_cap:
@@ -244,6 +255,14 @@ def _hint_starts(scaled: Instance, timeline: Timeline) -> tuple[dict[Pass, int],
 def _horizon(timeline: Timeline, objective: str, scale: int) -> int:
     """The warm start's objective in scaled time: backends search schedules no worse."""
     return int(round(timeline.objective(objective) * scale))
+
+
+def backend_inputs(instance: Instance, objective: str = "span"):
+    """(integer instance, time scale, hint, horizon) exactly as solve() hands them to a
+    backend; for calling a backend directly (tests, benchmarks of one model)."""
+    scaled, scale, _ = scaled_instance(instance)
+    _, _, _, hint = _warm_start(instance, objective)
+    return scaled, scale, _hint_starts(scaled, hint)[0], _horizon(hint, objective, scale)
 
 
 # ----- the backends -------------------------------------------------------------------------

@@ -28,6 +28,9 @@ from ..dag import Pass, dependencies, lag
 from ..instance import Instance
 from .backend import BackendResult
 
+# Devices with at most this many holding intervals also get the memory rule as a reservoir.
+_RESERVOIR_EVENTS = 16
+
 _STATUS = {
     cp_model.OPTIMAL: "optimal",
     cp_model.FEASIBLE: "feasible",
@@ -57,35 +60,52 @@ def time_window(instance: Instance, objective: str, horizon: int) -> int:
 
 def build_model(instance: Instance, objective: str, hint: Optional[dict[Pass, int]],
                 symmetry: bool, horizon: int):
-    """The CP-SAT model; returns (model, start variables, objective variable).
+    """The CP-SAT model; returns (model, start expressions, objective variable).
 
     `horizon` bounds the objective (as for the MILP backend): the model searches schedules
     with objective <= horizon, e.g. the warm start's.
+
+    For the span, each pass's start is written as offset[device] + local[pass]: a device's
+    passes live in [0, span] of their own clock. No-overlap, memory and micro-batch order are
+    stated on local times (they concern one device), so the solver sees every device's window
+    directly instead of inferring it from two floating ends; only dependencies between devices
+    involve the offsets.
     """
     _integral(instance)
     model = cp_model.CpModel()
     bound = int(horizon)
-    horizon = time_window(instance, objective, bound)
+    window = time_window(instance, objective, bound)
+    p = instance.devices
     cost = {q: int(instance.cost(q[0], q[2])) for q in instance.passes()}
-    start = {q: model.new_int_var(0, max(0, horizon - cost[q]), f"s{q[0]}{q[2]}{q[1]}")
+    if objective == "span":
+        offset = [model.new_int_var(0, window, f"offset{d}") for d in range(p)]
+        local_limit = bound
+    else:
+        offset = [0] * p
+        local_limit = window
+    local = {q: model.new_int_var(0, max(0, local_limit - cost[q]), f"s{q[0]}{q[2]}{q[1]}")
              for q in cost}
-    intervals: list[list] = [[] for _ in range(instance.devices)]
-    for q, var in start.items():
+    start = {q: offset[instance.device_of(q[0])] + local[q] for q in cost}
+    intervals: list[list] = [[] for _ in range(p)]
+    for q, var in local.items():
         intervals[instance.device_of(q[0])].append(
             model.new_fixed_size_interval_var(var, cost[q], f"i{q[0]}{q[2]}{q[1]}"))
     for device_intervals in intervals:
         model.add_no_overlap(device_intervals)
     for q in cost:
         for a in dependencies(instance, q):
-            model.add(start[q] >= start[a] + cost[a] + int(lag(instance, a, q)))
+            same = instance.device_of(a[0]) == instance.device_of(q[0])
+            times = local if same else start
+            model.add(times[q] >= times[a] + cost[a] + int(lag(instance, a, q)))
     if symmetry:
-        _micro_batch_order(model, instance, start, cost)
+        _micro_batch_order(model, instance, local, cost)
     if instance.cap is not None:
-        _memory(model, instance, start, cost, symmetry, horizon, hint)
-    objective_var, firsts, lasts = _objective(model, instance, objective, start, cost, symmetry,
-                                              horizon, bound)
+        _memory(model, instance, local, cost, symmetry, local_limit, hint)
+    objective_var, device_spans = _objective(model, instance, objective, local, offset, cost,
+                                             symmetry, bound)
     if hint:
-        _add_hint(model, instance, objective, hint, start, cost, firsts, lasts, objective_var)
+        _add_hint(model, instance, objective, hint, local, offset, cost, device_spans,
+                  objective_var)
     return model, start, objective_var
 
 
@@ -129,9 +149,29 @@ def _memory(model, instance, start, cost, symmetry: bool, horizon: int,
                     demands.append(int(demand))
         if holds:
             model.add_cumulative(holds, demands, capacity)
+        if len(holds) <= _RESERVOIR_EVENTS:
+            _reservoir(model, instance, d, capacity, start, cost)
         stages = instance.stages_of(d)
         if symmetry and len(stages) == 1:
             _in_flight(model, instance, stages[0], capacity, start, cost)
+
+
+def _reservoir(model, instance, d: int, capacity: int, start, cost) -> None:
+    """The same memory rule as a reservoir, added on small devices: CP-SAT expands it into
+    pairwise order literals (quadratic in the events), which prunes small models well but
+    makes large ones slow to presolve."""
+    times, changes = [], []
+    for s in instance.stages_of(d):
+        for j in instance.microbatches_of(s):
+            f, b, w = (s, j, "F"), (s, j, "B"), (s, j, "W")
+            for when, delta in ((start[f], instance.m_b[s]),
+                                (start[b] + cost[b], -(instance.m_b[s] - instance.m_w[s])),
+                                (start[w] + cost[w], -instance.m_w[s])):
+                if delta:
+                    times.append(when)
+                    changes.append(int(delta))
+    if times:
+        model.add_reservoir_constraint(times, changes, 0, capacity)
 
 
 def _in_flight(model, instance, s: int, capacity: int, start, cost) -> None:
@@ -161,72 +201,77 @@ def _in_flight(model, instance, s: int, capacity: int, start, cost) -> None:
                 model.add(f >= start[w] + cost[w])
 
 
-def _objective(model, instance, objective, start, cost, symmetry, horizon, bound):
+def _objective(model, instance, objective, local, offset, cost, symmetry, bound):
     p = instance.devices
     best = math.ceil(bounds.best_lower_bound(instance, objective)[1] - 1e-9)
-    # first pass of a device is always an F (B and W follow their F) and its last is a W
-    first_candidates: list[list[Pass]] = [[] for _ in range(p)]
+    # a device's last pass is a W (B and W follow their F): only W ends bound the objective
     last_candidates: list[list[Pass]] = [[] for _ in range(p)]
     for s in range(instance.num_stages):
-        d = instance.device_of(s)
         mbs = instance.microbatches_of(s)
-        firsts = mbs[:1] if symmetry else mbs
         lasts = mbs[-1:] if symmetry else mbs
-        first_candidates[d] += [(s, j, "F") for j in firsts]
-        last_candidates[d] += [(s, j, "W") for j in lasts]
+        last_candidates[instance.device_of(s)] += [(s, j, "W") for j in lasts]
     if objective == "makespan":
         makespan = model.new_int_var(best, max(best, bound), "makespan")
         for d in range(p):
             for q in last_candidates[d]:
-                model.add(makespan >= start[q] + cost[q])
+                model.add(makespan >= local[q] + cost[q])
             head = math.ceil(bounds.device_head(instance, d) + bounds.device_bound(instance, d)
                              - 1e-9)
             model.add(makespan >= head)
         model.minimize(makespan)
-        return makespan, None, None
+        return makespan, None
     span = model.new_int_var(best, max(best, bound), "span")
-    first = [model.new_int_var(0, horizon, f"first{d}") for d in range(p)]
-    last = [model.new_int_var(0, horizon, f"last{d}") for d in range(p)]
+    device_span = []
     for d in range(p):
-        for q in first_candidates[d]:
-            model.add(first[d] <= start[q])
+        least = math.ceil(bounds.device_bound(instance, d) - 1e-9)
+        var = model.new_int_var(min(least, bound), bound, f"span{d}")
         for q in last_candidates[d]:
-            model.add(last[d] >= start[q] + cost[q])
-        model.add(span >= last[d] - first[d])
-        model.add(last[d] - first[d] >= math.ceil(bounds.device_bound(instance, d) - 1e-9))
+            model.add(var >= local[q] + cost[q])
+        model.add(span >= var)
+        device_span.append(var)
     # Neighbouring stages on two devices: F(s+1, j) follows F(s, j) and B(s+1, j) precedes
     # B(s, j), so each device has a pass inside the other's window.
     for stages, _ in instance.chains:
         for a, b in zip(stages, stages[1:]):
             da, db = instance.device_of(a), instance.device_of(b)
             if da != db:
-                model.add(first[db] <= last[da])
-                model.add(first[da] <= last[db])
+                model.add(offset[db] <= offset[da] + device_span[da])
+                model.add(offset[da] <= offset[db] + device_span[db])
     if symmetry and len(instance.chains) == 1:
-        # translate time so the very first forward starts at 0 (every pass depends on it)
-        model.add(start[(instance.chains[0][0][0], instance.chains[0][1][0], "F")] == 0)
+        # With micro-batch order, device d's first pass is F(f, first mb), f its first stage
+        # on the chain (every other pass of d depends on it or follows it): its clock starts
+        # there. Time itself starts at device 0's first pass, which every pass depends on.
+        stages, mbs = instance.chains[0]
+        for d in range(p):
+            f = next(s for s in stages if instance.device_of(s) == d)
+            model.add(local[(f, mbs[0], "F")] == 0)
+        model.add(offset[instance.device_of(stages[0])] == 0)
     model.minimize(span)
-    return span, first, last
+    return span, device_span
 
 
-def _add_hint(model, instance, objective, hint, start, cost, firsts, lasts, objective_var):
-    for q, var in start.items():
-        if q in hint:
-            model.add_hint(var, int(hint[q]))
-    if len(hint) < len(start):
+def _add_hint(model, instance, objective, hint, local, offset, cost, device_spans,
+              objective_var):
+    if len(hint) < len(local):
+        for q, var in local.items():
+            if q in hint and objective == "makespan":
+                model.add_hint(var, int(hint[q]))
         return
-    ends = {q: hint[q] + cost[q] for q in start}
-    if objective == "makespan":
-        model.add_hint(objective_var, max(ends.values()))
-        return
-    spans = []
-    for d in range(instance.devices):
-        mine = [q for q in start if instance.device_of(q[0]) == d]
-        lo, hi = min(hint[q] for q in mine), max(ends[q] for q in mine)
-        model.add_hint(firsts[d], lo)
-        model.add_hint(lasts[d], hi)
-        spans.append(hi - lo)
-    model.add_hint(objective_var, max(spans))
+    firsts = [0] * instance.devices
+    if objective == "span":
+        for d in range(instance.devices):
+            firsts[d] = min(hint[q] for q in local if instance.device_of(q[0]) == d)
+            model.add_hint(offset[d], firsts[d])
+    for q, var in local.items():
+        model.add_hint(var, int(hint[q]) - firsts[instance.device_of(q[0])])
+    ends = [0] * instance.devices
+    for q in local:
+        d = instance.device_of(q[0])
+        ends[d] = max(ends[d], hint[q] + cost[q] - firsts[d])
+    if device_spans is not None:
+        for var, value in zip(device_spans, ends):
+            model.add_hint(var, value)
+    model.add_hint(objective_var, max(ends))
 
 
 def solve_cpsat(instance: Instance, objective: str = "span", time_limit: float = 60.0,

@@ -1,0 +1,282 @@
+"""solve() and the exact backends: agreement, validity, bounds, scaling, statuses, the CLI."""
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zbopt import bounds
+from zbopt.cli import main
+from zbopt.compare import compare
+from zbopt.errors import ZboptError
+from zbopt.instance import Instance
+from zbopt.schedule import evaluate, validate
+from zbopt.solvers import solve
+from zbopt.solvers.api import (backend_inputs, list_schedule, power_of_ten_scale,
+                               scaled_instance, sequential_schedule, _schedule_from_starts)
+from zbopt.solvers.cpsat import solve_cpsat
+
+try:
+    from zbopt.solvers.milp import solve_milp
+except ImportError:  # the MILP backend is written separately; its checks skip until it lands
+    solve_milp = None
+
+needs_milp = pytest.mark.skipif(solve_milp is None, reason="zbopt.solvers.milp not available")
+
+SMALL = [
+    Instance(devices=2, microbatches=4, t_f=1, t_b=1, t_w=1, m_b=2, m_w=1, memory_cap="1p"),
+    Instance(devices=3, microbatches=4, t_f=5, t_b=6, t_w=4, comm=1, m_b=2, m_w=1,
+             memory_cap="1p"),
+    Instance(devices=3, microbatches=4, t_f=[2, 3, 2], t_b=[3, 3, 4], t_w=[1, 2, 1], comm=1,
+             m_b=[2, 3, 2], m_w=1, memory_cap=[7, 8, 6]),
+    Instance(devices=2, microbatches=4, t_f=3, t_b=3, t_w=2, comm=1, m_b=2, m_w=1,
+             placement="v", memory_cap="1p"),
+    Instance(devices=2, microbatches=4, t_f=3, t_b=4, t_w=2, comm=1, m_b=2, m_w=1,
+             placement="dualpipe", memory_cap="1p"),
+]
+IDS = ["unit-p2", "564-p3", "stages-p3", "v-p2", "dualpipe-p2"]
+
+
+def _backend(name, instance, objective, symmetry=True, time_limit=20):
+    scaled, scale, hint, horizon = backend_inputs(instance, objective)
+    if name == "cpsat":
+        raw = solve_cpsat(scaled, objective=objective, time_limit=time_limit, threads=2,
+                          hint=hint, symmetry=symmetry, horizon=horizon)
+    else:
+        raw = solve_milp(scaled, backend=name, objective=objective, time_limit=time_limit,
+                         threads=2, hint=hint, symmetry=symmetry, horizon=horizon)
+    return raw, scaled, scale
+
+
+def _checked_optimum(name, instance, objective, symmetry=True):
+    """The backend's proven optimum, after checking its starts make a valid schedule whose
+    evaluated objective is exactly the model's (the model is exact for the evaluator)."""
+    raw, scaled, scale = _backend(name, instance, objective, symmetry)
+    assert raw.status == "optimal", (name, raw.status, raw.message)
+    schedule = _schedule_from_starts(instance, scaled, raw.starts, objective, scale, name)
+    assert validate(instance, schedule) == []
+    value = evaluate(instance, schedule).objective(objective)
+    assert value == pytest.approx(raw.objective / scale)
+    return value
+
+
+# ----- agreement, optimality, bounds --------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["span", "makespan"])
+@pytest.mark.parametrize("instance", SMALL[:3], ids=IDS[:3])
+@needs_milp
+def test_three_solvers_agree_on_the_optimum(instance, objective):
+    values = {name: _checked_optimum(name, instance, objective)
+              for name in ("cpsat", "cbc", "highs")}
+    assert len(set(values.values())) == 1, values
+
+
+@pytest.mark.parametrize("objective", ["span", "makespan"])
+@pytest.mark.parametrize("instance", SMALL, ids=IDS)
+def test_optimum_is_between_every_bound_and_every_fitting_family(instance, objective):
+    optimum = _checked_optimum("cpsat", instance, objective)
+    for name, value in bounds.lower_bounds(instance, objective).items():
+        assert value <= optimum + 1e-9, name
+    for row in compare(instance):
+        if row.applies and row.timeline.fits_cap and row.instance.placement == instance.placement:
+            assert optimum <= row.timeline.objective(objective) + 1e-9, row.method
+    result = solve(instance, objective=objective, time_limit=20)
+    assert result.status == "optimal" and result.objective == pytest.approx(optimum)
+
+
+# without symmetry breaking the search grows with m! per stage and kind: keep these tiny
+UNBROKEN = SMALL[:3] + [replace(SMALL[3], microbatches=3), SMALL[4]]
+
+
+@pytest.mark.parametrize("objective", ["span", "makespan"])
+@pytest.mark.parametrize("instance", UNBROKEN, ids=["unit-p2", "564-p3", "stages-p3", "v-p2-m3",
+                                                   "dualpipe-p2"])
+def test_symmetry_breaking_keeps_the_optimum(instance, objective):
+    assert _checked_optimum("cpsat", instance, objective, symmetry=False) == \
+        _checked_optimum("cpsat", instance, objective, symmetry=True)
+
+
+@pytest.mark.slow
+@needs_milp
+@pytest.mark.parametrize("name", ["cbc", "highs"])
+def test_milp_without_symmetry_breaking_keeps_the_optimum(name):
+    instance = SMALL[0]
+    assert _checked_optimum(name, instance, "span", symmetry=False) == \
+        _checked_optimum("cpsat", instance, "span")
+
+
+@needs_milp
+@pytest.mark.parametrize("name", ["cbc", "highs"])
+def test_solve_with_a_milp_backend_returns_an_evaluated_optimum(name):
+    instance = SMALL[1]
+    result = solve(instance, solver=name, time_limit=30)
+    assert result.solver == name and result.status == "optimal"
+    assert result.objective == pytest.approx(_checked_optimum("cpsat", instance, "span"))
+
+
+# ----- result contract ----------------------------------------------------------------------
+
+def _check_result(instance, result, objective):
+    assert result.status in ("optimal", "feasible")
+    assert validate(instance, result.schedule) == []
+    timeline = evaluate(instance, result.schedule)
+    assert result.objective == timeline.objective(objective)
+    assert result.lower_bound <= result.objective + 1e-9
+    assert result.lower_bound >= bounds.best_lower_bound(instance, objective)[1] - 1e-9
+    assert (result.status == "optimal") == math.isclose(result.objective, result.lower_bound)
+    assert result.gap == pytest.approx((result.objective - result.lower_bound) / result.objective)
+    if result.best_heuristic_objective is not None:
+        assert result.objective <= result.best_heuristic_objective + 1e-9
+
+
+@st.composite
+def small_instances(draw):
+    p = draw(st.integers(1, 3))
+    placement = draw(st.sampled_from(["contiguous", "interleaved", "v", "dualpipe"]))
+    m = draw(st.integers(1, 4))
+    if placement == "dualpipe":
+        m = 2 * max(1, m // 2)
+    stages = p * (1 if placement == "contiguous" else 2)
+    costs = st.lists(st.integers(1, 5), min_size=stages, max_size=stages)
+    base = Instance(devices=p, microbatches=m, placement=placement, t_f=draw(costs),
+                    t_b=draw(costs), t_w=draw(costs), comm=draw(st.integers(0, 2)),
+                    m_b=draw(st.integers(2, 3)), m_w=draw(st.integers(0, 2)))
+    need = bounds.min_feasible_cap(base)
+    # "1p" always admits a schedule: it holds p micro-batches' activations of device 0
+    return base.with_cap(draw(st.sampled_from([None, max(need), max(need) + 2, "1p", "2p"])))
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_instances(), st.sampled_from(["span", "makespan"]))
+def test_solve_returns_a_valid_evaluated_schedule_and_a_true_bound(instance, objective):
+    result = solve(instance, objective=objective, time_limit=5)
+    _check_result(instance, result, objective)
+
+
+def test_a_tiny_time_limit_still_returns_a_valid_schedule_with_its_gap():
+    # no family fits interleaved at 1p and the fallback is far from the bound
+    instance = Instance(devices=4, microbatches=8, t_f=[5, 4, 6, 5], t_b=[6, 6, 7, 5],
+                        t_w=[4, 3, 4, 4], comm=1, m_b=2, m_w=1) \
+        .with_placement("interleaved").with_cap("1p")
+    result = solve(instance, time_limit=0.05)
+    _check_result(instance, result, "span")
+    assert result.status == "feasible" and result.gap > 0
+
+
+def test_fractional_costs_are_scaled_by_a_power_of_ten_and_reported():
+    instance = Instance(devices=2, microbatches=3, t_f=0.5, t_b=0.75, t_w=0.25, comm=0.1,
+                        m_b=2, m_w=1, memory_cap="1p")
+    result = solve(instance, time_limit=10)
+    assert result.scale == 100
+    _check_result(instance, result, "span")
+    scaled, scale, _ = scaled_instance(instance)
+    assert scale == 100 and scaled.t_f[0] == 50 and scaled.comm == 10
+    assert solve(scaled, time_limit=10).objective == pytest.approx(result.objective * 100)
+
+
+def test_memory_is_scaled_separately_and_the_cap_rounds_down_exactly():
+    instance = Instance(devices=2, microbatches=2, m_b=1.5, m_w=0.5, memory_cap=3.25)
+    scaled, scale, memory_scale = scaled_instance(instance)
+    assert (scale, memory_scale) == (1, 10)
+    assert scaled.m_b == (15, 15) and scaled.cap == (32, 32)
+
+
+def test_costs_that_no_power_of_ten_makes_integral_are_a_user_error():
+    with pytest.raises(ZboptError, match="decimals"):
+        power_of_ten_scale([1 / 3], "the cost")
+    with pytest.raises(ZboptError, match="decimals"):
+        solve(Instance(devices=2, microbatches=2, t_f=1 / 3), time_limit=1)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"solver": "gurobi"}, "unknown solver"),
+    ({"objective": "latency"}, "unknown objective"),
+    ({"time_limit": 0}, "time limit"),
+    ({"threads": 0}, "threads"),
+])
+def test_bad_arguments_are_user_errors(kwargs, match):
+    with pytest.raises(ZboptError, match=match):
+        solve(SMALL[0], **kwargs)
+
+
+def test_a_cap_below_any_schedule_is_infeasible_and_names_the_smallest_cap():
+    # interleaved: a micro-batch's two chunks on a device are held at once, so 2 m_b is needed
+    instance = Instance(devices=2, microbatches=4, placement="interleaved", m_b=2, m_w=1,
+                        memory_cap=3)
+    result = solve(instance, time_limit=5)
+    assert result.status == "infeasible" and result.schedule is None
+    assert "at least 4" in result.message
+    assert solve(instance.with_cap(4), time_limit=5).status in ("optimal", "feasible")
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_instances())
+def test_fallback_warm_starts_fit_the_cap(instance):
+    for schedule in (sequential_schedule(instance), list_schedule(instance, True),
+                     list_schedule(instance, False)):
+        assert validate(instance, schedule) == []
+
+
+def test_a_bound_met_by_the_warm_start_is_proven_without_search():
+    instance = Instance(devices=8, microbatches=32, t_f=5, t_b=6, t_w=4, comm=1, m_b=2, m_w=1,
+                        memory_cap="1p")
+    result = solve(instance, time_limit=5)
+    assert result.status == "optimal" and result.extra["backend_status"] is None
+    assert result.objective == bounds.best_lower_bound(instance)[1]
+
+
+# ----- CLI ----------------------------------------------------------------------------------
+
+def _instance_file(tmp_path, instance=SMALL[1]):
+    path = tmp_path / "inst.toml"
+    instance.save(path)
+    return str(path)
+
+
+def test_cli_json_has_the_documented_keys(tmp_path, capsys):
+    code = main(["solve", _instance_file(tmp_path), "--time-limit", "10", "--json"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    for key in ("status", "objective", "lower_bound", "gap", "runtime", "best_heuristic",
+                "best_heuristic_objective"):
+        assert key in data
+    assert data["status"] == "optimal" and data["gap"] == 0
+    assert data["gain"] == pytest.approx(data["best_heuristic_objective"] - data["objective"])
+
+
+def test_cli_prints_status_bound_and_gain(tmp_path, capsys):
+    code = main(["solve", _instance_file(tmp_path), "--mem", "2p", "--time-limit", "10"])
+    out = capsys.readouterr().out
+    assert code == 0
+    for word in ("status", "span", "lower bound", "gap", "time", "gain"):
+        assert word in out
+
+
+def test_cli_writes_the_schedule_file_and_refuses_to_overwrite(tmp_path, capsys):
+    inst = _instance_file(tmp_path)
+    out = tmp_path / "schedule.json"
+    assert main(["solve", inst, "--time-limit", "10", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "zbopt.schedule/1" and doc["solver"]["status"] == "optimal"
+    before = out.read_text()
+    assert main(["solve", inst, "--time-limit", "10", "--out", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err and out.read_text() == before
+    assert main(["solve", inst, "--time-limit", "10", "--out", str(out), "--force"]) == 0
+
+
+def test_cli_infeasible_cap_is_one_line_and_exit_2(tmp_path, capsys):
+    inst = _instance_file(tmp_path, Instance(devices=2, microbatches=4, placement="interleaved",
+                                             m_b=2, m_w=1))
+    assert main(["solve", inst, "--mem", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "infeasible" in err and "at least 4" in err
+
+
+def test_cli_bad_solver_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["solve", _instance_file(tmp_path), "--solver", "gurobi"]) == 2
+    assert "unknown solver" in capsys.readouterr().err
