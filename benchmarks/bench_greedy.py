@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from zbopt.families import generate
-from zbopt.heuristics import zb_greedy
+from zbopt.heuristics import v_greedy, zb_greedy
 from zbopt.instance import Instance
 from zbopt.schedule import evaluate
 
@@ -74,9 +74,10 @@ def main() -> None:
         f"t_b=18086, t_w=9337, comm=601 us). One run = one `generate()` call: grid "
         f"simulations, handcrafted candidates, and evaluate() of the finalist. "
         f"{args.repeats} runs each; median (min, max) seconds, wall clock and this process's "
-        f"CPU time. On an instance this size the grid runs its first "
+        f"CPU time. On instances this size the grid runs a prefix (SIMULATION_BUDGET): "
         f"{max(zb_greedy.MIN_POLICIES, zb_greedy.SIMULATION_BUDGET // base.num_passes)} "
-        f"points (SIMULATION_BUDGET) and only the best estimate is evaluated.",
+        f"points for zb-* , {v_greedy.MIN_POLICIES} for v-* (placement v has twice the "
+        f"passes, {2 * base.num_passes:,}), and only the best estimate is evaluated.",
         "",
         f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores, "
         f"shared with other work: 1-minute load average {load_before:.1f} before, "
