@@ -15,6 +15,8 @@ a solver's optimum and every family's value must lie at or above it. The bounds:
   of the activations it holds, which the cap limits. When the cap cannot hold every forward of
   d at once, the two windows are disjoint and both idle parts add up.
 For the makespan every per-device bound also adds the earliest time any pass of d can start.
+The bounds describe schedules whose blocks last the sum of their passes (overlap 0): an
+overlap discount lets DualPipe's F&B blocks go below them.
 """
 
 from __future__ import annotations
