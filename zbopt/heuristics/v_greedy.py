@@ -23,7 +23,7 @@ from ..instance import Instance
 from ..schedule import Schedule
 from . import _engine
 from ._search import _UNSET, best_of, capped_instance
-from .zb_greedy import SIMULATION_BUDGET, W_FILLS
+from .zb_greedy import SIMULATION_BUDGET
 
 # The grid, most useful first: the order in which its points won on random V instances (a
 # greedy set cover; in-flight limits never won there and are left out, the early chunk first
