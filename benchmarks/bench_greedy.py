@@ -1,7 +1,7 @@
 """Time the greedy schedulers on the largest paper scale, p=32, m=256 (24,576 passes).
 
 Each run is one `generate()` call: the grid simulations, the handcrafted candidates and the
-evaluate() that judges the finalist. Writes medians to results/greedy_timing.md.
+choice among them. Writes medians to results/greedy_timing.md.
 
 Usage: python benchmarks/bench_greedy.py [--repeats N] [--out results/greedy_timing.md]
 """
@@ -72,12 +72,15 @@ def main() -> None:
         "",
         f"p=32, m=256 ({base.num_passes:,} passes), the 1.5B setting's costs (t_f=18522, "
         f"t_b=18086, t_w=9337, comm=601 us). One run = one `generate()` call: grid "
-        f"simulations, handcrafted candidates, and evaluate() of the finalist. "
+        f"simulations, handcrafted candidates, and the choice among them. "
         f"{args.repeats} runs each; median (min, max) seconds, wall clock and this process's "
         f"CPU time. On instances this size the grid runs a prefix (SIMULATION_BUDGET): "
         f"{max(zb_greedy.MIN_POLICIES, zb_greedy.SIMULATION_BUDGET // base.num_passes)} "
-        f"points for zb-* , {v_greedy.MIN_POLICIES} for v-* (placement v has twice the "
-        f"passes, {2 * base.num_passes:,}), and only the best estimate is evaluated.",
+        f"points for zb-*, "
+        f"{max(v_greedy.MIN_POLICIES, zb_greedy.SIMULATION_BUDGET // (2 * base.num_passes))} "
+        f"for v-* (placement v has twice the "
+        f"passes, {2 * base.num_passes:,}), and the best estimate is returned without a "
+        f"second evaluate() (the caller's evaluate() judges it; zbopt/heuristics/_search.py).",
         "",
         f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores, "
         f"shared with other work: 1-minute load average {load_before:.1f} before, "

@@ -234,7 +234,7 @@ def test_v_half_and_v_min_use_less_memory_than_v_greedy():
     assert peaks["v-min"] <= peaks["v-half"] <= peaks["v-greedy"]
 
 
-def test_large_instances_run_a_grid_prefix_and_evaluate_one_finalist(monkeypatch):
+def test_large_instances_run_a_grid_prefix_and_keep_the_best_estimate(monkeypatch):
     instance = Instance(devices=6, microbatches=24, t_f=3, t_b=4, t_w=2, comm=1, m_b=2, m_w=1,
                         memory_cap="2p")
     full = evaluate(instance, generate("zb-greedy", instance))

@@ -256,7 +256,7 @@ class _Greedy:
             if k < self.nf[s]:
                 a = self.b_arr[s][k]
                 if a is None:  # producer not scheduled yet: a lower bound, never "ready"
-                    a = max(t + top.tb[top.next[s]] + top.lag_next[s], t + _EPS * 2)
+                    a = t + top.tb[top.next[s]] + top.lag_next[s] + 2 * _EPS
                 if a <= t + _EPS:
                     if ready_b is None or k < ready_b[1]:
                         ready_b = (s, k, "B")
@@ -266,7 +266,7 @@ class _Greedy:
             if k < self.n[s]:
                 a = self.f_arr[s][k]
                 if a is None:
-                    a = max(t + top.tf[top.prev[s]] + top.lag_prev[s], t + _EPS * 2)
+                    a = t + top.tf[top.prev[s]] + top.lag_prev[s] + 2 * _EPS
                 if a <= t + _EPS:
                     if self.inflight is not None and k - self.nb[s] >= self.inflight[s]:
                         continue

@@ -25,7 +25,7 @@ from ._search import _UNSET, best_of, capped_instance
 
 # Passes simulated per call before the grid is cut to its most useful prefix: keeps p=32, m=256
 # (24,576 passes) well under a second (benchmarks/bench_greedy.py).
-SIMULATION_BUDGET = 80_000
+SIMULATION_BUDGET = 100_000
 MIN_POLICIES = 3
 W_FILLS = ("gap", "balance", "eager", "lazy")
 
