@@ -166,7 +166,9 @@ def _memory_orders(instance: Instance, dev: tuple[Pass, ...], device: int,
         if level <= cap + 1e-9:
             continue  # fits whatever runs before it
         if level - most > cap + 1e-9:
-            raise _CapTooSmall()  # over the cap even if every release runs first
+            # over the cap even if every release runs first
+            raise _CapTooSmall(f"device {device} exceeds its cap {cap:g} at {format_pass(p)} "
+                               f"whatever runs before it")
         for q in releases:
             lost = -sum(delta[by_index[i]]
                         for i in _bits((down[q] | (1 << index[q])) & release_bits))
@@ -207,7 +209,7 @@ def structure(instance: Instance, symmetry: bool = True) -> Structure:
         graph.add_weighted_edges_from(((a, b, 0) for a, b in new), weight="lag")
         if not nx.is_directed_acyclic_graph(graph):
             # contradictory orders: the cap admits no schedule (reported as infeasible)
-            raise _CapTooSmall()
+            raise _CapTooSmall("the orders the cap forces contradict each other")
     head: dict[Pass, int] = {}
     for p in order:
         head[p] = max((head[q] + duration[q] + graph.edges[q, p]["lag"]
@@ -364,8 +366,8 @@ def hint_problem(instance: Instance, st: Structure, hint: dict[Pass, int], horiz
         return f"the hint has no start for {format_pass(missing[0])}"
     for a, b, gap in st.edges:
         if hint[b] < hint[a] + d[a] + gap:
-            return (f"{format_pass(b)} starts before {format_pass(a)} (+lag) ends"
-                    + (" or breaks micro-batch order" if gap == 0 else ""))
+            return (f"{format_pass(b)} starts before {format_pass(a)} ends (+ comm), which a "
+                    f"dependency, micro-batch order or the cap requires")
     ranks = hint_order(st, hint)
     for a, b in st.forced:
         if ranks[a] > ranks[b]:
@@ -589,10 +591,10 @@ def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span"
     t0 = time.perf_counter()
     try:
         model = build_model(instance, objective, horizon, symmetry, bound_cuts)
-    except _CapTooSmall:
+    except _CapTooSmall as err:
         return BackendResult("infeasible", None, None, None,
-                             "the memory cap forces contradictory pass orders: no schedule "
-                             "fits it; raise the cap", {"horizon": horizon, "presolve": True})
+                             f"no schedule fits the memory cap ({err}): raise the cap",
+                             {"horizon": horizon, "presolve": True})
     notes = []
     warm = False
     if hint is not None:
@@ -604,7 +606,10 @@ def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span"
             warm = True
     run = _run_cbc if backend == "cbc" else _run_highs
     with tempfile.TemporaryDirectory(prefix="zbopt-milp-") as workdir:
-        outcome = run(model, time_limit, threads, warm, workdir)
+        try:
+            outcome = run(model, time_limit, threads, warm, workdir)
+        except pulp.PulpSolverError as err:  # the solver crashed or wrote no solution
+            outcome = SolverOutcome("unknown", False, None, f"{backend} failed: {err}")
     notes.insert(0, outcome.message)
     extra = {"horizon": horizon, "variables": len(model.problem.variables()),
              "binaries": len(model.order), "constraints": model.problem.numConstraints(),
