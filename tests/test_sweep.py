@@ -447,3 +447,17 @@ def test_ray_missing_or_address_misuse_is_a_user_error(tmp_path):
     from zbopt.sweep.executors import make_executor
     with pytest.raises(ZboptError, match="--address is for --executor ray"):
         make_executor("local", 1, address="ray://x:10001")
+
+
+def test_unreachable_ray_address_fails_fast(tmp_path, capsys):
+    pytest.importorskip("ray")
+    import socket
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.monotonic()
+    status = main(["sweep", str(small_spec(tmp_path)), "--out", str(tmp_path / "out"),
+                   "--executor", "ray", "--address", f"127.0.0.1:{port}", "--quiet"])
+    assert status == 2 and time.monotonic() - start < 30
+    err = capsys.readouterr().err
+    assert "cannot reach a Ray cluster" in err and err.count("\n") == 1

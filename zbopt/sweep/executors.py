@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -171,6 +172,8 @@ class RayExecutor:
     def run(self, jobs: Sequence[Job], stop: Stop = _never) -> Iterator[tuple[Job, dict]]:
         ray = _import_ray()
         started_here = not ray.is_initialized()
+        if started_here and self.address:
+            check_reachable(self.address)
         if started_here:
             try:
                 ray.init(address=self.address,
@@ -218,6 +221,19 @@ class RayExecutor:
                     pass
             if started_here:
                 ray.shutdown()
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a cluster address nobody answers (ray.init would retry for minutes)."""
+    target = address.split("://", 1)[-1]
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto" and other forms Ray resolves itself
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise ZboptError(f"cannot reach a Ray cluster at {address} ({err.strerror or err}): "
+                         f"start it (ray start --head) or drop --address for a local Ray") from None
 
 
 def _import_ray():
