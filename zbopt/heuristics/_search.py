@@ -32,8 +32,9 @@ def best_of(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcom
             method: str, needed: Callable[[], str]) -> Schedule:
     """The candidate with the smallest evaluate() span among those within the instance's cap.
 
-    `candidates` are thunks returning an Outcome (None: that grid point failed); `needed`
-    explains, when none fits, which cap would be needed.
+    The FINALISTS best simulator estimates are evaluated; from LARGE passes on, the best
+    estimate is returned as is. `candidates` are thunks returning an Outcome (None: that grid
+    point failed); `needed` explains, when none fits, which cap would be needed.
     """
     outcomes: dict[tuple, float] = {}
     for make in candidates:
