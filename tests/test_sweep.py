@@ -443,6 +443,33 @@ def test_ray_and_local_executors_agree(tmp_path):
     assert local == ray_
 
 
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray_records_a_crashed_task_and_a_timeout_and_goes_on(tmp_path):
+    pytest.importorskip("ray")
+
+    def crash_or_hang(job):  # a local function: Ray ships it by value to its workers
+        import os
+        import time
+        from zbopt.sweep.job import run_job
+        if job.method.name == "gpipe" and job.instance["microbatches"] == 4:
+            os._exit(3)
+        if job.method.name == "zb-h1" and job.instance["microbatches"] == 6:
+            time.sleep(120)
+        return run_job(job)
+
+    spec = load_spec(small_spec(tmp_path, SMALL_SPEC.replace(
+        'name = "small"', 'name = "small"\njob_timeout = 4')))
+    summary = run_sweep(spec, tmp_path / "ray", jobs=2, executor="ray", progress=False,
+                        report=False, job_fn=crash_or_hang)
+    assert summary.ran == 16 and summary.errors == 4
+    errors = {(r["method"], r["microbatches"]): r["error"] for r in load_records(tmp_path / "ray")
+              if r["status"] == "error"}
+    assert set(errors) == {("gpipe", 4), ("zb-h1", 6)}
+    assert all("Ray task failed" in e for k, e in errors.items() if k[0] == "gpipe")
+    assert all("timed out" in e for k, e in errors.items() if k[0] == "zb-h1")
+
+
 def test_ray_missing_or_address_misuse_is_a_user_error(tmp_path):
     from zbopt.sweep.executors import make_executor
     with pytest.raises(ZboptError, match="--address is for --executor ray"):

@@ -206,6 +206,8 @@ class RayExecutor:
                                                    f"{str(err).splitlines()[0] if str(err) else ''}",
                                               time.monotonic() - t0)
                     yield job, record
+                # the clock runs from submission (Ray does not say when a task starts); the
+                # window keeps no more tasks in flight than there are workers
                 for ref, (job, t0) in list(running.items()):
                     if self.job_timeout is not None and time.monotonic() - t0 > self.job_timeout:
                         ray.cancel(ref, force=True)
