@@ -15,8 +15,9 @@ def register(sub) -> None:
     parser.add_argument("spec", help="sweep spec (.toml)")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="result folder, e.g. results/NAME (created if missing)")
-    parser.add_argument("--jobs", type=int, default=1, help="parallel jobs (worker processes "
-                        "or, with --executor ray, tasks in flight)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="parallel jobs: worker processes (default 1) or, with --executor "
+                             "ray, tasks in flight (default: the cluster's CPUs)")
     parser.add_argument("--executor", choices=("local", "ray"), default="local")
     parser.add_argument("--address", default=None,
                         help="Ray cluster address (default: start a local Ray)")
@@ -33,10 +34,11 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..sweep.run import run_sweep
     from ..sweep.spec import load_spec
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise ZboptError(f"--jobs must be >= 1, got {args.jobs}")
+    jobs = args.jobs if args.jobs is not None or args.executor == "ray" else 1
     spec = load_spec(args.spec)
-    summary = run_sweep(spec, args.out, jobs=args.jobs, executor=args.executor,
+    summary = run_sweep(spec, args.out, jobs=jobs, executor=args.executor,
                         address=args.address, retry_errors=args.retry_errors,
                         progress=not args.quiet and sys.stderr.isatty(),
                         report=not args.no_report, spec_path=args.spec, force=args.force)

@@ -247,12 +247,12 @@ def _import_ray():
     return ray
 
 
-def make_executor(kind: str, workers: int, address: str | None = None,
+def make_executor(kind: str, workers: int | None, address: str | None = None,
                   job_fn: JobFn = run_job, job_timeout: float | None = None):
     if kind == "local":
         if address:
             raise ZboptError("--address is for --executor ray")
-        return LocalExecutor(workers, job_fn, job_timeout)
+        return LocalExecutor(workers or 1, job_fn, job_timeout)
     if kind == "ray":
         return RayExecutor(workers, address, job_fn, job_timeout)
     raise ZboptError(f"unknown executor {kind!r}: use local or ray")

@@ -58,7 +58,7 @@ def _sigint_sets(flag: _StopFlag) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, executor: str = "local",
+def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: str = "local",
               address: str | None = None, retry_errors: bool = False, progress: bool = True,
               report: bool = True, spec_path: str | Path | None = None,
               job_fn: JobFn = run_job, force: bool = False) -> SweepSummary:
