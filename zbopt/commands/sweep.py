@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..errors import ZboptError
+
+_SPEC_HELP = """spec format (see sweeps/*.toml; top-level keys come before the tables):
+  name = "grid"
+  instances = ["instances/paper/*.toml"]   # files/globs (relative to the spec), and/or [base]
+  methods = "all"                          # or ["1f1b", "zb-h1", {name = ..., params = {}}]
+  job_timeout = 600                        # optional: seconds before a job is killed
+  [base]                                   # a base instance (table, or base = "file.toml")
+  devices = 4
+  microbatches = 8
+  [axes]                                   # any instance key; cartesian product over
+  microbatches = [8, 16, 32]               # every base (the [base] and each file)
+  memory_cap = ["1p", "2p", "none"]
+  [[solvers]]
+  name = "cpsat"                           # cpsat | cbc | highs
+  time_limit = 30
+  threads = 1
+"""
 
 
 def register(sub) -> None:
     parser = sub.add_parser(
         "sweep", help="run a sweep spec (instances x methods) into a resumable result store",
         description="Run every job of a sweep spec (TOML); finished jobs are appended to "
-                    "OUT/results.jsonl and skipped on a rerun; Ctrl-C keeps them.")
+                    "OUT/results.jsonl and skipped on a rerun; Ctrl-C keeps them.",
+        epilog=_SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", help="sweep spec (.toml)")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="result folder, e.g. results/NAME (created if missing)")
