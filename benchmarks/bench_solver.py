@@ -6,7 +6,9 @@ Parts (each a list of runs of zbopt.solve, span objective, 2 threads by default)
 - paper: instances/paper/*.toml (Zero Bubble Table 5 settings) at 1p and 2p; CP-SAT, 120 s;
          compared with the authors' heuristic (tests/data/zb_paper_table5.json)
 - milp:  p=4, m=8, unit costs (comm 0) and 5/6/4 with comm 1, caps 1p and 2p; CBC and HiGHS
-         (and CP-SAT for reference), 60 s
+         (and CP-SAT cold for reference), 60 s
+Solver labels: plain = solve() as users call it; "search" = the backend must prove the
+optimum even when the bounds alone would; "cold" = also without the warm start hint.
 Every schedule reported went through evaluate() and validate() inside solve(). `proved_by` says
 whether the lower bounds of zbopt.bounds alone already met the warm start ("bounds") or the
 backend closed the gap ("solver"). Runtimes are wall-clock medians over --repeats runs on a
@@ -47,14 +49,28 @@ COLUMNS = ("part", "instance", "cap", "solver", "status", "objective", "lower_bo
            "time_limit", "threads")
 
 
+# solver label -> (solver, solve() keywords). "cold": no warm start and no proof by the bounds
+# alone, so the backend has to find and prove the optimum itself; "search": warm start, but
+# the backend has to prove it.
+MODES = {
+    "cpsat": ("cpsat", {}),
+    "cpsat cold": ("cpsat", {"warm_start": False, "prove_with_bounds": False}),
+    "cbc": ("cbc", {}),
+    "cbc search": ("cbc", {"prove_with_bounds": False}),
+    "highs": ("highs", {}),
+    "highs search": ("highs", {"prove_with_bounds": False}),
+}
+
+
 def runs(part: str):
-    """(instance label, cap, instance, solver, reference heuristic value or None)."""
+    """(instance label, cap, instance, solver label, reference heuristic value or None)."""
     if part in ("p8", "p16"):
         p = 8 if part == "p8" else 16
         base = Instance(devices=p, microbatches=32, t_f=5, t_b=6, t_w=4, comm=1, m_b=2, m_w=1,
                         name=f"p{p}-m32-5-6-4")
         for cap in (("1p", "1.5p", "2p") if p == 8 else ("1p", "2p")):
-            yield base.name, cap, base.with_cap(cap), "cpsat", None
+            for label in ("cpsat", "cpsat cold"):
+                yield base.name, cap, base.with_cap(cap), label, None
     elif part == "paper":
         table = json.loads((ROOT / "tests" / "data" / "zb_paper_table5.json").read_text())
         for path in sorted((ROOT / "instances" / "paper").glob("*.toml")):
@@ -70,15 +86,16 @@ def runs(part: str):
             base = Instance(devices=4, microbatches=8, m_b=2, m_w=1, name=f"p4-m8-{label}",
                             **costs)
             for cap in ("1p", "2p"):
-                for solver in ("cbc", "highs", "cpsat"):
-                    yield base.name, cap, base.with_cap(cap), solver, None
+                for label in ("cbc", "cbc search", "highs", "highs search", "cpsat cold"):
+                    yield base.name, cap, base.with_cap(cap), label, None
 
 
-def measure(part, label, cap, instance, solver, reference, time_limit, threads, repeats):
+def measure(part, label, cap, instance, mode, reference, time_limit, threads, repeats):
+    solver, options = MODES[mode]
     times, result = [], None
     for _ in range(repeats):
         result = solve(instance, solver=solver, objective="span", time_limit=time_limit,
-                       threads=threads)
+                       threads=threads, **options)
         times.append(result.runtime)
     gain = None
     if result.best_heuristic_objective and result.objective is not None:
@@ -88,7 +105,7 @@ def measure(part, label, cap, instance, solver, reference, time_limit, threads, 
     if reference and result.objective is not None:
         vs_reference = 100 * (reference - result.objective) / reference
     return {
-        "part": part, "instance": label, "cap": cap, "solver": solver, "status": result.status,
+        "part": part, "instance": label, "cap": cap, "solver": mode, "status": result.status,
         "objective": result.objective, "lower_bound": result.lower_bound,
         "gap": result.gap, "runtime_median": statistics.median(times),
         "runtimes": " ".join(f"{t:.2f}" for t in times),
@@ -138,7 +155,10 @@ def write_markdown(path: Path, rows: list[dict], command: str) -> None:
              "`zbopt.bounds` already met the warm start, *solver* = the backend closed the gap. "
              "Runtimes are wall-clock medians (seconds) over the repeats listed, on a machine "
              "shared with other developers' jobs, so they are noisy; the time limit is the "
-             "solver's, the runtime includes the warm start.", "",
+             "solver's, the runtime includes the warm start. Solver labels: plain = `solve()` "
+             "as users call it; *search* = `prove_with_bounds=False` (the backend must prove "
+             "the optimum itself); *cold* = also `warm_start=False` (no hint: the backend must "
+             "find the schedule too).", "",
              f"Last command: `{command}`", "",
              f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
              f"Python {platform.python_version()}, ortools {metadata.version('ortools')}, "

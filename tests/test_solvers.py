@@ -230,6 +230,16 @@ def test_a_bound_met_by_the_warm_start_is_proven_without_search():
     assert result.objective == bounds.best_lower_bound(instance)[1]
 
 
+def test_the_backend_can_be_made_to_prove_what_the_bounds_prove():
+    instance = SMALL[1]
+    quick = solve(instance, time_limit=10)
+    searched = solve(instance, time_limit=10, prove_with_bounds=False, warm_start=False)
+    assert quick.extra["backend_status"] is None
+    assert searched.extra["backend_status"] == "optimal"
+    assert searched.status == "optimal" and searched.objective == quick.objective
+    assert validate(instance, searched.schedule) == []
+
+
 # ----- CLI ----------------------------------------------------------------------------------
 
 def _instance_file(tmp_path, instance=SMALL[1]):

@@ -326,8 +326,12 @@ def _infeasible(instance: Instance, solver: str, objective: str,
 
 def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
           time_limit: float = 60, threads: int = 2, warm_start: bool = True,
-          symmetry: bool = True) -> SolveResult:
+          symmetry: bool = True, prove_with_bounds: bool = True) -> SolveResult:
     """The best schedule the solver finds within the time limit, with a proven lower bound.
+
+    warm_start: hint the backend with the best known schedule. symmetry: micro-batch order
+    per stage and kind. prove_with_bounds: skip the backend when the warm start already
+    meets the lower bounds of zbopt.bounds (turn off to make the backend prove it).
 
     Statuses: "optimal" (objective == lower bound), "feasible" (a valid schedule and its gap),
     "infeasible" (no schedule fits the cap; `message` names the smallest cap that does),
@@ -372,7 +376,7 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         value = int(round(timeline.objective(objective) * scale))
         return "optimal" if value <= lower_scaled else "feasible"
 
-    if round(warm.objective(objective) * scale) <= bound_scaled:
+    if prove_with_bounds and round(warm.objective(objective) * scale) <= bound_scaled:
         # the warm start already meets the lower bound: proven without a search
         return result("optimal", warm, bound_scaled,
                       f"the warm start ({warm.schedule.method}) meets the {bound_name} bound")
