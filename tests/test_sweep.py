@@ -266,6 +266,7 @@ def test_crashing_jobs_are_recorded_and_the_rest_finish(tmp_path):
     assert all(r["status"] == "ok" for r in load_records(out))
 
 
+@pytest.mark.slow
 def test_a_job_past_its_timeout_is_killed_and_recorded(tmp_path):
     spec = load_spec(small_spec(tmp_path, SMALL_SPEC.replace(
         'name = "small"', 'name = "small"\njob_timeout = 1.5')))
