@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from zbopt import bounds
 from zbopt.compare import best_schedule
+from zbopt.dag import dependencies, lag
 from zbopt.errors import ZboptError
 from zbopt.instance import Instance
 from zbopt.schedule import Schedule, evaluate, validate
@@ -56,13 +57,17 @@ def check_solution(instance, result, objective):
         assert timeline.objective(objective) <= result.objective
         if result.status == "optimal":  # ... and not better than a proven optimum
             assert timeline.objective(objective) == result.objective
-    # the starts themselves satisfy every precedence and never overlap on a device
-    st_ = structure(instance, symmetry=False)
-    for a, b, gap in st_.edges:
-        assert result.starts[b] >= result.starts[a] + st_.duration[a] + gap
+    # the starts themselves satisfy every dependency (comm across devices) and never overlap
+    for b in instance.passes():
+        for a in dependencies(instance, b):
+            assert result.starts[b] >= result.starts[a] + cost(instance, a) + lag(instance, a, b)
     for order in result.extra["orders"]:
         for a, b in zip(order, order[1:]):
-            assert result.starts[b] >= result.starts[a] + st_.duration[a]
+            assert result.starts[b] >= result.starts[a] + cost(instance, a)
+
+
+def cost(instance, q):
+    return instance.cost(q[0], q[2])
 
 
 # ----- brute force: every per-device order, ASAP timing (optimal for the makespan) -------------
