@@ -1,4 +1,4 @@
-"""CP-SAT backend: one interval per pass, no-overlap per device, memory as a reservoir.
+"""CP-SAT backend: one interval per pass, no-overlap per device, memory per device.
 
 The instance handed in has integer costs and memory (solve() scales them). The model:
 - a fixed-size interval per pass; NoOverlap per device;
@@ -12,7 +12,8 @@ The instance handed in has integer costs and memory (solve() scales them). The m
   device with one stage (F(s, i) waits for B(s, i - k) and for enough W), the per-device span
   bounds of zbopt.bounds, overlapping windows of neighbouring devices, and the objective
   bounded below by the best lower bound;
-- a complete hint (every start) from the warm start; workers = threads.
+- a complete hint (every start) from the warm start; workers = threads;
+- for the span objective, each device's passes on the device's own clock (see build_model).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ortools.sat.python import cp_model
 
 from .. import bounds
 from ..dag import Pass, dependencies, lag
+from ..errors import ZboptError
 from ..instance import Instance
 from .backend import BackendResult
 
@@ -44,7 +46,7 @@ def _integral(instance: Instance) -> None:
     values = [*instance.t_f, *instance.t_b, *instance.t_w, instance.comm,
               *instance.m_b, *instance.m_w, *instance.static_memory, *(instance.cap or ())]
     if any(float(x) != int(x) for x in values):
-        raise ValueError("solve_cpsat needs integer costs and memory: scale the instance first "
+        raise ZboptError("solve_cpsat needs integer costs and memory: scale the instance first "
                          "(zbopt.solvers.solve does)")
 
 
@@ -279,6 +281,8 @@ def solve_cpsat(instance: Instance, objective: str = "span", time_limit: float =
                 horizon: Optional[int] = None) -> BackendResult:
     """Solve the integer instance with CP-SAT; starts are scaled integer times."""
     began = time.perf_counter()
+    if objective not in ("span", "makespan"):
+        raise ZboptError(f"unknown objective {objective!r}: use 'span' or 'makespan'")
     if horizon is None:
         # the sum of all costs and lags bounds the span and makespan of running one
         # micro-batch at a time, which fits every cap that admits a schedule
