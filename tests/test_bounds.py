@@ -58,7 +58,8 @@ def instances(draw, placements=("contiguous", "interleaved", "v", "dualpipe"), m
 
 def random_schedule(instance: Instance, rng: random.Random) -> Schedule:
     """A random valid order: any ready pass on any device, micro-batches admitted on a device
-    only when all their activations there fit (so it never deadlocks), random kind orders."""
+    only when all their activations there fit (on every device of its chain at once when two
+    chains run opposite ways, as in dualpipe), so it never deadlocks."""
     p = instance.devices
     caps = instance.cap or (math.inf,) * p
     footprint = {}
@@ -71,6 +72,12 @@ def random_schedule(instance: Instance, rng: random.Random) -> Schedule:
     admitted, done = set(), set()
     from zbopt.dag import dependencies
     remaining = set(instance.passes())
+    devices_of = {j: {instance.device_of(s) for s in stages}
+                  for stages, mbs in instance.chains for j in mbs}
+
+    def admit_on(d, j):
+        return [d] if len(instance.chains) == 1 else sorted(devices_of[j])
+
     orders = [[] for _ in range(p)]
     while remaining:
         ready = []
@@ -78,8 +85,9 @@ def random_schedule(instance: Instance, rng: random.Random) -> Schedule:
             if any(a not in done for a in dependencies(instance, q)):
                 continue
             d = instance.device_of(q[0])
-            if q[2] == "F" and (d, q[1]) not in admitted \
-                    and level[d] + owed[d] + footprint[(d, q[1])] > caps[d] + 1e-9:
+            if q[2] == "F" and (d, q[1]) not in admitted and any(
+                    level[e] + owed[e] + footprint[(e, q[1])] > caps[e] + 1e-9
+                    for e in admit_on(d, q[1])):
                 continue
             ready.append(q)
         q = rng.choice(sorted(ready))
@@ -87,8 +95,9 @@ def random_schedule(instance: Instance, rng: random.Random) -> Schedule:
         d = instance.device_of(s)
         if k == "F":
             if (d, j) not in admitted:
-                admitted.add((d, j))
-                owed[d] += footprint[(d, j)]
+                for e in admit_on(d, j):
+                    admitted.add((e, j))
+                    owed[e] += footprint[(e, j)]
             owed[d] -= instance.m_b[s]
             level[d] += instance.m_b[s]
         elif k == "B":
