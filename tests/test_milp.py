@@ -333,3 +333,13 @@ def test_no_temporary_files_left(tmp_path, monkeypatch):
         hint, timeline = family_hint(instance)
         assert run(instance, backend, hint=hint).status == "optimal"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_highs_runs_whatever_thread_count_came_before():
+    # HiGHS keeps one thread pool per process; a different `threads` must not stop the next run
+    instance = inst(2, 2, None, "1p")
+    for threads in (1, 2, 1):
+        result = solve_milp(instance, backend="highs", objective="span", time_limit=10,
+                            threads=threads, hint=None, symmetry=True,
+                            horizon=default_horizon(instance))
+        assert result.status == "optimal", result.message

@@ -526,6 +526,9 @@ def _highs_class():
 
         def callSolver(self, lp):  # noqa: N802 (PuLP's name)
             import highspy
+            # HiGHS keeps one thread pool per process and refuses to run (status "Not Set")
+            # when `threads` differs from the pool's size: rebuild the pool for this run.
+            highspy.Highs.resetGlobalScheduler(True)
             if self.warm:
                 sol = highspy.HighsSolution()
                 sol.col_value = [float(v.varValue or 0.0)
@@ -551,6 +554,8 @@ def _run_highs(model: Model, time_limit: float, threads: int, warm: bool,
     bound = info.mip_dual_bound
     bound = None if bound is None or not math.isfinite(bound) else float(bound)
     name = highs.modelStatusToString(status_code)
+    if status_code == highspy.HighsModelStatus.kNotset:
+        raise pulp.PulpSolverError(f"HiGHS did not run (model status {name})")
     ms = highspy.HighsModelStatus
     if status_code == ms.kOptimal and has_solution:
         status = "optimal"
