@@ -136,6 +136,12 @@ def main() -> None:
                     lines.append(row)
     lines += ["", f"Default configuration proved every case optimal within the limit: "
                   f"{'yes' if proved_all else 'NO'}.", "",
+              "Reading it: with the bound cuts the warm start often already meets the bound, so "
+              "the proof is the LP relaxation; `no bound cuts` shows what the disjunctive "
+              "formulation proves alone. `cold` and `no bound cuts` are single runs and vary "
+              "a lot from run to run (both solvers are nondeterministic with 2 threads, and "
+              "the machine is shared): a cold run that proves in seconds in one run can stop "
+              "at the limit in the next.", "",
               "## Beyond the target: the warm start is not optimal", "",
               "Same instance with 5/6/4 comm 1, caps where the best family/heuristic schedule "
               "can be improved; default configuration, one run each.", "",
