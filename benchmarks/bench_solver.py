@@ -126,7 +126,11 @@ def _proved_by(result) -> str:
     backend = result.extra.get("backend_status")
     if backend is None:
         return "bounds"
-    return "solver" if backend == "optimal" else "solver schedule + bounds"
+    if backend == "optimal":
+        return "solver"
+    if result.schedule is not None and result.schedule.method.startswith("solver-"):
+        return "solver schedule + bounds"
+    return "warm start + bounds"  # the backend found nothing better within its limit
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -165,7 +169,8 @@ def write_markdown(path: Path, rows: list[dict]) -> None:
              "`evaluate()` and `validate()`. `proved by`: *bounds* = the lower bounds of "
              "`zbopt.bounds` already met the warm start, *solver* = the backend proved it, "
              "*solver schedule + bounds* = the backend stopped at its time limit with a "
-             "schedule that meets the bounds. "
+             "schedule that meets the bounds, *warm start + bounds* = the backend found "
+             "nothing better within its limit and the warm start meets the bounds. "
              "Runtimes are wall-clock medians (seconds) over the repeats listed, on a machine "
              "shared with other developers' jobs, so they are noisy; the time limit is the "
              "solver's, the runtime includes the warm start. Solver labels: plain = `solve()` "
