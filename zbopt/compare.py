@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
+from .bounds import best_lower_bound
 from .errors import ZboptError
 from .families import families, prepare
 from .instance import Instance
@@ -35,8 +36,27 @@ class Row:
         out.update(applies=True, makespan=tl.makespan, span=tl.span, ideal=tl.ideal,
                    bubble_rate=tl.bubble_rate, peak_memory=list(tl.peak_memory),
                    memory_cap=list(tl.instance.cap) if tl.instance.cap else None,
-                   fits_cap=tl.fits_cap)
+                   fits_cap=tl.fits_cap, lower_bound=self.lower_bound,
+                   gap_to_bound=self.gap_to_bound)
         return out
+
+    @property
+    def lower_bound(self) -> Optional[float]:
+        """The best lower bound on the span for this row's (placed) instance and cap.
+
+        None where it does not apply: a schedule over the cap, or overlapped F&B blocks
+        (an overlap discount can take a schedule below the bounds of single passes).
+        """
+        if self.timeline is None or not self.timeline.fits_cap or self.instance.overlap:
+            return None
+        return best_lower_bound(self.instance, "span")[1]
+
+    @property
+    def gap_to_bound(self) -> Optional[float]:
+        bound = self.lower_bound
+        if bound is None or not self.timeline.span:
+            return None
+        return max(0.0, (self.timeline.span - bound) / self.timeline.span)
 
 
 def run_method(name: str, instance: Instance, **params) -> Row:

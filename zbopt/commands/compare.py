@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rich.table import Table
 
 from ..compare import Row, compare
@@ -34,7 +36,9 @@ def solver_row(instance, args) -> Row:
     name = f"{args.solver} ({result.status})"
     if result.timeline is None:
         return Row(name, "solver", instance, reason=result.message or result.status)
-    return Row(name, "solver", instance, result.timeline)
+    # the row's name on the schedule too, so charts and files say which solver made it
+    timeline = replace(result.timeline, schedule=replace(result.timeline.schedule, method=name))
+    return Row(name, "solver", instance, timeline)
 
 
 def rows_for(instance, args) -> list[Row]:
@@ -72,15 +76,18 @@ def run(args) -> int:
               f"cap={'unlimited' if cap is None else instance.memory_cap} "
               f"({'-' if cap is None else fmt(max(cap))})")
     table = Table("method", "placement", "makespan", "span", "bubble", "peak memory (max)",
-                  "fits cap")
+                  "fits cap", "gap to bound")
     applied = sorted((r for r in rows if r.applies), key=lambda r: r.timeline.span)
     for r in applied:
         tl = r.timeline
         table.add_row(r.method, f"{r.instance.placement}"
                       + (f"/{r.instance.chunks}" if r.instance.placement == "interleaved" else ""),
                       fmt(tl.makespan), fmt(tl.span), f"{tl.bubble_rate:.2%}",
-                      fmt(max(tl.peak_memory)), "yes" if tl.fits_cap else "[red]no[/]")
+                      fmt(max(tl.peak_memory)), "yes" if tl.fits_cap else "[red]no[/]",
+                      "-" if r.gap_to_bound is None else f"{r.gap_to_bound:.2%}")
     out.print(table)
+    out.print("[dim]gap to bound: (span - best lower bound of zbopt.bounds) / span, for "
+              "schedules within the cap on their own placement[/]")
     for r in rows:
         if not r.applies:
             out.print(f"[dim]{r.method}: does not apply: {r.reason}[/]")

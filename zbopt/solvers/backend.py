@@ -2,7 +2,9 @@
 
 solve() hands a backend an Instance whose costs are integers (scaled, `scale` reported), an
 optional hint (start time of every pass from the best known schedule under the cap) and a
-horizon; the backend returns start times of every pass. solve() turns them into per-device
+horizon: an upper bound on the objective (the warm start's value), so the backend searches
+only schedules at least as good ("infeasible" from a backend means none within it). The backend
+returns start times of every pass. solve() turns them into per-device
 orders, evaluates them with the one evaluator and reports.
 """
 
