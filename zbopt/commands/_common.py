@@ -79,3 +79,17 @@ def refuse_overwrite(path: str | Path, force: bool) -> Path:
     if path.exists() and not force:
         raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
     return path
+
+
+def print_timeline(out: Console, timeline) -> None:
+    """The metrics line and the per-device table of one evaluated schedule."""
+    from rich.table import Table
+    inst = timeline.instance
+    out.print(f"makespan {fmt(timeline.makespan)}  span {fmt(timeline.span)}  "
+              f"ideal {fmt(timeline.ideal)}  bubble rate {timeline.bubble_rate:.2%}  "
+              f"fits cap: {'yes' if timeline.fits_cap else 'NO'}")
+    table = Table("device", "first start", "last end", "busy", "idle", "peak memory", "cap")
+    for d, (s, e) in enumerate(timeline.device_span):
+        table.add_row(str(d), fmt(s), fmt(e), fmt(timeline.busy[d]), fmt(timeline.idle[d]),
+                      fmt(timeline.peak_memory[d]), fmt(inst.cap[d]) if inst.cap else "-")
+    out.print(table)

@@ -13,6 +13,16 @@ from ._common import add_instance_arguments, console, fmt, load, print_json
 def register(sub) -> None:
     parser = sub.add_parser("compare", help="compare every schedule family on an instance")
     add_instance_arguments(parser)
+    add_method_arguments(parser)
+    parser.add_argument("--plot", metavar="DIR", help="write one Gantt chart per method to DIR")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite charts already in the --plot directory")
+    parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.set_defaults(func=run)
+
+
+def add_method_arguments(parser) -> None:
+    """Which methods to run and the optional solver row (compare and report share them)."""
     parser.add_argument("--methods", default=None,
                         help="comma-separated method names (default: all registered)")
     parser.add_argument("--chunks", type=int, default=0,
@@ -22,11 +32,6 @@ def register(sub) -> None:
     parser.add_argument("--objective", default="span", choices=("span", "makespan"))
     parser.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
     parser.add_argument("--threads", type=int, default=2, help="solver threads")
-    parser.add_argument("--plot", metavar="DIR", help="write one Gantt chart per method to DIR")
-    parser.add_argument("--force", action="store_true",
-                        help="overwrite charts already in the --plot directory")
-    parser.add_argument("--json", action="store_true", help="print a JSON document")
-    parser.set_defaults(func=run)
 
 
 def solver_row(instance, args) -> Row:

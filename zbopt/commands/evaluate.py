@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
 from ..errors import ZboptError
 from ..schedule import evaluate
-from ._common import console, fmt, parse_cap, print_json
+from ._common import console, fmt, parse_cap, print_json, print_timeline
 
 
 def register(sub) -> None:
@@ -79,19 +77,12 @@ def _print(timeline, source, differences, solver) -> None:
     out.print(f"[bold]{timeline.schedule.method or 'schedule'}[/] from {source}: "
               f"p={inst.devices} m={inst.microbatches} placement={inst.placement} "
               f"chunks={inst.chunks}")
-    out.print(f"makespan {fmt(timeline.makespan)}  span {fmt(timeline.span)}  "
-              f"ideal {fmt(timeline.ideal)}  bubble rate {timeline.bubble_rate:.2%}  "
-              f"fits cap: {'yes' if timeline.fits_cap else 'NO'}")
     if solver:
         gap = solver.get("gap")
         out.print(f"made by {solver.get('solver')} ({solver.get('status')}): objective "
                   f"{fmt(solver.get('objective'))}, lower bound {fmt(solver.get('lower_bound'))}"
                   f", gap {'-' if gap is None else f'{gap:.2%}'}")
-    table = Table("device", "first start", "last end", "busy", "idle", "peak memory", "cap")
-    for d, (s, e) in enumerate(timeline.device_span):
-        table.add_row(str(d), fmt(s), fmt(e), fmt(timeline.busy[d]), fmt(timeline.idle[d]),
-                      fmt(timeline.peak_memory[d]), fmt(inst.cap[d]) if inst.cap else "-")
-    out.print(table)
+    print_timeline(out, timeline)
     if differences is not None:
         if differences:
             out.print("[red]stored metrics differ from this evaluation:[/] "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import ZboptError
 from ._common import add_instance_arguments, load, refuse_overwrite
+from .compare import add_method_arguments
 
 
 def register(sub) -> None:
@@ -16,15 +17,7 @@ def register(sub) -> None:
     add_instance_arguments(parser)
     parser.add_argument("-o", "--out", required=True, metavar="FILE.html",
                         help="the report to write")
-    parser.add_argument("--methods", default=None,
-                        help="comma-separated method names (default: all registered)")
-    parser.add_argument("--chunks", type=int, default=0,
-                        help="chunks per device when re-placing for interleaved families")
-    parser.add_argument("--solve", action="store_true", help="add an exact solver's row")
-    parser.add_argument("--solver", default="cpsat", help="cpsat, cbc or highs (with --solve)")
-    parser.add_argument("--objective", default="span", choices=("span", "makespan"))
-    parser.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
-    parser.add_argument("--threads", type=int, default=2, help="solver threads")
+    add_method_arguments(parser)
     parser.add_argument("--force", action="store_true", help="overwrite FILE.html if it exists")
     parser.set_defaults(func=run)
 

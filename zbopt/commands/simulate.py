@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
 from ..compare import run_method
 from ..errors import ZboptError
 from ..families import get_family
-from ._common import add_instance_arguments, console, fmt, load, print_json
+from ._common import add_instance_arguments, console, load, print_json, print_timeline
 
 
 def register(sub) -> None:
@@ -48,11 +46,5 @@ def run(args) -> int:
     inst = tl.instance
     out.print(f"[bold]{family.name}[/] on {inst.name or 'instance'}: p={inst.devices} "
               f"m={inst.microbatches} placement={inst.placement} chunks={inst.chunks}")
-    out.print(f"makespan {fmt(tl.makespan)}  span {fmt(tl.span)}  ideal {fmt(tl.ideal)}  "
-              f"bubble rate {tl.bubble_rate:.2%}  fits cap: {'yes' if tl.fits_cap else 'NO'}")
-    table = Table("device", "first start", "last end", "busy", "idle", "peak memory", "cap")
-    for d, (s, e) in enumerate(tl.device_span):
-        table.add_row(str(d), fmt(s), fmt(e), fmt(tl.busy[d]), fmt(tl.idle[d]),
-                      fmt(tl.peak_memory[d]), fmt(inst.cap[d]) if inst.cap else "-")
-    out.print(table)
+    print_timeline(out, tl)
     return 0
