@@ -130,7 +130,7 @@ def render(doc: dict) -> str:
             for entry in value:
                 items = ",\n   ".join(json.dumps(item) for item in entry["items"])
                 devices.append(f'  {{"device": {entry["device"]}, "items": [\n   {items}\n  ]}}')
-            parts.append(f' "devices": [\n' + ",\n".join(devices) + "\n ]")
+            parts.append(' "devices": [\n' + ",\n".join(devices) + "\n ]")
         else:
             body = json.dumps(value, indent=1).replace("\n", "\n ")
             parts.append(f" {json.dumps(key)}: {body}")
