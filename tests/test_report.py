@@ -338,6 +338,16 @@ def test_report_table_lists_methods_by_span_and_reasons_for_the_rest():
             assert "does not apply" in table and r.method in table
 
 
+def test_report_table_shows_the_gap_to_the_best_bound():
+    rows = compare(UNIT, ["1f1b", "zb-h2"])
+    page = render_report(UNIT, rows, charts=False)
+    for row in rows:
+        cells = re.search(rf"<td>{row.method}</td>(.*?)</tr>", page).group(1)
+        gap = re.findall(r'<td class="num">([^<]*)</td>', cells)[-1]
+        assert row.gap_to_bound is not None and gap == f"{row.gap_to_bound:.2%}"
+    assert rows[0].gap_to_bound > rows[1].gap_to_bound  # 1F1B is further from the bound
+
+
 def test_report_table_shows_each_methods_own_cap():
     # a row may be judged on its own instance (re-placed families, a solver's): show its cap
     rows = compare(UNIT, ["1f1b"]) + [Row("zb-h2 capped", "heuristic", UNIT.with_cap(24),
@@ -346,7 +356,7 @@ def test_report_table_shows_each_methods_own_cap():
     for row in rows:
         cells = re.search(rf"<td>{row.method}</td>(.*?)</tr>", page).group(1)
         numbers = re.findall(r'<td class="num">([^<]*)</td>', cells)
-        assert numbers[-1] == f"{max(row.timeline.instance.cap):g}"
+        assert numbers[-2] == f"{max(row.timeline.instance.cap):g}"  # the last is the gap
     assert rows[0].timeline.instance.cap != rows[1].timeline.instance.cap  # so the test bites
 
 

@@ -96,7 +96,7 @@ def comparison_table(rows: Sequence[Row]) -> str:
     best = min((r.timeline.span for r in fitting), default=None)
     head = ("<tr><th>method</th><th>kind</th><th>placement</th><th>makespan</th><th>span</th>"
             "<th>ideal</th><th>bubble rate</th><th>peak memory (max)</th><th>cap (max)</th>"
-            "<th>fits cap</th></tr>")
+            "<th>fits cap</th><th>gap to bound</th></tr>")
     body = []
     for r in applied:
         tl = r.timeline
@@ -111,16 +111,19 @@ def comparison_table(rows: Sequence[Row]) -> str:
             f'<td class="num">{number(tl.makespan)}</td><td class="num">{number(tl.span)}</td>'
             f'<td class="num">{number(tl.ideal)}</td><td class="num">{tl.bubble_rate:.2%}</td>'
             f'<td class="num">{number(max(tl.peak_memory))}</td>'
-            f'<td class="num">{cap}</td><td>{fits}</td></tr>')
+            f'<td class="num">{cap}</td><td>{fits}</td>'
+            f'<td class="num">{"-" if r.gap_to_bound is None else f"{r.gap_to_bound:.2%}"}'
+            '</td></tr>')
     for r in rows:
         if not r.applies:
             why = "no schedule" if r.kind == "solver" else "does not apply"
             body.append(f'<tr class="na"><td>{_e(r.method)}</td><td>{_e(r.kind)}</td>'
-                        f'<td colspan="8">{why}: {_e(r.reason)}</td></tr>')
+                        f'<td colspan="9">{why}: {_e(r.reason)}</td></tr>')
     note = ('<p class="sub">Sorted by span; the bold row is the best that fits the memory cap. '
             'span = max over devices of (last end - first start); bubble rate = '
-            '(span - ideal) / span. A cap given as a multiple of p ("1p") is resolved on '
-            'each method\'s own placement.</p>')
+            '(span - ideal) / span; gap to bound = (span - the best lower bound of '
+            'zbopt.bounds) / span, for schedules within the cap. A cap given as a multiple of '
+            'p ("1p") is resolved on each method\'s own placement.</p>')
     return f"<table>{head}{''.join(body)}</table>{note}"
 
 
