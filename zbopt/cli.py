@@ -16,7 +16,7 @@ from .errors import ZboptError
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse would print the usage too)
-        raise ZboptError(f"{self.prog}: {message} (see --help)")
+        raise ZboptError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
