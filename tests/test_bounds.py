@@ -5,7 +5,6 @@ per-stage costs and memory, static memory, per-device caps), against every regis
 and against optima proven by CP-SAT.
 """
 
-import math
 import random
 
 import pytest
@@ -17,7 +16,8 @@ from zbopt.compare import compare
 from zbopt.errors import ZboptError
 from zbopt.instance import Instance
 from zbopt.schedule import Schedule, evaluate, validate
-from zbopt.solvers.api import scaled_instance, sequential_schedule
+from zbopt.dag import dependencies
+from zbopt.solvers.api import Admission, scaled_instance, sequential_schedule
 from zbopt.solvers.cpsat import solve_cpsat
 
 FAST = settings(max_examples=60, deadline=None,
@@ -61,52 +61,18 @@ def random_schedule(instance: Instance, rng: random.Random) -> Schedule:
     only when all their activations there fit (on every device of its chain at once when two
     chains run opposite ways, as in dualpipe), so it never deadlocks."""
     p = instance.devices
-    caps = instance.cap or (math.inf,) * p
-    footprint = {}
-    for s, j, k in instance.passes():
-        if k == "F":
-            key = (instance.device_of(s), j)
-            footprint[key] = footprint.get(key, 0) + instance.m_b[s]
-    level = list(instance.static_memory)
-    owed = [0.0] * p
-    admitted, done = set(), set()
-    from zbopt.dag import dependencies
+    memory = Admission(instance)
+    done = set()
     remaining = set(instance.passes())
-    devices_of = {j: {instance.device_of(s) for s in stages}
-                  for stages, mbs in instance.chains for j in mbs}
-
-    def admit_on(d, j):
-        return [d] if len(instance.chains) == 1 else sorted(devices_of[j])
-
     orders = [[] for _ in range(p)]
     while remaining:
-        ready = []
-        for q in remaining:
-            if any(a not in done for a in dependencies(instance, q)):
-                continue
-            d = instance.device_of(q[0])
-            if q[2] == "F" and (d, q[1]) not in admitted and any(
-                    level[e] + owed[e] + footprint[(e, q[1])] > caps[e] + 1e-9
-                    for e in admit_on(d, q[1])):
-                continue
-            ready.append(q)
+        ready = [q for q in remaining
+                 if all(a in done for a in dependencies(instance, q)) and memory.fits(q)]
         q = rng.choice(sorted(ready))
-        s, j, k = q
-        d = instance.device_of(s)
-        if k == "F":
-            if (d, j) not in admitted:
-                for e in admit_on(d, j):
-                    admitted.add((e, j))
-                    owed[e] += footprint[(e, j)]
-            owed[d] -= instance.m_b[s]
-            level[d] += instance.m_b[s]
-        elif k == "B":
-            level[d] -= instance.m_b[s] - instance.m_w[s]
-        else:
-            level[d] -= instance.m_w[s]
+        memory.run(q)
         done.add(q)
         remaining.discard(q)
-        orders[d].append(q)
+        orders[instance.device_of(q[0])].append(q)
     release = [rng.randint(0, 20) for _ in range(p)] if rng.random() < 0.3 else None
     return Schedule.build(orders, method="random", release=release)
 

@@ -109,6 +109,65 @@ def sequential_schedule(instance: Instance) -> Schedule:
     return Schedule.build(orders, method="sequential")
 
 
+class Admission:
+    """Memory bookkeeping that keeps a pass-by-pass order deadlock-free under the cap.
+
+    A device admits a micro-batch (at its first F there) only if the activations of all its
+    stages for it fit beside what the device holds and what its admitted micro-batches will
+    still add; admitted micro-batches then never wait for memory. One chain: admit per device
+    (the first device on the chain whose admitted micro-batches all wait further down cannot
+    exist); two chains (dualpipe) run opposite ways, so a micro-batch reserves every device
+    of its chain at entry.
+    """
+
+    def __init__(self, instance: Instance):
+        self.instance = instance
+        p = instance.devices
+        self.caps = instance.cap or (math.inf,) * p
+        self.footprint: dict[tuple[int, int], float] = {}  # (device, mb) -> what it adds
+        for s, j, k in instance.passes():
+            if k == "F":
+                key = (instance.device_of(s), j)
+                self.footprint[key] = self.footprint.get(key, 0) + instance.m_b[s]
+        self.level = list(instance.static_memory)
+        self.owed = [0.0] * p  # activations admitted micro-batches will still add
+        self.admitted: set[tuple[int, int]] = set()
+        self.chain_devices = {j: sorted({instance.device_of(s) for s in stages})
+                              for stages, mbs in instance.chains for j in mbs}
+
+    def _admit_on(self, d: int, j: int) -> list[int]:
+        return [d] if len(self.instance.chains) == 1 else self.chain_devices[j]
+
+    def admitted_on(self, d: int, j: int) -> bool:
+        return (d, j) in self.admitted
+
+    def fits(self, q: Pass) -> bool:
+        """Whether pass q may run now as far as memory goes (only a new F can be refused)."""
+        s, j, k = q
+        d = self.instance.device_of(s)
+        if k != "F" or (d, j) in self.admitted:
+            return True
+        return all(self.level[e] + self.owed[e] + self.footprint[(e, j)] <= self.caps[e] + 1e-9
+                   for e in self._admit_on(d, j))
+
+    def run(self, q: Pass) -> None:
+        """Account for pass q running (admitting its micro-batch if it is a new F)."""
+        s, j, k = q
+        inst = self.instance
+        d = inst.device_of(s)
+        if k == "F":
+            if (d, j) not in self.admitted:
+                for e in self._admit_on(d, j):
+                    self.admitted.add((e, j))
+                    self.owed[e] += self.footprint[(e, j)]
+            self.owed[d] -= inst.m_b[s]
+            self.level[d] += inst.m_b[s]
+        elif k == "B":
+            self.level[d] -= inst.m_b[s] - inst.m_w[s]
+        else:
+            self.level[d] -= inst.m_w[s]
+
+
 def list_schedule(instance: Instance, new_before_w: bool = True) -> Schedule:
     """A memory-safe greedy for any placement, a fallback warm start where no family fits.
 
@@ -120,29 +179,12 @@ def list_schedule(instance: Instance, new_before_w: bool = True) -> Schedule:
     order cannot deadlock. The order is then judged by evaluate() like any other.
     """
     p = instance.devices
-    caps = instance.cap or (math.inf,) * p
-    footprint: dict[tuple[int, int], float] = {}  # (device, mb) -> activations it will add
-    for q in instance.passes():
-        if q[2] == "F":
-            key = (instance.device_of(q[0]), q[1])
-            footprint[key] = footprint.get(key, 0) + instance.m_b[q[0]]
-    level = list(instance.static_memory)
-    owed = [0.0] * p  # activations admitted micro-batches will still add
-    admitted: set[tuple[int, int]] = set()
+    memory = Admission(instance)
     end: dict[Pass, float] = {}
     free_at = [0.0] * p
     nxt = {(s, k): 0 for s in range(instance.num_stages) for k in "FBW"}
     orders: list[list[Pass]] = [[] for _ in range(p)]
     total = instance.num_passes
-
-    chain_devices = {j: sorted({instance.device_of(s) for s in stages})
-                     for stages, mbs in instance.chains for j in mbs}
-
-    def admit_on(d, j):
-        # one chain: admit per device (the device first on the chain whose admitted
-        # micro-batches all wait further down cannot exist, so no deadlock); two chains
-        # (dualpipe) run opposite ways, so a micro-batch reserves every device at entry
-        return [d] if len(instance.chains) == 1 else chain_devices[j]
 
     def candidates(d):
         out = []
@@ -159,11 +201,10 @@ def list_schedule(instance: Instance, new_before_w: bool = True) -> Schedule:
                 ready = max([end[a] + lag(instance, a, q) for a in deps], default=0.0)
                 if k == "B":
                     rank = 0
-                elif k == "F" and (d, q[1]) in admitted:
+                elif k == "F" and memory.admitted_on(d, q[1]):
                     rank = 1
                 elif k == "F":
-                    if not all(level[e] + owed[e] + footprint[(e, q[1])] <= caps[e] + 1e-9
-                               for e in admit_on(d, q[1])):
+                    if not memory.fits(q):
                         continue
                     rank = 2 if new_before_w else 3
                 else:
@@ -185,18 +226,8 @@ def list_schedule(instance: Instance, new_before_w: bool = True) -> Schedule:
         if best is None:
             raise ZboptError("the fallback list scheduler is stuck (internal error)")
         start, _, d, q = best
-        s, j, k = q
-        if k == "F":
-            if (d, j) not in admitted:
-                for e in admit_on(d, j):
-                    admitted.add((e, j))
-                    owed[e] += footprint[(e, j)]
-            owed[d] -= instance.m_b[s]
-            level[d] += instance.m_b[s]
-        elif k == "B":
-            level[d] -= instance.m_b[s] - instance.m_w[s]
-        else:
-            level[d] -= instance.m_w[s]
+        s, _, k = q
+        memory.run(q)
         end[q] = start + instance.cost(s, k)
         free_at[d] = end[q]
         nxt[(s, k)] += 1
