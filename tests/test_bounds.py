@@ -17,8 +17,8 @@ from zbopt.errors import ZboptError
 from zbopt.instance import Instance
 from zbopt.schedule import Schedule, evaluate, validate
 from zbopt.dag import dependencies
-from zbopt.solvers.api import Admission, scaled_instance, sequential_schedule
-from zbopt.solvers.cpsat import solve_cpsat
+from zbopt.heuristics.list_scheduler import Admission, sequential_schedule
+from zbopt.solvers.api import run_backend, scaled_instance
 
 FAST = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -144,7 +144,7 @@ def test_ramp_and_drain_is_tight_for_zb_h1_at_1p():
 @given(instances(max_p=3, max_m=4), st.sampled_from(["span", "makespan"]))
 def test_bounds_never_exceed_a_proven_optimum(instance, objective):
     scaled, scale, _ = scaled_instance(instance)
-    result = solve_cpsat(scaled, objective=objective, time_limit=10, threads=2)
+    result = run_backend("cpsat", scaled, objective=objective, time_limit=10, threads=2)
     assert result.status == "optimal"
     for name, value in bounds.lower_bounds(instance, objective).items():
         assert value <= result.objective / scale + 1e-9, name

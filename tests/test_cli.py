@@ -26,11 +26,11 @@ def test_compare_default_instance_json(capsys):
         assert len(row["peak_memory"]) == 8
     assert rows["1f1b"]["fits_cap"] and not rows["gpipe"]["fits_cap"]  # default cap is 1p
     # the gap to the best lower bound shows even without a solver: ZB-H1 meets it at 1p
-    assert rows["zb-h1"]["gap_to_bound"] == 0.0
-    assert rows["1f1b"]["gap_to_bound"] == pytest.approx(
+    assert rows["zb-h1"]["gap"] == 0.0
+    assert rows["1f1b"]["gap"] == pytest.approx(
         (1456749 - rows["1f1b"]["lower_bound"]) / 1456749)
     assert rows["1f1b"]["lower_bound"] <= rows["zb-h1"]["span"]
-    assert rows["gpipe"]["gap_to_bound"] is None  # over the cap: the bound does not apply
+    assert rows["gpipe"]["gap"] is None  # over the cap: the bound does not apply
 
 
 def test_compare_lists_families_that_do_not_apply(capsys, tmp_path):
@@ -40,7 +40,7 @@ def test_compare_lists_families_that_do_not_apply(capsys, tmp_path):
     assert code == 0
     rows = {r["method"]: r for r in json.loads(out)}
     assert rows["interleaved-1f1b"]["applies"] is False
-    assert "multiple" in rows["interleaved-1f1b"]["reason"]
+    assert "multiple" in rows["interleaved-1f1b"]["message"]
     code, out, _ = run(capsys, "compare", str(inst))
     assert "interleaved-1f1b: does not apply" in out
 

@@ -17,7 +17,7 @@ from zbopt.export.schedule_file import (FORMAT, compare_metrics, read_schedule_f
 from zbopt.families import families, generate, get_family, prepare
 from zbopt.instance import Instance
 from zbopt.schedule import Schedule, evaluate, fused
-from zbopt.solvers.result import SolveResult
+from zbopt.result import Result
 
 
 def family_timeline(name: str, instance: Instance):
@@ -101,10 +101,8 @@ def test_release_is_kept(tmp_path):
 
 def test_solver_fields_are_written(tmp_path):
     timeline = family_timeline("zb-h1", small_instance())
-    result = SolveResult(status="feasible", solver="cpsat", objective_name="span",
-                         schedule=timeline.schedule, timeline=timeline,
-                         objective=timeline.span, lower_bound=timeline.span * 0.9, runtime=1.5,
-                         scale=4.0)
+    result = Result("cpsat", "solver", "feasible", timeline.instance, timeline,
+                    lower_bound=timeline.span * 0.9, runtime=1.5, scale=4.0)
     doc = json.loads(write_schedule_file(tmp_path / "s.json", timeline, result).read_text())
     solver = doc["solver"]
     assert solver["solver"] == "cpsat" and solver["status"] == "feasible"

@@ -173,7 +173,7 @@ def test_cap_below_one_activation_names_the_needed_cap():
     heavy = Instance(devices=3, microbatches=6, m_b=[2, 7, 3], m_w=1)
     with pytest.raises(ZboptError, match=r"zb-1p.*at least 7"):
         generate("zb-1p", heavy)
-    assert "at least 7" in run_method("zb-1p", heavy).reason
+    assert "at least 7" in run_method("zb-1p", heavy).message
 
 
 def test_v_cap_below_both_chunks_names_the_needed_cap():
@@ -184,7 +184,7 @@ def test_v_cap_below_both_chunks_names_the_needed_cap():
     with pytest.raises(ZboptError, match=r"v-greedy: no schedule.*at least 4"):
         generate("v-greedy", bad)
     row = run_method("v-greedy", bad)  # compare lists it with the reason
-    assert not row.applies and "at least 4" in row.reason
+    assert not row.applies and "at least 4" in row.message
     assert evaluate(instance.with_cap(4), generate("v-greedy", instance.with_cap(4))).fits_cap
 
 
@@ -205,10 +205,10 @@ def test_registered_as_heuristics_and_listed_by_compare():
     assert registry["v-greedy"].placement == "v"
     rows = {r.method: r for r in compare(Instance(devices=4, microbatches=8, memory_cap="1p"))}
     for name in GREEDY:
-        assert rows[name].applies, (name, rows[name].reason)
+        assert rows[name].applies, (name, rows[name].message)
         assert rows[name].timeline.fits_cap or name == "zb-2p"  # 2p > the instance's 1p
     dual = compare(Instance(devices=4, microbatches=8, placement="dualpipe"), list(GREEDY))
-    assert all(not r.applies and "placement" in r.reason for r in dual)
+    assert all(not r.applies and "placement" in r.message for r in dual)
 
 
 def test_v_greedy_never_worse_than_zb_v_when_it_fits():
@@ -271,8 +271,8 @@ def test_cli_compare_lists_the_greedy_methods_and_their_reasons(capsys, tmp_path
     out, _ = capsys.readouterr()
     assert code == 0
     rows = {r["method"]: r for r in json.loads(out)}
-    assert not rows["v-greedy"]["applies"] and "at least 4" in rows["v-greedy"]["reason"]
-    assert not rows["zb-greedy"]["applies"] and "placement" in rows["zb-greedy"]["reason"]
+    assert not rows["v-greedy"]["applies"] and "at least 4" in rows["v-greedy"]["message"]
+    assert not rows["zb-greedy"]["applies"] and "placement" in rows["zb-greedy"]["message"]
     code = main(["compare", str(inst), "--methods", "v-greedy"])
     assert code == 0 and "v-greedy: does not apply" in capsys.readouterr().out
 

@@ -14,7 +14,9 @@ from zbopt.dag import dependencies, lag
 from zbopt.errors import ZboptError
 from zbopt.instance import Instance
 from zbopt.schedule import Schedule, evaluate, validate
-from zbopt.solvers.milp import default_horizon, parse_cbc_log, solve_milp, structure
+from zbopt.solvers.api import run_backend
+from zbopt.solvers.backends.cbc import parse_cbc_log
+from zbopt.solvers.milp import default_horizon, structure
 
 BACKENDS = ("cbc", "highs")
 ZB_COSTS = dict(t_f=5, t_b=6, t_w=4, comm=1)
@@ -27,15 +29,16 @@ def inst(p, m, costs=None, cap=None, **kw):
 
 def run(instance, backend, objective="span", time_limit=60, **kw):
     kw.setdefault("horizon", default_horizon(instance))
-    return solve_milp(instance, backend=backend, objective=objective, time_limit=time_limit,
-                      threads=1, hint=kw.pop("hint", None), symmetry=kw.pop("symmetry", True),
-                      **kw)
+    options = {"bound_cuts": kw.pop("bound_cuts")} if "bound_cuts" in kw else {}
+    return run_backend(backend, instance, objective=objective, time_limit=time_limit,
+                       threads=1, hint=kw.pop("hint", None), symmetry=kw.pop("symmetry", True),
+                       options=options, **kw)
 
 
 def schedule_of(instance, result, use_orders=True):
     """What solve() does: per-device orders (by start), released at each device's first start."""
     if use_orders:
-        orders = [list(o) for o in result.extra["orders"]]
+        orders = [list(o) for o in result.orders]
     else:
         # ties only between zero-length passes and what follows them: shorter first
         orders = [sorted((q for q in result.starts if instance.device_of(q[0]) == d),
@@ -61,7 +64,7 @@ def check_solution(instance, result, objective):
     for b in instance.passes():
         for a in dependencies(instance, b):
             assert result.starts[b] >= result.starts[a] + cost(instance, a) + lag(instance, a, b)
-    for order in result.extra["orders"]:
+    for order in result.orders:
         for a, b in zip(order, order[1:]):
             assert result.starts[b] >= result.starts[a] + cost(instance, a)
 
@@ -126,11 +129,10 @@ SMALL = [
 @pytest.mark.slow
 @pytest.mark.parametrize("p,m,costs,cap", SMALL)
 def test_cbc_highs_and_cpsat_agree(p, m, costs, cap):
-    cpsat = pytest.importorskip("zbopt.solvers.cpsat")
     instance = inst(p, m, costs, cap)
     for objective in ("span", "makespan"):
-        reference = cpsat.solve_cpsat(instance, objective=objective, time_limit=60, threads=2,
-                                      horizon=default_horizon(instance))
+        reference = run_backend("cpsat", instance, objective=objective, time_limit=60, threads=2,
+                                horizon=default_horizon(instance))
         assert reference.status == "optimal"
         values = set()
         for backend in BACKENDS:
@@ -157,7 +159,7 @@ def test_symmetry_breaking_keeps_the_optimum(p, m, costs, cap, backend):
     assert on.objective == off.objective
     check_solution(instance, off, "span")
     # symmetry fixes orders: strictly fewer binaries to decide
-    assert on.extra["binaries"] < off.extra["binaries"]
+    assert on.stats["binaries"] < off.stats["binaries"]
 
 
 @pytest.mark.slow
@@ -165,11 +167,10 @@ def test_symmetry_breaking_keeps_the_optimum(p, m, costs, cap, backend):
                                                     ("dualpipe", 0, 4, "1p"),
                                                     ("interleaved", 2, 3, None)])
 def test_other_placements_agree_with_cpsat(placement, chunks, m, cap):
-    cpsat = pytest.importorskip("zbopt.solvers.cpsat")
     instance = Instance(devices=2, microbatches=m, placement=placement, chunks=chunks,
                         t_f=2, t_b=3, t_w=1, comm=1, m_b=2, m_w=1, memory_cap=cap)
-    reference = cpsat.solve_cpsat(instance, objective="span", time_limit=60, threads=2,
-                                  horizon=default_horizon(instance))
+    reference = run_backend("cpsat", instance, objective="span", time_limit=60, threads=2,
+                            horizon=default_horizon(instance))
     assert reference.status == "optimal"
     for backend in BACKENDS:
         result = run(instance, backend, bound_cuts=False)
@@ -214,7 +215,7 @@ def test_warm_start_is_used_and_never_lost(backend):
     instance = inst(3, 4, ZB_COSTS, "1p")
     hint, timeline = family_hint(instance)
     result = run(instance, backend, hint=hint, horizon=int(timeline.span))
-    assert result.extra["warm_start"] is True
+    assert result.stats["warm_start"] is True
     assert result.status == "optimal"
     assert result.objective <= timeline.span
     check_solution(instance, result, "span")
@@ -227,7 +228,7 @@ def test_hint_breaking_micro_batch_order_is_reported_not_used():
     for s in range(2):  # swap the forwards of micro-batches 0 and 1 on every stage
         swapped[(s, 0, "F")], swapped[(s, 1, "F")] = hint[(s, 1, "F")], hint[(s, 0, "F")]
     result = run(instance, "highs", hint=swapped, horizon=int(timeline.span))
-    assert result.extra["warm_start"] is False
+    assert result.stats["warm_start"] is False
     assert "warm start not used" in result.message
     assert result.status == "optimal"
 
@@ -253,7 +254,7 @@ def test_solver_proves_infeasibility_below_the_optimum(backend):
     # asking for a schedule strictly better than the optimum: the solver itself must say no
     below = run(instance, backend, horizon=best.objective - 1, bound_cuts=False)
     assert below.status == "infeasible"
-    assert below.extra["solver_status"] == "infeasible"
+    assert below.stats["solver_status"] == "infeasible"
 
 
 @pytest.mark.slow
@@ -279,7 +280,7 @@ def test_time_limit_never_claims_a_false_optimum(backend):
 
 def test_bad_arguments_raise_zbopt_error():
     instance = inst(2, 2)
-    with pytest.raises(ZboptError, match="backend"):
+    with pytest.raises(ZboptError, match="unknown solver"):
         run(instance, "gurobi")
     with pytest.raises(ZboptError, match="objective"):
         run(instance, "cbc", "throughput")
@@ -339,7 +340,7 @@ def test_highs_runs_whatever_thread_count_came_before():
     # HiGHS keeps one thread pool per process; a different `threads` must not stop the next run
     instance = inst(2, 2, None, "1p")
     for threads in (1, 2, 1):
-        result = solve_milp(instance, backend="highs", objective="span", time_limit=10,
-                            threads=threads, hint=None, symmetry=True,
-                            horizon=default_horizon(instance))
+        result = run_backend("highs", instance, objective="span", time_limit=10,
+                             threads=threads, hint=None, symmetry=True,
+                             horizon=default_horizon(instance))
         assert result.status == "optimal", result.message

@@ -16,7 +16,8 @@ from matplotlib.colors import to_rgb
 from matplotlib.image import imread
 
 from zbopt.cli import main
-from zbopt.compare import Row, compare, run_method
+from zbopt.compare import compare, run_method
+from zbopt.result import Result
 from zbopt.dag import format_pass
 from zbopt.errors import ZboptError
 from zbopt.instance import Instance
@@ -344,14 +345,15 @@ def test_report_table_shows_the_gap_to_the_best_bound():
     for row in rows:
         cells = re.search(rf"<td>{row.method}</td>(.*?)</tr>", page).group(1)
         gap = re.findall(r'<td class="num">([^<]*)</td>', cells)[-1]
-        assert row.gap_to_bound is not None and gap == f"{row.gap_to_bound:.2%}"
-    assert rows[0].gap_to_bound > rows[1].gap_to_bound  # 1F1B is further from the bound
+        assert row.gap is not None and gap == f"{row.gap:.2%}"
+    assert rows[0].gap > rows[1].gap  # 1F1B is further from the bound
 
 
 def test_report_table_shows_each_methods_own_cap():
     # a row may be judged on its own instance (re-placed families, a solver's): show its cap
-    rows = compare(UNIT, ["1f1b"]) + [Row("zb-h2 capped", "heuristic", UNIT.with_cap(24),
-                                          timeline_of("zb-h2", UNIT.with_cap(24)))]
+    rows = compare(UNIT, ["1f1b"]) + [Result("zb-h2 capped", "heuristic", "heuristic",
+                                             UNIT.with_cap(24),
+                                             timeline_of("zb-h2", UNIT.with_cap(24)))]
     page = render_report(UNIT, rows, charts=False)
     for row in rows:
         cells = re.search(rf"<td>{row.method}</td>(.*?)</tr>", page).group(1)
@@ -361,15 +363,15 @@ def test_report_table_shows_each_methods_own_cap():
 
 
 def test_report_says_why_a_solver_row_has_no_schedule():
-    rows = compare(UNIT, ["1f1b"]) + [Row("cpsat (unknown)", "solver", UNIT,
-                                          reason="no solution within 1 s")]
+    rows = compare(UNIT, ["1f1b"]) + [Result("cpsat (unknown)", "solver", "error", UNIT,
+                                             message="no solution within 1 s")]
     page = render_report(UNIT, rows, charts=False)
     assert "no schedule: no solution within 1 s" in page
     assert [t["method"] for t in page_data(page)["timelines"]] == ["1f1b"]
 
 
 def test_report_escapes_names():
-    rows = [Row("<b>x</b>", "handwritten", UNIT, timeline_of("1f1b"))]
+    rows = [Result("<b>x</b>", "handwritten", "heuristic", UNIT, timeline_of("1f1b"))]
     page = render_report(UNIT.with_cap(None), rows, title="a </script> title", charts=False)
     assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
     assert page_data(page)["timelines"][0]["method"] == "<b>x</b>"

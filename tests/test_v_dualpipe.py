@@ -332,16 +332,16 @@ def test_compare_lists_the_new_methods_with_reasons():
     rows = {row.method: row for row in compare(instance)}
     for name, placement in (("zb-v", "v"), ("dualpipe", "dualpipe"), ("dualpipev", "v"),
                             ("v-min-block", "v"), ("v-half-block", "v")):
-        assert rows[name].applies, rows[name].reason
+        assert rows[name].applies, rows[name].message
         assert rows[name].instance.placement == placement
     # the same model on an odd pipeline: DualPipe does not apply and says why
     odd = Instance(devices=3, microbatches=7)
     row = run_method("dualpipe", odd)
-    assert not row.applies and "even" in row.reason
+    assert not row.applies and "even" in row.message
     row = run_method("dualpipev", odd)
     assert row.applies
     row = run_method("dualpipev", Instance(devices=4, microbatches=7))
-    assert not row.applies and "microbatches >= 2 * devices = 8" in row.reason
+    assert not row.applies and "microbatches >= 2 * devices = 8" in row.message
 
 
 def test_cli_compare_shows_the_new_methods(tmp_path, capsys):

@@ -1,99 +1,58 @@
-"""Run every applicable schedule family and heuristic on an instance, judged by evaluate()."""
+"""Run every applicable method on an instance, each judged by evaluate(), as Results."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
-from .bounds import best_lower_bound
 from .errors import ZboptError
-from .families import families, prepare
 from .instance import Instance
-from .schedule import Timeline, evaluate
+from .registry import methods, run
+from .result import Result
 
 
-@dataclass(frozen=True)
-class Row:
-    """One method on one instance: a timeline, or the reason the method does not apply."""
-
-    method: str
-    kind: str  # handwritten, heuristic, solver
-    instance: Instance  # the instance as placed for this method
-    timeline: Optional[Timeline] = None
-    reason: str = ""
-
-    @property
-    def applies(self) -> bool:
-        return self.timeline is not None
-
-    def as_dict(self) -> dict:
-        out: dict = {"method": self.method, "kind": self.kind, "placement": self.instance.placement,
-                     "chunks": self.instance.chunks}
-        if self.timeline is None:
-            out.update(applies=False, reason=self.reason)
-            return out
-        tl = self.timeline
-        out.update(applies=True, makespan=tl.makespan, span=tl.span, ideal=tl.ideal,
-                   bubble_rate=tl.bubble_rate, peak_memory=list(tl.peak_memory),
-                   memory_cap=list(tl.instance.cap) if tl.instance.cap else None,
-                   fits_cap=tl.fits_cap, lower_bound=self.lower_bound,
-                   gap_to_bound=self.gap_to_bound)
-        return out
-
-    @property
-    def lower_bound(self) -> Optional[float]:
-        """The best lower bound on the span for this row's (placed) instance and cap.
-
-        None where it does not apply: a schedule over the cap, or overlapped F&B blocks
-        (an overlap discount can take a schedule below the bounds of single passes).
-        """
-        if self.timeline is None or not self.timeline.fits_cap or self.instance.overlap:
-            return None
-        return best_lower_bound(self.instance, "span")[1]
-
-    @property
-    def gap_to_bound(self) -> Optional[float]:
-        bound = self.lower_bound
-        if bound is None or not self.timeline.span:
-            return None
-        return max(0.0, (self.timeline.span - bound) / self.timeline.span)
+def run_method(name: str, instance: Instance, **params) -> Result:
+    """One registered method (see zbopt.registry.run)."""
+    return run(name, instance, **params)
 
 
-def run_method(name: str, instance: Instance, **params) -> Row:
-    """Generate and evaluate one registered method; a failed precondition becomes the reason."""
-    family = families()[name]
-    try:
-        placed = prepare(family, instance)
-        schedule = family.generate(placed, **{**family.defaults, **params})
-        timeline = evaluate(placed, replace(schedule, method=name))
-    except ZboptError as err:
-        return Row(name, family.kind, instance, reason=str(err))
-    return Row(name, family.kind, placed, timeline)
+def compare(instance: Instance, methods_: Iterable[str] | None = None, chunks: int = 0,
+            objective: str = "span") -> list[Result]:
+    """Every schedule generator (or the ones named) on `instance`, as Results.
 
-
-def compare(instance: Instance, methods: Iterable[str] | None = None) -> list[Row]:
-    registry = families()
-    names = list(methods) if methods is not None else list(registry)
+    `chunks` re-places a contiguous instance with that many chunks for the interleaved
+    methods (default: each method's own). Solvers run only when named.
+    """
+    registry = methods()
+    names = list(methods_) if methods_ is not None else list(methods("schedule"))
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise ZboptError(f"unknown method(s) {', '.join(unknown)}: choose from "
                          f"{', '.join(sorted(registry))}")
-    return [run_method(name, instance) for name in names]
+    rows = []
+    for name in names:
+        target = instance
+        if chunks and instance.placement == "contiguous" \
+                and registry[name].placement == "interleaved" and registry[name].kind != "solver":
+            target = instance.with_placement("interleaved", chunks)
+        rows.append(run(name, target, objective=objective))
+    return rows
+
+
+def best_of(results: Iterable[Result], objective: str = "span",
+            placement: Optional[str] = None) -> Optional[Result]:
+    """The result with the best objective among those that fit the cap (on `placement`)."""
+    best: Optional[Result] = None
+    for r in results:
+        if not r.fits() or (placement is not None and r.placement != placement):
+            continue
+        if best is None or r.timeline.objective(objective) < best.timeline.objective(objective):
+            best = r
+    return best
 
 
 def best_schedule(instance: Instance, objective: str = "span",
-                  placement_only: bool = True) -> Optional[Row]:
-    """The best row that fits the cap, among methods on the instance's own placement.
-
-    With placement_only, methods that would re-place the instance are skipped, since their
-    schedule is for a different problem (a solver warm start needs the same passes).
-    """
-    best: Optional[Row] = None
-    for row in compare(instance):
-        if not row.applies or not row.timeline.fits_cap:
-            continue
-        if placement_only and row.instance.placement != instance.placement:
-            continue
-        if best is None or row.timeline.objective(objective) < best.timeline.objective(objective):
-            best = row
-    return best
+                  placement_only: bool = True) -> Optional[Result]:
+    """The best generator result that fits the cap, among methods on the instance's own
+    placement (with placement_only: a solver warm start needs the same passes)."""
+    return best_of(compare(instance, objective=objective), objective,
+                   instance.placement if placement_only else None)

@@ -5,43 +5,11 @@ from __future__ import annotations
 import networkx as nx
 
 from .instance import Instance
+from .passes import Pass, dependencies, format_pass, lag, neighbours
 
-Pass = tuple[int, int, str]  # (stage, micro-batch, kind)
-
-
-def format_pass(p: Pass) -> str:
-    """Text form `{stage}{kind}{mb}`, e.g. 0F1, 3B0, 2W7 (as PyTorch writes actions)."""
-    return f"{p[0]}{p[2]}{p[1]}"
-
-
-def neighbours(instance: Instance) -> tuple[dict[int, int], dict[int, int]]:
-    """Previous and next stage of each stage along its chain (absent at the chain's ends)."""
-    prev: dict[int, int] = {}
-    nxt: dict[int, int] = {}
-    for stages, _ in instance.chains:
-        for a, b in zip(stages, stages[1:]):
-            nxt[a] = b
-            prev[b] = a
-    return prev, nxt
-
-
-def dependencies(instance: Instance, p: Pass, links=None) -> list[Pass]:
-    """Passes that must end before `p` starts (DESIGN.md: nothing else constrains W).
-
-    `links` is neighbours(instance), passed by callers in a loop to avoid recomputing it.
-    """
-    stage, mb, kind = p
-    prev, nxt = links or neighbours(instance)
-    if kind == "F":
-        return [(prev[stage], mb, "F")] if stage in prev else []
-    if kind == "B":
-        return [(nxt[stage], mb, "B")] if stage in nxt else [(stage, mb, "F")]
-    return [(stage, mb, "B")]
-
-
-def lag(instance: Instance, a: Pass, b: Pass) -> float:
-    """Time between the end of `a` and the start of its dependant `b`: comm across devices."""
-    return instance.comm if instance.device_of(a[0]) != instance.device_of(b[0]) else 0
+# The pass rules live in passes.py; re-exported here for the DAG's users.
+__all__ = ["Pass", "build_dag", "critical_path", "critical_path_length", "dependencies",
+           "format_pass", "lag", "neighbours"]
 
 
 def build_dag(instance: Instance) -> nx.DiGraph:

@@ -1,6 +1,6 @@
 """Instance: the problem data (devices, micro-batches, placement, costs, memory), validated and immutable.
 
-File format (TOML, or JSON with the same keys) is fixed by DESIGN.md; unknown keys are an error.
+File format (TOML, or JSON with the same keys): docs/formats.md; unknown keys are an error.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ FILE_KEYS = (
     "time_unit", "t_f", "t_b", "t_w", "comm", "overlap",
     "memory_unit", "m_b", "m_w", "memory_cap", "static_memory",
 )
+
+
+def within_cap(level: float, cap: float) -> bool:
+    """Whether a memory level is within a cap, with a relative tolerance for float data."""
+    return level <= cap + 1e-9 * max(1.0, abs(cap))
 
 
 def _is_number(x: Any) -> bool:
@@ -224,7 +229,7 @@ class Instance:
             caps = (self._one_cap(spec),) * p
         for d, c in enumerate(caps):
             need = self.static_memory[d] + max(self.m_b[s] for s in self.stages_of(d))
-            if c < need:
+            if not within_cap(need, c):
                 raise ZboptError(
                     f"memory_cap {c:g} on device {d} is below one activation "
                     f"(needs at least {need:g}): raise memory_cap")
@@ -254,6 +259,8 @@ class Instance:
 
         Only from a contiguous instance: device d's stage cost and activation are divided evenly
         among its chunks (interleaved, v), or kept per model part (dualpipe: two copies).
+        The cap is resolved once, on the instance as written: the re-placed instance carries
+        its absolute per-device numbers, so "1p" means the same memory on every placement.
         """
         if placement == self.placement and (chunks in (0, self.chunks)):
             return self
@@ -261,8 +268,9 @@ class Instance:
             raise ZboptError(f"can only re-place a contiguous instance, this one is "
                              f"{self.placement!r}")
         p = self.devices
+        cap = list(self.cap) if self.cap is not None else None
         if placement == "dualpipe":
-            return replace(self, placement="dualpipe", chunks=0,
+            return replace(self, placement="dualpipe", chunks=0, memory_cap=cap,
                            **{k: tuple(getattr(self, k)) for k in ("t_f", "t_b", "t_w", "m_b", "m_w")})
         if placement == "contiguous":
             return self
@@ -273,7 +281,7 @@ class Instance:
             per_device = getattr(self, key)
             values[key] = tuple(_divide(per_device[target.device_of(s)], v)
                                 for s in range(target.num_stages))
-        return replace(self, placement=placement, chunks=v, **values)
+        return replace(self, placement=placement, chunks=v, memory_cap=cap, **values)
 
     # ----- files ------------------------------------------------------------------------------
 

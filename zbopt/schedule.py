@@ -18,11 +18,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from .dag import Pass, dependencies, format_pass, neighbours
+from .passes import (Item, Pass, block_problems, dependencies, fits, format_pass, item_duration,
+                     item_memory, neighbours)
 from .errors import ZboptError
 from .instance import Instance
-
-Item = tuple[Pass, ...]
 
 _PASS_RE = re.compile(r"^\s*(\d+)\s*([FBW])\s*(\d+)\s*$")
 
@@ -95,30 +94,6 @@ def fused(stage: int, mb: int) -> Item:
     return ((stage, mb, "B"), (stage, mb, "W"))
 
 
-def item_duration(instance: Instance, item: Item) -> float:
-    """Sum of the passes' costs, less `overlap * min(forward, backward)` in an F&B block."""
-    total = sum(instance.cost(s, k) for s, _, k in item)
-    if instance.overlap and len(item) > 1:
-        forward = sum(instance.cost(s, k) for s, _, k in item if k == "F")
-        backward = total - forward
-        if forward and backward:
-            total -= instance.overlap * min(forward, backward)
-    return total
-
-
-def _memory_delta(instance: Instance, item: Item) -> tuple[float, float]:
-    """(added at the item's start, released at its end)."""
-    add = release = 0.0
-    for s, _, k in item:
-        if k == "F":
-            add += instance.m_b[s]
-        elif k == "B":
-            release += instance.m_b[s] - instance.m_w[s]
-        else:
-            release += instance.m_w[s]
-    return add, release
-
-
 @dataclass(frozen=True)
 class Timeline:
     """The result of evaluate(): every pass's start and end, the metrics and the memory levels."""
@@ -179,10 +154,12 @@ def structure_problems(instance: Instance, schedule: Schedule) -> list[str]:
         shown = ", ".join(format_pass(p) for p in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
         problems.append(f"{len(missing)} pass(es) missing: {shown}{more}")
+    links = neighbours(instance)
     for d, order in enumerate(schedule.orders):
         for item in order:
             if not item:
                 problems.append(f"device {d} has an empty block")
+            problems.extend(block_problems(instance, item, links))
             for p in item:
                 if p in expected and instance.device_of(p[0]) != d:
                     problems.append(f"pass {format_pass(p)} is on device {d} but stage {p[0]} "
@@ -325,13 +302,13 @@ def _timeline(instance: Instance, schedule: Schedule, times) -> Timeline:
                 start[p], end[p] = cursor, cursor + length
                 cursor += length
             total += duration
-            add, release = _memory_delta(instance, item)
+            add, release = item_memory(instance, item)
             if add:
                 level += add
                 curve.append((t0, level))
             if level > peak:
                 peak = level
-                if caps is not None and level > caps[d] + 1e-9 and len(violations) < 20:
+                if caps is not None and not fits(level, caps[d]) and len(violations) < 20:
                     violations.append(f"device {d} holds {level:g} > cap {caps[d]:g} "
                                       f"after {format_item(item)}")
             if release:
@@ -352,6 +329,6 @@ def _timeline(instance: Instance, schedule: Schedule, times) -> Timeline:
         busy=tuple(busy), idle=tuple(span - b for b in busy),
         device_span=tuple(device_span), peak_memory=tuple(peaks),
         memory_curve=tuple(curves),
-        fits_cap=caps is None or all(pk <= c + 1e-9 for pk, c in zip(peaks, caps)),
+        fits_cap=caps is None or all(fits(pk, c) for pk, c in zip(peaks, caps)),
         cap_violations=tuple(violations),
     )

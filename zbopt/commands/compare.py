@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from rich.table import Table
 
-from ..compare import Row, compare
+from ..registry import run as run_method
 from ._common import add_instance_arguments, console, fmt, load, print_json
 
 
@@ -28,40 +26,21 @@ def add_method_arguments(parser) -> None:
     parser.add_argument("--chunks", type=int, default=0,
                         help="chunks per device when re-placing for interleaved families")
     parser.add_argument("--solve", action="store_true", help="add an exact solver's row")
-    parser.add_argument("--solver", default="cpsat", help="cpsat, cbc or highs (with --solve)")
+    parser.add_argument("--solver", default="cpsat", help="solver backend with --solve (default cpsat; `zbopt methods` lists them)")
     parser.add_argument("--objective", default="span", choices=("span", "makespan"))
     parser.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
     parser.add_argument("--threads", type=int, default=2, help="solver threads")
 
 
-def solver_row(instance, args) -> Row:
-    from ..solvers import solve
-    result = solve(instance, solver=args.solver, objective=args.objective,
-                   time_limit=args.time_limit, threads=args.threads)
-    name = f"{args.solver} ({result.status})"
-    if result.timeline is None:
-        return Row(name, "solver", instance, reason=result.message or result.status)
-    # the row's name on the schedule too, so charts and files say which solver made it
-    timeline = replace(result.timeline, schedule=replace(result.timeline.schedule, method=name))
-    return Row(name, "solver", instance, timeline)
-
-
-def rows_for(instance, args) -> list[Row]:
-    if args.chunks and instance.placement == "contiguous":
-        from ..families import families
-        # re-place interleaved families with the requested chunk count
-        rows = []
-        methods = args.methods.split(",") if args.methods else list(families())
-        for name in methods:
-            family = families().get(name)
-            if family is not None and family.placement == "interleaved":
-                rows += compare(instance.with_placement("interleaved", args.chunks), [name])
-            else:
-                rows += compare(instance, [name])
-    else:
-        rows = compare(instance, args.methods.split(",") if args.methods else None)
+def rows_for(instance, args) -> list:
+    """The Results `compare` shows: every schedule method (or --methods), and with --solve the
+    solver's (compare and report share this)."""
+    from ..compare import compare
+    rows = compare(instance, args.methods.split(",") if args.methods else None,
+                   chunks=args.chunks, objective=args.objective)
     if args.solve:
-        rows.append(solver_row(instance, args))
+        rows.append(run_method(args.solver, instance, objective=args.objective,
+                               time_limit=args.time_limit, threads=args.threads))
     return rows
 
 
@@ -70,9 +49,9 @@ def run(args) -> int:
     rows = rows_for(instance, args)
     if args.plot:
         from ..report.gantt import write_compare_plots
-        write_compare_plots([r.timeline for r in rows if r.applies], args.plot, force=args.force)
+        write_compare_plots([_named(r) for r in rows if r.applies], args.plot, force=args.force)
     if args.json:
-        print_json([r.as_dict() for r in rows])
+        print_json([r.to_dict() for r in rows])
         return 0
     out = console()
     cap = instance.cap
@@ -89,11 +68,18 @@ def run(args) -> int:
                       + (f"/{r.instance.chunks}" if r.instance.placement == "interleaved" else ""),
                       fmt(tl.makespan), fmt(tl.span), f"{tl.bubble_rate:.2%}",
                       fmt(max(tl.peak_memory)), "yes" if tl.fits_cap else "[red]no[/]",
-                      "-" if r.gap_to_bound is None else f"{r.gap_to_bound:.2%}")
+                      "-" if r.gap is None else f"{r.gap:.2%}")
     out.print(table)
     out.print("[dim]gap to bound: (span - best lower bound of zbopt.bounds) / span, for "
               "schedules within the cap on their own placement[/]")
     for r in rows:
         if not r.applies:
-            out.print(f"[dim]{r.method}: does not apply: {r.reason}[/]")
+            out.print(f"[dim]{r.method}: does not apply: {r.message}[/]")
     return 0
+
+
+def _named(result):
+    """The result's timeline with the method's name on its schedule (a solver's says which)."""
+    from dataclasses import replace
+    name = f"{result.method} ({result.status})" if result.kind == "solver" else result.method
+    return replace(result.timeline, schedule=replace(result.timeline.schedule, method=name))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..compare import run_method
 from ..errors import ZboptError
-from ..families import get_family
+from ..registry import get_method
+from ..registry import run as run_method
 from ._common import add_instance_arguments, console, load, print_json, print_timeline
 
 
@@ -23,18 +23,18 @@ def register(sub) -> None:
 
 def run(args) -> int:
     instance = load(args)
-    family = get_family(args.schedule)
+    family = get_method(args.schedule, "schedule")
     if args.chunks and family.placement == "interleaved" and instance.placement == "contiguous":
         instance = instance.with_placement("interleaved", args.chunks)
     row = run_method(family.name, instance)
     if not row.applies:
-        raise ZboptError(f"{family.name} does not apply: {row.reason}")
+        raise ZboptError(f"{family.name} does not apply: {row.message}")
     tl = row.timeline
     if args.out:
         from ..export.schedule_file import write_schedule_file
         write_schedule_file(args.out, tl, force=args.force)
     if args.json:
-        data = row.as_dict()
+        data = row.to_dict()
         data["devices"] = [
             {"device": d, "start": s, "end": e, "busy": tl.busy[d], "idle": tl.idle[d],
              "peak_memory": tl.peak_memory[d],

@@ -9,7 +9,8 @@ from ._common import add_instance_arguments, console, fmt, load, print_json, ref
 def register(sub) -> None:
     parser = sub.add_parser("solve", help="find an optimal schedule with an exact solver")
     add_instance_arguments(parser)
-    parser.add_argument("--solver", default="cpsat", help="cpsat (default), cbc or highs")
+    parser.add_argument("--solver", default="cpsat",
+                        help="solver backend (default cpsat; `zbopt methods` lists them)")
     parser.add_argument("--objective", default="span",
                         help="span (default, the Zero Bubble paper's cost) or makespan")
     parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
@@ -26,37 +27,26 @@ def register(sub) -> None:
 
 
 def summary(result) -> dict:
-    """The JSON document of a SolveResult (keys fixed by issue 4; more are fine)."""
+    """The JSON document of a solver Result: Result.to_dict() plus the gain over the best
+    registered method."""
     gain = gain_percent = None
     if result.objective is not None and result.best_heuristic_objective is not None:
         gain = result.best_heuristic_objective - result.objective
         gain_percent = 100.0 * gain / result.best_heuristic_objective \
             if result.best_heuristic_objective else None
-    return {
-        "status": result.status,
-        "objective": result.objective,
-        "lower_bound": result.lower_bound,
-        "gap": result.gap,
-        "runtime": result.runtime,
-        "best_heuristic": result.best_heuristic,
-        "best_heuristic_objective": result.best_heuristic_objective,
-        "gain": gain,
-        "gain_percent": gain_percent,
-        "solver": result.solver,
-        "objective_name": result.objective_name,
-        "scale": result.scale,
-        "message": result.message,
-    }
+    return {**result.to_dict(), "gain": gain, "gain_percent": gain_percent}
 
 
 def run(args) -> int:
-    from ..solvers import solve
+    from ..registry import get_method
+    from ..registry import run as run_method
+    get_method(args.solver, "solver")  # an unknown solver is refused before any work
     instance = load(args)
     if args.out:
         refuse_overwrite(args.out, args.force)  # before spending the time limit
-    result = solve(instance, solver=args.solver, objective=args.objective,
-                   time_limit=args.time_limit, threads=args.threads,
-                   warm_start=not args.no_warm_start, symmetry=not args.no_symmetry)
+    result = run_method(args.solver, instance, objective=args.objective,
+                        time_limit=args.time_limit, threads=args.threads,
+                        warm_start=not args.no_warm_start, symmetry=not args.no_symmetry)
     if result.status == "infeasible":
         if args.json:
             print_json(summary(result))

@@ -1,5 +1,15 @@
-"""Handwritten schedule families; see registry.py for the registry by name."""
+"""Handwritten schedule families, one module each; they register in zbopt.registry."""
 
-from .registry import Family, families, generate, get_family, prepare, register
+from ..registry import Method, generate, get_method, methods, prepare, register
 
-__all__ = ["Family", "families", "generate", "get_family", "prepare", "register"]
+
+def families() -> dict[str, Method]:
+    """The registered schedule generators (handwritten families and heuristics) by name."""
+    return methods("schedule")
+
+
+def get_family(name: str) -> Method:
+    return get_method(name, "schedule")
+
+
+__all__ = ["families", "generate", "get_family", "prepare", "register"]

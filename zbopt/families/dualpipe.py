@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from ..errors import ZboptError
 from ..instance import Instance
 from ..schedule import Item, Schedule
-from .registry import register
+from ..registry import register
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from ..instance import Instance
 from ..schedule import Schedule, fused
-from .registry import register
+from ..registry import register
 
 
 @register("gpipe", "contiguous", "GPipe: all forwards, then all (fused) backwards")

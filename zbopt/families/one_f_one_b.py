@@ -2,7 +2,7 @@
 
 from ..instance import Instance
 from ..schedule import Schedule, fused
-from .registry import register
+from ..registry import register
 
 
 @register("1f1b", "contiguous", "1F1B: p-r-1 warm-up forwards, then alternate, fused backward")

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from ..instance import Instance
 from ..schedule import Schedule
-from .registry import register
+from ..registry import register
 
 
 def zbv_device_order(p: int, d: int, n: int) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ the order is then timed with the instance's real costs like every other schedule
 from ..errors import ZboptError
 from ..instance import Instance
 from ..schedule import Schedule
-from .registry import register
+from ..registry import register
 
 
 @register("zb-h1", "contiguous", "ZB-H1: 1F1B memory, B/W split, W deferred r rounds on stage r")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ZboptError
-from ..families.registry import families, register
+from ..registry import methods, register
 from ..instance import Instance
 from ..schedule import Schedule
 from . import _engine
@@ -69,7 +69,7 @@ def v_schedule(instance: Instance, method: str) -> Schedule:
     if len(policies) * instance.num_passes > SIMULATION_BUDGET:
         policies = policies[:max(MIN_POLICIES, SIMULATION_BUDGET // instance.num_passes)]
     candidates = [lambda pol=pol: _engine.run(instance, caps, pol, top) for pol in policies]
-    handcrafted = families().get("zb-v")
+    handcrafted = methods("schedule").get("zb-v")
     if handcrafted is not None and handcrafted.placement == "v":
         candidates.append(lambda: _replay_family(handcrafted, instance, caps, top))
     return best_of(instance, candidates, method, needed)
@@ -78,7 +78,7 @@ def v_schedule(instance: Instance, method: str) -> Schedule:
 def _replay_family(family, instance: Instance, caps, top) -> _engine.Outcome | None:
     """Another generator's order as a candidate (single passes only; else skipped)."""
     try:
-        schedule = family.generate(instance, **family.defaults)
+        schedule = family.generate(instance, **family.params)
     except ZboptError:
         return None
     if any(len(item) != 1 for order in schedule.orders for item in order):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ZboptError
-from ..families.registry import register
+from ..registry import register
 from ..families.zero_bubble_handcrafted import zb_h1, zb_h2
 from ..instance import Instance
 from ..schedule import Schedule

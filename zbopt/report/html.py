@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
-from ..compare import Row
+from ..result import Result
 from ..errors import ZboptError
 from ..instance import Instance
 from ..schedule import Timeline
@@ -82,7 +82,7 @@ def _e(x) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _named(row: Row) -> Timeline:
+def _named(row: Result) -> Timeline:
     """The row's timeline labelled with the row's name (a solver row's schedule may be unnamed)."""
     timeline = row.timeline
     if timeline.schedule.method == row.method:
@@ -90,7 +90,7 @@ def _named(row: Row) -> Timeline:
     return replace(timeline, schedule=replace(timeline.schedule, method=row.method))
 
 
-def comparison_table(rows: Sequence[Row]) -> str:
+def comparison_table(rows: Sequence[Result]) -> str:
     applied = sorted((r for r in rows if r.applies), key=lambda r: r.timeline.span)
     fitting = [r for r in applied if r.timeline.fits_cap]
     best = min((r.timeline.span for r in fitting), default=None)
@@ -112,13 +112,13 @@ def comparison_table(rows: Sequence[Row]) -> str:
             f'<td class="num">{number(tl.ideal)}</td><td class="num">{tl.bubble_rate:.2%}</td>'
             f'<td class="num">{number(max(tl.peak_memory))}</td>'
             f'<td class="num">{cap}</td><td>{fits}</td>'
-            f'<td class="num">{"-" if r.gap_to_bound is None else f"{r.gap_to_bound:.2%}"}'
+            f'<td class="num">{"-" if r.gap is None else f"{r.gap:.2%}"}'
             '</td></tr>')
     for r in rows:
         if not r.applies:
             why = "no schedule" if r.kind == "solver" else "does not apply"
             body.append(f'<tr class="na"><td>{_e(r.method)}</td><td>{_e(r.kind)}</td>'
-                        f'<td colspan="9">{why}: {_e(r.reason)}</td></tr>')
+                        f'<td colspan="9">{why}: {_e(r.message)}</td></tr>')
     note = ('<p class="sub">Sorted by span; the bold row is the best that fits the memory cap. '
             'span = max over devices of (last end - first start); bubble rate = '
             '(span - ideal) / span; gap to bound = (span - the best lower bound of '
@@ -154,7 +154,7 @@ def _legend() -> str:
             f'(fused B+W side by side, overlapped F&amp;B stacked)</span></p>')
 
 
-def render_report(instance: Instance, rows: Sequence[Row], title: str = "",
+def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
                   charts: bool = True) -> str:
     """The whole report as one HTML string (see the module doc)."""
     applied = sorted((r for r in rows if r.applies), key=lambda r: r.timeline.span)
@@ -205,7 +205,7 @@ def render_report(instance: Instance, rows: Sequence[Row], title: str = "",
     return "\n".join(parts)
 
 
-def write_report(path: str | Path, instance: Instance, rows: Sequence[Row],
+def write_report(path: str | Path, instance: Instance, rows: Sequence[Result],
                  force: bool = False, title: str = "") -> Path:
     """Write render_report() to `path`; never overwrites an existing file without force."""
     path = Path(path)

@@ -1,11 +1,9 @@
-"""Exact solvers (CP-SAT, MILP via PuLP with CBC or HiGHS) behind one solve() and SolveResult."""
-
-from .result import SolveResult
+"""Exact solvers behind one solve() returning a Result; backends in backends/, one module each."""
 
 
-def solve(instance, solver: str = "cpsat", **kwargs) -> SolveResult:
+def solve(instance, solver: str = "cpsat", **kwargs):
     from .api import solve as _solve
     return _solve(instance, solver=solver, **kwargs)
 
 
-__all__ = ["SolveResult", "solve"]
+__all__ = ["solve"]

@@ -18,24 +18,25 @@ from fractions import Fraction
 from typing import Callable, Optional
 
 from .. import bounds
-from ..compare import best_schedule
-from ..dag import Pass, dependencies, lag
 from ..errors import ZboptError
+from ..heuristics.list_scheduler import list_schedule, sequential_schedule, single_passes
 from ..instance import Instance
+from ..passes import Pass
+from ..registry import get_method, solver_names
+from ..result import Result
 from ..schedule import Schedule, Timeline, evaluate, validate
-from .backend import BackendResult
-from .result import SolveResult
+from .protocol import BackendRequest, BackendResult
 
-SOLVERS = ("cpsat", "cbc", "highs")
 OBJECTIVES = ("span", "makespan")
+Progress = Callable[[dict], None]
 MAX_SCALE = 10 ** 6
 
 
 # ----- arguments and scaling ----------------------------------------------------------------
 
 def _check_arguments(solver: str, objective: str, time_limit: float, threads: int) -> None:
-    if solver not in SOLVERS:
-        raise ZboptError(f"unknown solver {solver!r}: use one of {', '.join(SOLVERS)}")
+    if solver not in solver_names():
+        raise ZboptError(f"unknown solver {solver!r}: use one of {', '.join(solver_names())}")
     if objective not in OBJECTIVES:
         raise ZboptError(f"unknown objective {objective!r}: use 'span' or 'makespan'")
     if not isinstance(time_limit, (int, float)) or not math.isfinite(time_limit) \
@@ -93,161 +94,10 @@ def scaled_instance(instance: Instance) -> tuple[Instance, int, int]:
 
 # ----- warm start ---------------------------------------------------------------------------
 
-def sequential_schedule(instance: Instance) -> Schedule:
-    """One micro-batch at a time through the whole pipeline, W right after each B.
-
-    It fits any cap that admits a schedule at all (bounds.min_feasible_cap), so every feasible
-    instance has a warm start.
-    """
-    orders: list[list[Pass]] = [[] for _ in range(instance.devices)]
-    for stages, mbs in instance.chains:
-        for j in mbs:
-            for s in stages:
-                orders[instance.device_of(s)].append((s, j, "F"))
-            for s in reversed(stages):
-                orders[instance.device_of(s)] += [(s, j, "B"), (s, j, "W")]
-    return Schedule.build(orders, method="sequential")
-
-
-class Admission:
-    """Memory bookkeeping that keeps a pass-by-pass order deadlock-free under the cap.
-
-    A device admits a micro-batch (at its first F there) only if the activations of all its
-    stages for it fit beside what the device holds and what its admitted micro-batches will
-    still add; admitted micro-batches then never wait for memory. One chain: admit per device
-    (the first device on the chain whose admitted micro-batches all wait further down cannot
-    exist); two chains (dualpipe) run opposite ways, so a micro-batch reserves every device
-    of its chain at entry.
-    """
-
-    def __init__(self, instance: Instance):
-        self.instance = instance
-        p = instance.devices
-        self.caps = instance.cap or (math.inf,) * p
-        self.footprint: dict[tuple[int, int], float] = {}  # (device, mb) -> what it adds
-        for s, j, k in instance.passes():
-            if k == "F":
-                key = (instance.device_of(s), j)
-                self.footprint[key] = self.footprint.get(key, 0) + instance.m_b[s]
-        self.level = list(instance.static_memory)
-        self.owed = [0.0] * p  # activations admitted micro-batches will still add
-        self.admitted: set[tuple[int, int]] = set()
-        self.chain_devices = {j: sorted({instance.device_of(s) for s in stages})
-                              for stages, mbs in instance.chains for j in mbs}
-
-    def _admit_on(self, d: int, j: int) -> list[int]:
-        return [d] if len(self.instance.chains) == 1 else self.chain_devices[j]
-
-    def admitted_on(self, d: int, j: int) -> bool:
-        return (d, j) in self.admitted
-
-    def fits(self, q: Pass) -> bool:
-        """Whether pass q may run now as far as memory goes (only a new F can be refused)."""
-        s, j, k = q
-        d = self.instance.device_of(s)
-        if k != "F" or (d, j) in self.admitted:
-            return True
-        return all(self.level[e] + self.owed[e] + self.footprint[(e, j)] <= self.caps[e] + 1e-9
-                   for e in self._admit_on(d, j))
-
-    def run(self, q: Pass) -> None:
-        """Account for pass q running (admitting its micro-batch if it is a new F)."""
-        s, j, k = q
-        inst = self.instance
-        d = inst.device_of(s)
-        if k == "F":
-            if (d, j) not in self.admitted:
-                for e in self._admit_on(d, j):
-                    self.admitted.add((e, j))
-                    self.owed[e] += self.footprint[(e, j)]
-            self.owed[d] -= inst.m_b[s]
-            self.level[d] += inst.m_b[s]
-        elif k == "B":
-            self.level[d] -= inst.m_b[s] - inst.m_w[s]
-        else:
-            self.level[d] -= inst.m_w[s]
-
-
-def list_schedule(instance: Instance, new_before_w: bool = True) -> Schedule:
-    """A memory-safe greedy for any placement, a fallback warm start where no family fits.
-
-    Every device, whenever free, runs a ready B, else the next F of a micro-batch it already
-    admitted, else (in the order `new_before_w` picks) a pending W or the F that admits a new
-    micro-batch. A device admits a micro-batch (at its first stage there) only if the
-    activations of all its stages for it fit beside what it holds and what its admitted
-    micro-batches will still add, so admitted micro-batches never wait for memory and the
-    order cannot deadlock. The order is then judged by evaluate() like any other.
-    """
-    p = instance.devices
-    memory = Admission(instance)
-    end: dict[Pass, float] = {}
-    free_at = [0.0] * p
-    nxt = {(s, k): 0 for s in range(instance.num_stages) for k in "FBW"}
-    orders: list[list[Pass]] = [[] for _ in range(p)]
-    total = instance.num_passes
-
-    def candidates(d):
-        out = []
-        for s in instance.stages_of(d):
-            mbs = instance.microbatches_of(s)
-            for k in "BFW":
-                i = nxt[(s, k)]
-                if i >= len(mbs):
-                    continue
-                q = (s, mbs[i], k)
-                deps = dependencies(instance, q)
-                if any(a not in end for a in deps):
-                    continue
-                ready = max([end[a] + lag(instance, a, q) for a in deps], default=0.0)
-                if k == "B":
-                    rank = 0
-                elif k == "F" and memory.admitted_on(d, q[1]):
-                    rank = 1
-                elif k == "F":
-                    if not memory.fits(q):
-                        continue
-                    rank = 2 if new_before_w else 3
-                else:
-                    rank = 3 if new_before_w else 2
-                out.append((ready, rank, -s, q))
-        return out
-
-    while sum(len(o) for o in orders) < total:
-        best = None
-        for d in range(p):
-            cands = candidates(d)
-            if not cands:
-                continue
-            now = [c for c in cands if c[0] <= free_at[d]]
-            ready, rank, _, q = min(now, key=lambda c: c[1:]) if now else min(cands)
-            start = max(free_at[d], ready)
-            if best is None or (start, rank) < best[:2]:
-                best = (start, rank, d, q)
-        if best is None:
-            raise ZboptError("the fallback list scheduler is stuck (internal error)")
-        start, _, d, q = best
-        s, _, k = q
-        memory.run(q)
-        end[q] = start + instance.cost(s, k)
-        free_at[d] = end[q]
-        nxt[(s, k)] += 1
-        orders[d].append(q)
-    return Schedule.build(orders, method="list" + ("" if new_before_w else "-w-first"))
-
-
-def single_passes(schedule: Schedule) -> Schedule:
-    """The same orders with every block split into its passes (solvers schedule single passes).
-
-    Memory levels after each item do not rise: a block adds at its start and releases at its
-    end, which the split passes do no later.
-    """
-    orders = [[(q,) for item in order for q in item] for order in schedule.orders]
-    return Schedule(tuple(tuple(o) for o in orders), schedule.method, schedule.release)
-
-
 def _warm_start(instance: Instance, objective: str):
     """(best registered method or None, its objective or None, best schedule known, and the
     best single-pass schedule for the hint); the last two are timelines that fit the cap."""
+    from ..compare import best_schedule
     candidates = []
     row = best_schedule(instance, objective)
     if row is not None:
@@ -298,22 +148,7 @@ def backend_inputs(instance: Instance, objective: str = "span"):
     return scaled, scale, _hint_starts(scaled, hint)[0], _horizon(hint, objective, scale)
 
 
-# ----- the backends -------------------------------------------------------------------------
-
-def _backend(solver: str) -> Callable[..., BackendResult]:
-    if solver == "cpsat":
-        from .cpsat import solve_cpsat
-        return solve_cpsat
-    try:
-        from .milp import solve_milp
-    except ImportError as err:
-        raise ZboptError(f"the {solver} backend is not available ({err}): use --solver cpsat") \
-            from None
-
-    def run(instance, **kwargs):
-        return solve_milp(instance, backend=solver, **kwargs)
-    return run
-
+# ----- from the backend's answer to a schedule ------------------------------------------------
 
 def _schedule_from_starts(instance: Instance, scaled: Instance, starts: dict[Pass, int],
                           objective: str, scale: int, method: str,
@@ -335,7 +170,7 @@ def _schedule_from_starts(instance: Instance, scaled: Instance, starts: dict[Pas
 
 
 def _infeasible(instance: Instance, solver: str, objective: str,
-                began: float) -> Optional[SolveResult]:
+                began: float) -> Optional[Result]:
     """A result with status "infeasible" when the cap is below what any schedule needs."""
     if instance.cap is None:
         return None
@@ -349,79 +184,102 @@ def _infeasible(instance: Instance, solver: str, objective: str,
     message = (f"memory cap {instance.cap[d]:g} on device {d} admits no schedule: every "
                f"micro-batch holds the activations of all {instance.placement} stages of a "
                f"device at once; raise the cap to at least {need[d]:g}{multiple}")
-    return SolveResult(status="infeasible", solver=solver, objective_name=objective,
-                       schedule=None, timeline=None, objective=None, lower_bound=None,
-                       runtime=time.perf_counter() - began, message=message,
-                       extra={"min_feasible_cap": list(need)})
+    return Result(solver, "solver", "infeasible", instance, objective_name=objective,
+                  runtime=time.perf_counter() - began, message=message,
+                  min_feasible_cap=tuple(need))
 
 
 def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
           time_limit: float = 60, threads: int = 2, warm_start: bool = True,
-          symmetry: bool = True, prove_with_bounds: bool = True) -> SolveResult:
+          symmetry: bool = True, prove_with_bounds: bool = True,
+          options: Optional[dict] = None, progress: Optional[Progress] = None) -> Result:
     """The best schedule the solver finds within the time limit, with a proven lower bound.
 
     warm_start: hint the backend with the best known schedule. symmetry: micro-batch order
     per stage and kind. prove_with_bounds: skip the backend when the warm start already
     meets the lower bounds of zbopt.bounds (turn off to make the backend prove it).
+    options: backend-specific switches (BackendRequest.options).
+    progress: called with a dict at each phase ({"phase": "bounds" | "warm start" | "search" |
+    "done", ...}); during the search with "incumbent", "bound" and "gap" (instance time
+    units) as they improve, and "elapsed" seconds.
 
     Statuses: "optimal" (objective == lower bound), "feasible" (a valid schedule and its gap),
-    "infeasible" (no schedule fits the cap; `message` names the smallest cap that does),
-    "unknown" (no schedule found). A returned schedule always passed evaluate() and validate().
+    "infeasible" (no schedule fits the cap; `message` names the smallest cap that does).
+    A returned schedule always passed evaluate() and validate().
     """
     began = time.perf_counter()
     _check_arguments(solver, objective, time_limit, threads)
     if not isinstance(instance, Instance):
         raise ZboptError(f"solve() takes an Instance, got {type(instance).__name__}")
+    params = {"time_limit": time_limit, "threads": threads}
     infeasible = _infeasible(instance, solver, objective, began)
     if infeasible is not None:
         return infeasible
+    def tell(phase: str, **fields) -> None:
+        if progress is not None:
+            progress({"phase": phase, "elapsed": time.perf_counter() - began, **fields})
+
     scaled, scale, memory_scale = scaled_instance(instance)
+    tell("bounds")
     bound_name, bound_value = bounds.best_lower_bound(instance, objective)
     # every objective value is an integer in scaled time, so the bound rounds up to one
     bound_scaled = math.ceil(bound_value * scale - 1e-6)
+    tell("warm start", bound=bound_value)
     heuristic_name, heuristic_value, warm, hint = _warm_start(instance, objective)
     hint_starts, hint_tl = _hint_starts(scaled, hint)
     horizon = _horizon(hint, objective, scale)
+    best = {"incumbent": warm.objective(objective), "bound": bound_scaled / scale}
+
+    def searched(incumbent: Optional[float], bound: Optional[float]) -> None:
+        # the backend's numbers are scaled; only improvements are reported
+        if incumbent is not None:
+            best["incumbent"] = min(best["incumbent"], incumbent / scale)
+        if bound is not None:
+            best["bound"] = max(best["bound"], math.ceil(bound - 1e-6) / scale)
+        value = best["incumbent"]
+        tell("search", incumbent=value, bound=best["bound"],
+             gap=max(0.0, (value - best["bound"]) / value) if value else None)
+
     if instance.overlap:
         note = (f"overlap {instance.overlap:g} is not modelled: the solver and the bound "
                 f"cover schedules of single passes (no overlapped F&B blocks)")
     else:
         note = ""
-    extra: dict = {"memory_scale": memory_scale, "bound_name": bound_name,
-                   "warm_start": warm.schedule.method,
-                   "warm_start_objective": warm.objective(objective)}
 
-    def result(status, timeline, lower_scaled, message="", backend_status=None):
+    def result(timeline, lower_scaled, message="", backend_status=None, name=bound_name):
         message = "; ".join(x for x in (message, note) if x)
-        objective_value = timeline.objective(objective) if timeline is not None else None
-        return SolveResult(
-            status=status, solver=solver, objective_name=objective,
-            schedule=timeline.schedule if timeline is not None else None, timeline=timeline,
-            objective=objective_value,
-            lower_bound=lower_scaled / scale if lower_scaled is not None else None,
-            runtime=time.perf_counter() - began, scale=scale, message=message,
-            best_heuristic=heuristic_name, best_heuristic_objective=heuristic_value,
-            extra={**extra, "backend_status": backend_status})
-
-    def status_of(timeline, lower_scaled):
         value = int(round(timeline.objective(objective) * scale))
-        return "optimal" if value <= lower_scaled else "feasible"
+        status = "optimal" if value <= lower_scaled else "feasible"
+        tell("done", status=status, incumbent=value / scale, bound=lower_scaled / scale)
+        return Result(solver, "solver", status, instance, timeline,
+                      lower_bound=lower_scaled / scale, bound_name=name,
+                      runtime=time.perf_counter() - began, message=message,
+                      objective_name=objective, params=params,
+                      best_heuristic=heuristic_name, best_heuristic_objective=heuristic_value,
+                      scale=scale, backend_status=backend_status,
+                      warm_start=warm.schedule.method)
 
     if prove_with_bounds and round(warm.objective(objective) * scale) <= bound_scaled:
         # the warm start already meets the lower bound: proven without a search
-        return result("optimal", warm, bound_scaled,
+        return result(warm, bound_scaled,
                       f"the warm start ({warm.schedule.method}) meets the {bound_name} bound")
-    backend = _backend(solver)
-    raw = backend(scaled, objective=objective, time_limit=float(time_limit), threads=threads,
-                  hint=hint_starts if warm_start else None, symmetry=symmetry, horizon=horizon)
+    backend = get_method(solver, "solver").backend
+    searched(None, None)
+    raw = backend(BackendRequest(scaled, objective=objective, time_limit=float(time_limit),
+                                 threads=threads, hint=hint_starts if warm_start else None,
+                                 horizon=horizon, symmetry=symmetry,
+                                 options=dict(options or {}),
+                                 on_progress=searched if progress is not None else None))
     lower = bound_scaled
     if raw.bound is not None and raw.status != "infeasible":
-        lower = max(lower, math.ceil(raw.bound - 1e-6))
+        backend_bound = math.ceil(raw.bound - 1e-6)
+        if backend_bound > lower:
+            lower, bound_name = backend_bound, solver
     timeline = None
     message = raw.message
     if raw.starts is not None:
         schedule = _schedule_from_starts(instance, scaled, raw.starts, objective, scale,
-                                         f"solver-{solver}", raw.extra.get("orders"))
+                                         f"solver-{solver}", raw.orders)
         problems = validate(instance, schedule)
         if problems:
             message = f"the {solver} schedule failed validation ({problems[0]}); " \
@@ -435,4 +293,11 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         elif timeline is None and not message:
             message = f"{solver} found no schedule in {time_limit:g} s; returning the warm start"
         timeline = warm
-    return result(status_of(timeline, lower), timeline, lower, message, raw.status)
+    return result(timeline, lower, message, raw.status, bound_name)
+
+
+def run_backend(solver: str, instance: Instance, **request) -> BackendResult:
+    """Call one registered backend directly on an integer instance (tests, benchmarks of one
+    model): `request` holds the BackendRequest fields (objective, time_limit, threads, hint,
+    horizon, symmetry, options)."""
+    return get_method(solver, "solver").backend(BackendRequest(instance, **request))

@@ -1,4 +1,4 @@
-"""MILP backend through PuLP, solved by CBC (bundled with PuLP) or HiGHS (highspy).
+"""The MILP model through PuLP, shared by the MILP backends (backends/cbc.py, backends/highs.py).
 
 The model is the ordering-binary (big-M disjunctive) formulation of the Zero Bubble paper's
 appendix (Qi et al., ICLR 2024), written for zbopt's conventions:
@@ -40,18 +40,17 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import networkx as nx
 import pulp
 
 from .. import bounds
-from ..dag import Pass, dependencies, format_pass, lag
 from ..errors import ZboptError
 from ..instance import Instance
-from .backend import BackendResult
+from ..passes import Pass, dependencies, format_pass, lag, memory_delta
+from .protocol import BackendRequest, BackendResult
 
-BACKENDS = ("cbc", "highs")
 OBJECTIVES = ("span", "makespan")
 
 # Feasibility tolerance when reading continuous start times back (solver tolerances are ~1e-9).
@@ -92,16 +91,6 @@ def _integer(name: str, value: float) -> int:
         raise ZboptError(f"the MILP backend needs integer costs, {name} is {value}: "
                          f"scale the instance's costs to integers first (solve() does this)")
     return int(value)
-
-
-def memory_delta(instance: Instance, p: Pass) -> float:
-    """Change of the device's memory level caused by pass p (F adds, B and W release)."""
-    stage, _, kind = p
-    if kind == "F":
-        return instance.m_b[stage]
-    if kind == "B":
-        return -(instance.m_b[stage] - instance.m_w[stage])
-    return -instance.m_w[stage]
 
 
 def symmetry_edges(instance: Instance) -> list[tuple[Pass, Pass]]:
@@ -428,178 +417,48 @@ def set_warm_start(model: Model, hint: dict[Pass, int], objective: str) -> None:
 
 @dataclass(frozen=True)
 class SolverOutcome:
+    """What a MILP solver run gives back to solve_milp()."""
+
     status: str  # optimal, feasible, infeasible, unknown (as the solver itself proved it)
     has_solution: bool
     bound: Optional[float]
     message: str = ""
 
 
-def _cbc_path() -> str:
-    bundled = pulp.apis.coin_api.PULP_CBC_CMD.pulp_cbc_path
-    if Path(bundled).is_file():
-        return bundled
-    found = shutil.which("cbc")
-    if found is None:
-        raise ZboptError("CBC is not available (PuLP's bundled binary is missing): "
-                         "reinstall pulp or use solver 'highs'")
-    return found
-
-
-_CBC_RESULT = re.compile(r"^Result - (.+?)\s*$", re.M)
-# CBC's final summary when it stops early ("Lower bound:") and its "Partial search - best
-# objective X (best possible Y)" line; progress lines are not read (they go stale).
-_CBC_BOUND = (re.compile(r"^Lower bound:\s*(\S+)", re.M),
-              re.compile(r"^Partial search - .*best possible (\S+?)\)", re.M))
-
-
-def parse_cbc_log(text: str) -> tuple[str, Optional[float]]:
-    """(CBC's own 'Result - ...' line, its best bound if it printed one)."""
-    results = _CBC_RESULT.findall(text)
-    result = results[-1] if results else ""
-    bound = None
-    for pattern in _CBC_BOUND:
-        found = pattern.findall(text)
-        if found:
-            try:
-                bound = float(found[-1].rstrip(",)"))
-                break
-            except ValueError:
-                continue
-    return result, bound
-
-
-def _run_cbc(model: Model, time_limit: float, threads: int, warm: bool,
-             workdir: str) -> SolverOutcome:
-    log_path = Path(workdir) / "cbc.log"
-    # Proximity search (improve the incumbent within a Hamming ball) turned a 60 s stall on
-    # the warm start into a proof in under a second on p=4, m=8 caps 1.25p/1.5p; it needs an
-    # incumbent, so only with a warm start. Gap: objectives are integers, < 1 proves.
-    solver = pulp.COIN_CMD(path=_cbc_path(), msg=False, timeLimit=time_limit,
-                           threads=threads if threads > 1 else None, warmStart=warm,
-                           gapRel=0, gapAbs=0.999, logPath=str(log_path),
-                           options=["proximity on"] if warm else None)
-    solver.tmpDir = workdir  # PuLP's .mps/.sol/.mst files go in our temp dir
-    model.problem.solve(solver)
-    log = log_path.read_text() if log_path.exists() else ""
-    result, bound = parse_cbc_log(log)
-    sol = model.problem.sol_status
-    has_solution = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
-    lowered = result.lower()
-    if lowered.startswith("optimal solution found") and sol == pulp.LpSolutionOptimal:
-        status = "optimal"
-    elif "infeasible" in lowered or (not result
-                                     and model.problem.status == pulp.LpStatusInfeasible):
-        status, has_solution = "infeasible", False
-    elif has_solution:
-        status = "feasible"  # PuLP calls this "Optimal"; CBC stopped on a limit
-    else:
-        status = "unknown"
-    return SolverOutcome(status, has_solution, bound, f"CBC: {result or 'no result line'}")
-
-
-@contextlib.contextmanager
-def _stdout_silenced():
-    """Point file descriptor 1 at /dev/null for the block (C-level prints included)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def _highs_class():
-    class _HiGHS(pulp.HiGHS):
-        """PuLP's HiGHS API, plus a warm start: PuLP builds the highspy model; before running
-        it we hand HiGHS the variables' initial values as a starting solution."""
-
-        warm = False
-
-        def createAndConfigureSolver(self, lp):  # noqa: N802 (PuLP's name)
-            # HiGHS prints its banner from C++ on the first Highs() of a process, before any
-            # option can silence it; keep it off stdout (it would corrupt `--json` output).
-            with _stdout_silenced():
-                super().createAndConfigureSolver(lp)
-
-        def callSolver(self, lp):  # noqa: N802 (PuLP's name)
-            import highspy
-            # HiGHS keeps one thread pool per process and refuses to run (status "Not Set")
-            # when `threads` differs from the pool's size: rebuild the pool for this run.
-            highspy.Highs.resetGlobalScheduler(True)
-            if self.warm:
-                sol = highspy.HighsSolution()
-                sol.col_value = [float(v.varValue or 0.0)
-                                 for v in sorted(lp.variables(), key=lambda v: v.index)]
-                sol.value_valid = True
-                lp.solverModel.setSolution(sol)
-            lp.solverModel.run()
-
-    return _HiGHS
-
-
-def _run_highs(model: Model, time_limit: float, threads: int, warm: bool,
-               workdir: str) -> SolverOutcome:
-    import highspy
-    solver = _highs_class()(msg=False, timeLimit=time_limit, threads=threads,
-                            gapRel=0.0, gapAbs=0.999)
-    solver.warm = warm
-    model.problem.solve(solver)
-    highs = model.problem.solverModel
-    status_code = highs.getModelStatus()
-    info = highs.getInfo()
-    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
-    bound = info.mip_dual_bound
-    bound = None if bound is None or not math.isfinite(bound) else float(bound)
-    name = highs.modelStatusToString(status_code)
-    if status_code == highspy.HighsModelStatus.kNotset:
-        raise pulp.PulpSolverError(f"HiGHS did not run (model status {name})")
-    ms = highspy.HighsModelStatus
-    if status_code == ms.kOptimal and has_solution:
-        status = "optimal"
-    elif status_code in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
-        status, has_solution = "infeasible", False
-    elif has_solution:
-        status = "feasible"
-    else:
-        status = "unknown"
-    return SolverOutcome(status, has_solution, bound,
-                         f"HiGHS: {name}, gap {info.mip_gap:.3g}")
+# run(model, time_limit, threads, warm, workdir) -> SolverOutcome
+Runner = Callable[["Model", float, int, bool, str], SolverOutcome]
 
 
 # ----- entry point ---------------------------------------------------------------------------
 
-def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span",
-               time_limit: float = 60.0, threads: int = 1,
-               hint: dict[Pass, int] | None = None, symmetry: bool = True,
-               horizon: int | None = None, bound_cuts: bool = True) -> BackendResult:
-    """Solve `instance` (integer costs) with the MILP on CBC or HiGHS.
+def solve_milp(request: BackendRequest, run: Runner, name: str) -> BackendResult:
+    """Solve the request's instance (integer costs) with the MILP on one solver (`run`).
 
-    `horizon` must be at least the objective of some schedule that fits the cap (the warm
+    The horizon must be at least the objective of some schedule that fits the cap (the warm
     start's, or default_horizon()): the model searches objective <= horizon only, so
-    "infeasible" means no schedule under the cap within the horizon. `extra["orders"]` holds
-    each device's passes in the solved order (ties of zero-length passes resolved).
-    `bound_cuts` adds zbopt.bounds' per-device and global lower bounds as constraints; turn it
-    off to check the formulation on its own.
+    "infeasible" means no schedule under the cap within the horizon. The result's `orders`
+    hold each device's passes in the solved order (ties of zero-length passes resolved).
+    `request.options["bound_cuts"]` (default on) adds zbopt.bounds' per-device and global
+    lower bounds as constraints; turn it off to check the formulation on its own.
     """
-    if backend not in BACKENDS:
-        raise ZboptError(f"unknown MILP backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    instance, objective = request.instance, request.objective
+    time_limit, threads, hint = request.time_limit, request.threads, request.hint
+    bound_cuts = bool(request.options.get("bound_cuts", True))
     if objective not in OBJECTIVES:
         raise ZboptError(f"unknown objective {objective!r}: use 'span' or 'makespan'")
     if not time_limit or time_limit <= 0:
         raise ZboptError(f"time_limit must be positive, got {time_limit}")
     if threads < 1:
         raise ZboptError(f"threads must be >= 1, got {threads}")
-    horizon = default_horizon(instance) if horizon is None else int(math.ceil(horizon))
+    horizon = default_horizon(instance) if request.horizon is None \
+        else int(math.ceil(request.horizon))
     t0 = time.perf_counter()
     try:
-        model = build_model(instance, objective, horizon, symmetry, bound_cuts)
+        model = build_model(instance, objective, horizon, request.symmetry, bound_cuts)
     except _CapTooSmall as err:
         return BackendResult("infeasible", None, None, None,
                              f"no schedule fits the memory cap ({err}): raise the cap",
-                             {"horizon": horizon, "presolve": True})
+                             stats={"horizon": horizon, "presolve": True})
     notes = []
     warm = False
     if hint is not None:
@@ -609,14 +468,13 @@ def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span"
         else:
             set_warm_start(model, hint, objective)
             warm = True
-    run = _run_cbc if backend == "cbc" else _run_highs
     with tempfile.TemporaryDirectory(prefix="zbopt-milp-") as workdir:
         try:
             outcome = run(model, time_limit, threads, warm, workdir)
         except pulp.PulpSolverError as err:  # the solver crashed or wrote no solution
-            outcome = SolverOutcome("unknown", False, None, f"{backend} failed: {err}")
+            outcome = SolverOutcome("unknown", False, None, f"{name} failed: {err}")
     notes.insert(0, outcome.message)
-    extra = {"horizon": horizon, "variables": len(model.problem.variables()),
+    stats = {"horizon": horizon, "variables": len(model.problem.variables()),
              "binaries": len(model.order), "constraints": model.problem.numConstraints(),
              "warm_start": warm, "bound_cuts": bound_cuts, "memory_orders":
              model.structure.memory_orders, "solver_status": outcome.status,
@@ -624,10 +482,10 @@ def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span"
     if outcome.status == "infeasible":
         return BackendResult("infeasible", None, None, None,
                              "; ".join(notes + [f"no schedule fits the memory cap with "
-                                                f"{objective} <= {horizon}"]), extra)
+                                                f"{objective} <= {horizon}"]), stats=stats)
     if not outcome.has_solution:
         return BackendResult("unknown", None, None, _ceil(outcome.bound), "; ".join(notes),
-                             extra)
+                             stats=stats)
     starts = {p: int(math.floor(v.varValue + _EPS)) for p, v in model.start.items()}
     value = int(round(model.objective.varValue))
     bound = _ceil(outcome.bound)
@@ -639,8 +497,8 @@ def solve_milp(instance: Instance, backend: str = "cbc", objective: str = "span"
     if status == "optimal" and bound < value:
         # the solver stopped within its gap tolerance without proving optimality
         status = "feasible"
-    extra["orders"] = solved_orders(model, starts)
-    return BackendResult(status, starts, value, bound, "; ".join(notes), extra)
+    return BackendResult(status, starts, value, bound, "; ".join(notes),
+                         orders=solved_orders(model, starts), stats=stats)
 
 
 def _ceil(bound: Optional[float]) -> Optional[int]:

@@ -100,7 +100,7 @@ def _run_family(job: Job, instance: Instance) -> dict[str, Any]:
     row = run_method(job.method.name, instance, **dict(job.method.params))
     out: dict[str, Any] = {"kind": row.kind}
     if not row.applies:
-        out.update(status="not-applicable", reason=row.reason)
+        out.update(status="not-applicable", reason=row.message)
         return out
     out.update(status="ok", **timeline_fields(row.timeline))
     return out

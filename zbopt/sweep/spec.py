@@ -46,7 +46,6 @@ from typing import Any, Mapping
 from ..errors import ZboptError
 from ..instance import FILE_KEYS, Instance, load_instance
 
-SOLVERS = ("cpsat", "cbc", "highs")
 SOLVER_KEYS = ("name", "time_limit", "threads", "objective")
 SPEC_KEYS = ("name", "base", "axes", "instances", "methods", "solvers", "job_timeout")
 # short forms used in generated instance names (p8-m24-cap2p reads better than devices=8...)
@@ -271,10 +270,10 @@ def _grid(base: dict[str, Any], axes: dict[str, list], source: str) -> list[Inst
 
 
 def _families(entries: Any, source: str) -> list[MethodSpec]:
-    from ..families import families  # the registry imports every generator module
+    from ..registry import methods, solver_names
     if entries is None:
         return []
-    registry = families()
+    registry = methods("schedule")
     if entries == "all":
         return [MethodSpec(n, "family") for n in registry]
     if not isinstance(entries, list):
@@ -290,7 +289,7 @@ def _families(entries: Any, source: str) -> list[MethodSpec]:
         else:
             raise ZboptError(f"{source}: a method is a name or a table {{name = ..., "
                              f"params = {{...}}}}, got {entry!r}")
-        if name in SOLVERS:
+        if name in solver_names():
             raise ZboptError(f"{source}: {name!r} is a solver: list it under [[solvers]] "
                              f"with its time_limit and threads")
         if name not in registry:
@@ -301,8 +300,10 @@ def _families(entries: Any, source: str) -> list[MethodSpec]:
 
 
 def _solvers(entries: Any, source: str) -> list[MethodSpec]:
+    from ..registry import solver_names
     if entries is None:
         return []
+    solvers = solver_names()
     if not isinstance(entries, list):
         raise ZboptError(f"{source}: solvers must be an array of tables [[solvers]], "
                          f"got {entries!r}")
@@ -310,14 +311,14 @@ def _solvers(entries: Any, source: str) -> list[MethodSpec]:
     for entry in entries:
         if not isinstance(entry, dict) or "name" not in entry:
             raise ZboptError(f"{source}: each [[solvers]] table needs name = "
-                             f"{' | '.join(SOLVERS)}, got {entry!r}")
+                             f"{' | '.join(solvers)}, got {entry!r}")
         unknown = sorted(set(entry) - set(SOLVER_KEYS))
         if unknown:
             raise ZboptError(f"{source}: solver {entry['name']!r}: unknown key(s) "
                              f"{', '.join(unknown)}; use {', '.join(SOLVER_KEYS)}")
-        if entry["name"] not in SOLVERS:
+        if entry["name"] not in solvers:
             raise ZboptError(f"{source}: unknown solver {entry['name']!r}: use one of "
-                             f"{', '.join(SOLVERS)}")
+                             f"{', '.join(solvers)}")
         params = {"time_limit": entry.get("time_limit", 60), "threads": entry.get("threads", 1),
                   "objective": entry.get("objective", "span")}
         if not _positive(params["time_limit"]):

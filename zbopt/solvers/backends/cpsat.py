@@ -24,11 +24,12 @@ from typing import Optional
 
 from ortools.sat.python import cp_model
 
-from .. import bounds
-from ..dag import Pass, dependencies, lag
-from ..errors import ZboptError
-from ..instance import Instance
-from .backend import BackendResult
+from ... import bounds
+from ...errors import ZboptError
+from ...instance import Instance
+from ...passes import Pass, dependencies, lag, memory_delta
+from ...registry import register_backend
+from ..protocol import BackendRequest, BackendResult
 
 # Devices with at most this many holding intervals also get the memory rule as a reservoir.
 _RESERVOIR_EVENTS = 16
@@ -112,7 +113,7 @@ def build_model(instance: Instance, objective: str, hint: Optional[dict[Pass, in
 
 
 def _micro_batch_order(model, instance, start, cost) -> None:
-    # Micro-batches are interchangeable within a chain (DESIGN.md), so each stage may run each
+    # Micro-batches are interchangeable within a chain (docs/model.md), so each stage may run each
     # kind in micro-batch order: this removes m! equivalent orders per stage and kind.
     for s in range(instance.num_stages):
         mbs = instance.microbatches_of(s)
@@ -137,8 +138,9 @@ def _memory(model, instance, start, cost, symmetry: bool, horizon: int,
         for s in instance.stages_of(d):
             for j in instance.microbatches_of(s):
                 f, b, w = (s, j, "F"), (s, j, "B"), (s, j, "W")
-                for until, demand in ((b, instance.m_b[s] - instance.m_w[s]),
-                                      (w, instance.m_w[s])):
+                # F's activation is held from F's start until the B and the W release it
+                for until in (b, w):
+                    demand = -memory_delta(instance, until)
                     if demand <= 0:
                         continue
                     size = model.new_int_var(0, horizon, "")
@@ -166,9 +168,9 @@ def _reservoir(model, instance, d: int, capacity: int, start, cost) -> None:
     for s in instance.stages_of(d):
         for j in instance.microbatches_of(s):
             f, b, w = (s, j, "F"), (s, j, "B"), (s, j, "W")
-            for when, delta in ((start[f], instance.m_b[s]),
-                                (start[b] + cost[b], -(instance.m_b[s] - instance.m_w[s])),
-                                (start[w] + cost[w], -instance.m_w[s])):
+            for when, delta in ((start[f], memory_delta(instance, f)),
+                                (start[b] + cost[b], memory_delta(instance, b)),
+                                (start[w] + cost[w], memory_delta(instance, w))):
                 if delta:
                     times.append(when)
                     changes.append(int(delta))
@@ -276,23 +278,29 @@ def _add_hint(model, instance, objective, hint, local, offset, cost, device_span
     model.add_hint(objective_var, max(ends))
 
 
-def solve_cpsat(instance: Instance, objective: str = "span", time_limit: float = 60.0,
-                threads: int = 2, hint: Optional[dict[Pass, int]] = None, symmetry: bool = True,
-                horizon: Optional[int] = None) -> BackendResult:
+def solve_cpsat(request: BackendRequest) -> BackendResult:
     """Solve the integer instance with CP-SAT; starts are scaled integer times."""
     began = time.perf_counter()
+    instance, objective = request.instance, request.objective
     if objective not in ("span", "makespan"):
         raise ZboptError(f"unknown objective {objective!r}: use 'span' or 'makespan'")
+    horizon = request.horizon
     if horizon is None:
         # the sum of all costs and lags bounds the span and makespan of running one
         # micro-batch at a time, which fits every cap that admits a schedule
         horizon = int(sum(instance.cost(q[0], q[2]) for q in instance.passes())
                       + instance.comm * instance.num_passes)
-    model, start, objective_var = build_model(instance, objective, hint, symmetry, horizon)
+    model, start, objective_var = build_model(instance, objective, request.hint,
+                                              request.symmetry, horizon)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit)
-    solver.parameters.num_workers = int(threads)
-    code = solver.solve(model)
+    solver.parameters.max_time_in_seconds = float(request.time_limit)
+    solver.parameters.num_workers = int(request.threads)
+    callback = None
+    if request.on_progress is not None:
+        report = request.on_progress
+        callback = _Incumbents(report)
+        solver.best_bound_callback = lambda bound: report(None, float(bound))
+    code = solver.solve(model, callback)
     status = _STATUS.get(code, "unknown")
     starts = None
     value = bound = None
@@ -306,6 +314,21 @@ def solve_cpsat(instance: Instance, objective: str = "span", time_limit: float =
                "unknown": "CP-SAT found no schedule within the time limit"}.get(status, "")
     return BackendResult(status=status, starts=starts, objective=value, bound=bound,
                          message=message,
-                         extra={"wall_time": time.perf_counter() - began,
+                         stats={"wall_time": time.perf_counter() - began,
                                 "branches": solver.num_branches,
                                 "conflicts": solver.num_conflicts})
+
+
+class _Incumbents(cp_model.CpSolverSolutionCallback):
+    """Reports every improving solution and the bound at that moment."""
+
+    def __init__(self, report):
+        super().__init__()
+        self._report = report
+
+    def on_solution_callback(self) -> None:
+        self._report(float(self.objective_value), float(self.best_objective_bound))
+
+
+register_backend("cpsat", "OR-Tools CP-SAT: intervals, no-overlap and a memory cumulative per "
+                 "device", solve_cpsat)

@@ -1,0 +1,307 @@
+"""Layered models: a model as an ordered list of layers, and a partition of its layers into
+stages that turns it into an Instance (per-stage costs, activations and static memory).
+
+File format (TOML or JSON; docs/formats.md): the instance keys without the per-stage cost keys
+(t_f, t_b, t_w, m_b, m_w, static_memory), plus an ordered `[[layers]]` array, first to last:
+
+    [[layers]]
+    name = "block"
+    t_f = 10.0      # forward time of one micro-batch
+    t_b = 10.0      # input-gradient (B) time
+    t_w = 8.0       # weight-gradient (W) time
+    m_b = 4.0       # activation held from F to B
+    m_w = 1.0       # part of it still held from B to W (m_w <= m_b)
+    static = 12.0   # parameter, gradient and optimizer memory it pins on its device
+    count = 16      # optional: that many identical layers
+
+With layers, `memory_cap` is absolute per device (a number or a list per device: what the
+accelerator holds, static memory included).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import ZboptError
+from .instance import Instance, to_toml
+
+LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "m_b", "m_w", "static", "count")
+_LAYER_NUMBERS = ("t_f", "t_b", "t_w", "m_b", "m_w", "static")
+MODEL_KEYS = ("name", "devices", "microbatches", "placement", "chunks", "time_unit", "comm",
+              "overlap", "memory_unit", "memory_cap", "layers")
+# keys of a per-stage instance that a layered file must not carry (the layers give them)
+STAGE_KEYS = ("t_f", "t_b", "t_w", "m_b", "m_w", "static_memory")
+
+
+def _number(source: str, key: str, value: Any) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) \
+            or not math.isfinite(value) or value < 0:
+        raise ZboptError(f"{source}: {key} must be a finite number >= 0, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    t_f: float
+    t_b: float
+    t_w: float
+    m_b: float = 0.0
+    m_w: float = 0.0
+    static: float = 0.0
+    count: int = 1
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str) -> "Layer":
+        if not isinstance(data, dict):
+            raise ZboptError(f"{source}: a layer is a table of keys, got {data!r}")
+        unknown = sorted(set(data) - set(LAYER_KEYS))
+        if unknown:
+            raise ZboptError(f"{source}: unknown key(s) {', '.join(unknown)}; a layer has "
+                             f"{', '.join(LAYER_KEYS)}")
+        name = data.get("name")
+        if not isinstance(name, str) or not name:
+            raise ZboptError(f"{source}: every layer needs a name (a non-empty string)")
+        where = f"{source}: layer {name!r}"
+        missing = [k for k in ("t_f", "t_b", "t_w") if k not in data]
+        if missing:
+            raise ZboptError(f"{where} has no {', '.join(missing)}: give every layer its "
+                             f"t_f, t_b and t_w")
+        values = {k: _number(where, k, data.get(k, 0)) for k in _LAYER_NUMBERS}
+        if values["m_w"] > values["m_b"]:
+            raise ZboptError(f"{where}: m_w ({values['m_w']}) exceeds m_b ({values['m_b']}): "
+                             f"m_w is the part of m_b kept for W")
+        count = data.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ZboptError(f"{where}: count must be an integer >= 1, got {count!r}")
+        return cls(name=name, count=count, **values)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        for key in _LAYER_NUMBERS:
+            out[key] = getattr(self, key)
+        if self.count != 1:
+            out["count"] = self.count
+        return out
+
+
+@dataclass(frozen=True)
+class LayeredModel:
+    """A model as layers plus the pipeline settings; `instance(partition)` gives the problem."""
+
+    layers: tuple[Layer, ...]  # as written (a layer may have count > 1)
+    devices: int
+    microbatches: int
+    placement: str = "contiguous"
+    chunks: int = 0
+    comm: float = 0
+    overlap: float = 0.0
+    memory_cap: Any = None  # None, a number, or one number per device (absolute)
+    name: str = ""
+    time_unit: str = ""
+    memory_unit: str = ""
+    expanded: tuple[Layer, ...] = field(default=(), init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise ZboptError("a layered model needs at least one layer")
+        object.__setattr__(self, "expanded", tuple(
+            replace(layer, count=1, name=layer.name if layer.count == 1 else f"{layer.name}.{i}")
+            for layer in self.layers for i in range(layer.count)))
+        # validates devices, placement, chunks, comm, overlap and the cap's shape
+        self._instance_for([1.0] * self.num_parts, [0.0] * self.num_parts,
+                           [0.0] * self.devices, cap=None)
+        if self.num_parts > len(self.expanded):
+            raise ZboptError(f"{self.num_parts} stages but only {len(self.expanded)} layers: "
+                             f"every stage needs at least one layer; use fewer devices or "
+                             f"chunks")
+        if isinstance(self.memory_cap, str):
+            raise ZboptError(f"memory_cap {self.memory_cap!r}: a layered model's cap is "
+                             f"absolute per device (what the accelerator holds, static "
+                             f"memory included), not a multiple of p")
+
+    @property
+    def num_stages(self) -> int:
+        implied = {"contiguous": 1, "v": 2, "dualpipe": 2}.get(self.placement)
+        return (self.chunks or implied or 2) * self.devices
+
+    @property
+    def num_parts(self) -> int:
+        """Model stages a partition cuts: one per pipeline stage, except dualpipe, whose two
+        directions run two copies of the same p parts."""
+        return self.devices if self.placement == "dualpipe" else self.num_stages
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.expanded)
+
+    def with_settings(self, **changes) -> "LayeredModel":
+        """The same layers with other pipeline settings (devices, microbatches, memory_cap...)."""
+        return replace(self, **changes)
+
+    # ----- partitions --------------------------------------------------------------------------
+
+    def check_partition(self, sizes: Sequence[int]) -> tuple[int, ...]:
+        """A partition is the number of (expanded) layers of each stage, in stage order along
+        the model: every stage at least one, all layers used."""
+        sizes = tuple(sizes)
+        if len(sizes) != self.num_parts:
+            raise ZboptError(f"the partition has {len(sizes)} stages, the model "
+                             f"{self.num_parts}")
+        if any(not isinstance(n, int) or n < 1 for n in sizes):
+            raise ZboptError(f"every stage needs at least one layer, got {list(sizes)}")
+        if sum(sizes) != self.num_layers:
+            raise ZboptError(f"the partition covers {sum(sizes)} layers, the model has "
+                             f"{self.num_layers}")
+        return sizes
+
+    def stage_layers(self, sizes: Sequence[int]) -> list[tuple[Layer, ...]]:
+        """The layers of each model stage (in model order)."""
+        sizes = self.check_partition(sizes)
+        out, i = [], 0
+        for n in sizes:
+            out.append(self.expanded[i:i + n])
+            i += n
+        return out
+
+    def instance(self, sizes: Sequence[int]) -> Instance:
+        """The per-stage Instance of this partition; static memory sums per device."""
+        groups = self.stage_layers(sizes)
+        # model part k runs as pipeline stage k; dualpipe's second direction runs part k again
+        # as stage p + k (on device p-1-k), so each device holds two parts' static memory
+        totals = {key: [sum(getattr(x, key) for x in g) for g in groups]
+                  for key in ("t_f", "t_b", "t_w", "m_b", "m_w", "static")}
+        static = [0.0] * self.devices
+        probe = self._instance_for(totals["t_f"], totals["m_b"], static, cap=None)
+        copies = (0, self.devices) if self.placement == "dualpipe" else (0,)
+        for k, value in enumerate(totals["static"]):
+            for offset in copies:
+                static[probe.device_of(k + offset)] += value
+        return Instance(
+            devices=self.devices, microbatches=self.microbatches, placement=self.placement,
+            chunks=self.chunks, t_f=totals["t_f"], t_b=totals["t_b"], t_w=totals["t_w"],
+            comm=self.comm, overlap=self.overlap, m_b=totals["m_b"], m_w=totals["m_w"],
+            static_memory=static, memory_cap=_cap(self.memory_cap), name=self.name,
+            time_unit=self.time_unit, memory_unit=self.memory_unit)
+
+    def _instance_for(self, t_f, m_b, static, cap) -> Instance:
+        return Instance(devices=self.devices, microbatches=self.microbatches,
+                        placement=self.placement, chunks=self.chunks, t_f=list(t_f),
+                        t_b=0, t_w=0, comm=self.comm, overlap=self.overlap, m_b=list(m_b),
+                        m_w=0, static_memory=list(static), memory_cap=cap)
+
+    # ----- files -------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in MODEL_KEYS:
+            value = getattr(self, key)
+            if key == "layers":
+                continue
+            if key in ("name", "time_unit", "memory_unit") and not value:
+                continue
+            if key == "chunks":
+                if self.placement != "interleaved":
+                    continue
+                value = self.num_stages // self.devices
+            if key == "overlap" and not value:
+                continue
+            if key == "memory_cap":
+                if value is None:
+                    continue
+                value = list(value) if isinstance(value, tuple) else value
+            out[key] = value
+        out["layers"] = [layer.to_dict() for layer in self.layers]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "model") -> "LayeredModel":
+        stage_keys = sorted(set(data) & set(STAGE_KEYS))
+        if stage_keys:
+            raise ZboptError(f"{source}: a layered file takes its costs from [[layers]]; remove "
+                             f"the per-stage key(s) {', '.join(stage_keys)}")
+        unknown = sorted(set(data) - set(MODEL_KEYS))
+        if unknown:
+            raise ZboptError(f"{source}: unknown key(s) {', '.join(unknown)}; allowed keys are "
+                             f"{', '.join(MODEL_KEYS)}")
+        for key in ("devices", "microbatches"):
+            if key not in data:
+                raise ZboptError(f"{source}: missing required key {key!r}")
+        layers = data.get("layers")
+        if not isinstance(layers, list) or not layers:
+            raise ZboptError(f"{source}: [[layers]] must be a non-empty array of tables")
+        parsed = tuple(Layer.from_dict(x, f"{source}: layers[{i}]") for i, x in enumerate(layers))
+        settings = {k: v for k, v in data.items() if k != "layers"}
+        if isinstance(settings.get("memory_cap"), list):
+            settings["memory_cap"] = tuple(settings["memory_cap"])
+        try:
+            return cls(layers=parsed, **settings)
+        except ZboptError as err:
+            raise ZboptError(f"{source}: {err}") from None
+        except TypeError as err:
+            raise ZboptError(f"{source}: {err}") from None
+
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        path = Path(path)
+        if path.exists() and not overwrite:
+            raise ZboptError(f"{path} exists: choose another name or pass --force")
+        data = self.to_dict()
+        if path.suffix == ".json":
+            path.write_text(json.dumps(data, indent=1) + "\n")
+            return path
+        layers = data.pop("layers")
+        text = to_toml(data) + "".join("\n[[layers]]\n" + to_toml(layer) for layer in layers)
+        path.write_text(text)
+        return path
+
+
+def _cap(spec: Any) -> Any:
+    if isinstance(spec, tuple):
+        return list(spec)
+    return spec
+
+
+def is_layered(data: dict[str, Any]) -> bool:
+    return isinstance(data, dict) and "layers" in data
+
+
+def read_data(path: str | Path) -> dict[str, Any]:
+    """The keys of a TOML or JSON file (ZboptError for anything unreadable)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ZboptError(f"{path} is a directory: give a .toml or .json file")
+    if not path.is_file():
+        raise ZboptError(f"file {path} not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise ZboptError(f"{path}: not a text file (not UTF-8)") from None
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
+        kind = "JSON" if path.suffix == ".json" else "TOML"
+        raise ZboptError(f"{path}: not valid {kind}: {err}") from None
+    if not isinstance(data, dict):
+        raise ZboptError(f"{path}: expected a table of keys, got {type(data).__name__}")
+    return data
+
+
+def load_model(path: str | Path) -> LayeredModel:
+    """Read a layered model file (.toml or .json)."""
+    data = read_data(path)
+    if not is_layered(data):
+        raise ZboptError(f"{path}: no [[layers]] array: this is a per-stage instance, not a "
+                         f"layered model")
+    return LayeredModel.from_dict(data, source=str(path))
+
+
+def even_partition(model: LayeredModel) -> tuple[int, ...]:
+    """Equal numbers of layers per stage (the first stages take the remainder)."""
+    stages, layers = model.num_parts, model.num_layers
+    base, extra = divmod(layers, stages)
+    return tuple(base + (1 if k < extra else 0) for k in range(stages))
+

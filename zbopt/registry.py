@@ -1,0 +1,176 @@
+"""The one registry of methods: handwritten families, heuristics and solver backends, by name,
+and `run(name, instance, **params) -> Result`, the entry point behind every command.
+
+A module registers itself when it is imported: schedule generators in `zbopt/families/` and
+`zbopt/heuristics/` with `@register(...)`, solver backends in `zbopt/solvers/backends/` with
+`register_backend(...)`. The registry imports every module of those packages, so adding a
+method is adding one module.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional
+
+from .errors import ZboptError
+from .instance import PLACEMENTS, Instance
+from .result import Result
+from .schedule import Schedule, evaluate
+
+Generator = Callable[..., Schedule]
+_PACKAGES = ("zbopt.families", "zbopt.heuristics", "zbopt.solvers.backends")
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered method.
+
+    kind: "handwritten" or "heuristic" (a `generate(instance, **params) -> Schedule` for one
+    placement; a contiguous instance is re-placed for it) or "solver" (a `backend` behind the
+    protocol of zbopt.solvers.protocol, run by zbopt.solvers.solve on any placement).
+    params: the parameters it takes, with their defaults.
+    """
+
+    name: str
+    kind: str
+    placements: tuple[str, ...]
+    description: str
+    params: dict = field(default_factory=dict)
+    generate: Optional[Generator] = None
+    backend: Any = None
+    chunks: int = 0  # chunks used when re-placing a contiguous instance (interleaved)
+
+    @property
+    def placement(self) -> str:
+        """The placement a schedule generator needs (solvers take any: the first listed)."""
+        return self.placements[0]
+
+    def applies_to(self, placement: str) -> bool:
+        return placement in self.placements or (
+            self.kind != "solver" and placement == "contiguous")
+
+
+_REGISTRY: dict[str, Method] = {}
+
+
+def _add(method: Method) -> None:
+    if method.name in _REGISTRY:
+        raise RuntimeError(f"method {method.name!r} registered twice")
+    _REGISTRY[method.name] = method
+
+
+def register(name: str, placement: str, description: str, kind: str = "handwritten",
+             chunks: int = 0, **defaults) -> Callable[[Generator], Generator]:
+    """Decorator for a schedule generator `(instance, **params) -> Schedule` on `placement`."""
+    def wrap(fn: Generator) -> Generator:
+        _add(Method(name, kind, (placement,), description, dict(defaults), generate=fn,
+                    chunks=chunks))
+        return fn
+    return wrap
+
+
+def register_backend(name: str, description: str, backend: Any, **defaults) -> None:
+    """A solver backend (see zbopt.solvers.protocol.Backend); `defaults` are solve()'s params."""
+    _add(Method(name, "solver", PLACEMENTS, description, dict(defaults), backend=backend))
+
+
+@functools.cache
+def _load_all() -> None:
+    for package_name in _PACKAGES:
+        package = importlib.import_module(package_name)
+        for info in pkgutil.iter_modules(package.__path__):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{package_name}.{info.name}")
+
+
+def methods(kind: str | None = None) -> dict[str, Method]:
+    """Every registered method by name (of one kind, or of the schedule kinds with "schedule")."""
+    _load_all()
+    if kind is None:
+        return dict(_REGISTRY)
+    if kind == "schedule":
+        return {k: m for k, m in _REGISTRY.items() if m.kind != "solver"}
+    return {k: m for k, m in _REGISTRY.items() if m.kind == kind}
+
+
+def solver_names() -> tuple[str, ...]:
+    return tuple(methods("solver"))
+
+
+def get_method(name: str, kind: str | None = None) -> Method:
+    registry = methods(kind)
+    if name not in registry:
+        what = {"solver": "solver", "schedule": "schedule"}.get(kind or "", "method")
+        raise ZboptError(f"unknown {what} {name!r}: choose one of {', '.join(sorted(registry))}")
+    return registry[name]
+
+
+def prepare(method: Method, instance: Instance) -> Instance:
+    """The instance on the method's placement; ZboptError with the reason if impossible.
+
+    A re-placed instance keeps the absolute per-device cap of the instance as written, so every
+    method is judged against the same memory.
+    """
+    if method.kind == "solver" or instance.placement == method.placement:
+        return instance
+    if instance.placement != "contiguous":
+        raise ZboptError(f"{method.name} runs on placement {method.placement!r}, "
+                         f"the instance is {instance.placement!r}")
+    return instance.with_placement(method.placement, method.chunks)
+
+
+def generate(name: str, instance: Instance, **params) -> Schedule:
+    """The schedule of generator `name` for `instance` (already on its placement)."""
+    method = get_method(name, "schedule")
+    if instance.placement != method.placement:
+        raise ZboptError(f"{name} runs on placement {method.placement!r}, the instance is "
+                         f"{instance.placement!r}: use Instance.with_placement or `prepare`")
+    schedule = method.generate(instance, **{**method.params, **params})
+    return replace(schedule, method=name)
+
+
+@functools.lru_cache(maxsize=256)
+def _bound(instance: Instance, objective: str) -> tuple[str, float]:
+    from .bounds import best_lower_bound
+    return best_lower_bound(instance, objective)
+
+
+def schedule_bound(instance: Instance, objective: str = "span") -> tuple[str, float] | None:
+    """(name, value) of the best lower bound on schedules of single passes for `instance`;
+    None where it does not hold: overlapped F&B blocks with an overlap discount can beat it."""
+    if instance.overlap:
+        return None
+    return _bound(instance, objective)
+
+
+def run(name: str, instance: Instance, objective: str = "span", **params) -> Result:
+    """Run one registered method on `instance`: the single entry point behind every command.
+
+    Schedule generators: the instance is re-placed for the method if needed, the schedule is
+    judged by evaluate(), and a schedule within the cap gets the best lower bound of its
+    (placed) instance. A failed precondition gives status "not-applicable" with the reason.
+    Solvers: zbopt.solvers.solve() with `params` (time_limit, threads, ...).
+    """
+    method = get_method(name)
+    if method.kind == "solver":
+        from .solvers.api import solve
+        return solve(instance, solver=name, objective=objective, **params)
+    began = time.perf_counter()
+    try:
+        placed = prepare(method, instance)
+        schedule = method.generate(placed, **{**method.params, **params})
+        timeline = evaluate(placed, replace(schedule, method=name))
+    except ZboptError as err:
+        return Result(name, method.kind, "not-applicable", instance, message=str(err),
+                      objective_name=objective, params=dict(params),
+                      runtime=time.perf_counter() - began)
+    bound = schedule_bound(placed, objective) if timeline.fits_cap else None
+    return Result(name, method.kind, "heuristic", placed, timeline,
+                  lower_bound=bound[1] if bound else None,
+                  bound_name=bound[0] if bound else None,
+                  runtime=time.perf_counter() - began, objective_name=objective,
+                  params=dict(params))
