@@ -27,6 +27,7 @@ from typing import Iterable
 from .dag import critical_path_length
 from .errors import ZboptError
 from .instance import Instance
+from .passes import stage_lag
 
 OBJECTIVES = ("span", "makespan")
 
@@ -75,12 +76,8 @@ def forward_head(instance: Instance, stage: int) -> float:
     stages, i = _chain_position(instance, stage)
     total = 0.0
     for a, b in zip(stages[:i], stages[1:i + 1]):
-        total += instance.t_f[a] + _lag(instance, a, b)
+        total += instance.t_f[a] + stage_lag(instance, a, b)
     return total
-
-
-def _lag(instance: Instance, a: int, b: int) -> float:
-    return instance.comm if instance.device_of(a) != instance.device_of(b) else 0
 
 
 def round_trip(instance: Instance, from_stage: int, to_stage: int) -> float:
@@ -95,9 +92,9 @@ def round_trip(instance: Instance, from_stage: int, to_stage: int) -> float:
     for idx in range(i, len(stages)):
         total += instance.t_f[stages[idx]]
         if idx + 1 < len(stages):
-            total += _lag(instance, stages[idx], stages[idx + 1])
+            total += stage_lag(instance, stages[idx], stages[idx + 1])
     for idx in range(len(stages) - 1, k, -1):
-        total += instance.t_b[stages[idx]] + _lag(instance, stages[idx], stages[idx - 1])
+        total += instance.t_b[stages[idx]] + stage_lag(instance, stages[idx], stages[idx - 1])
     return total
 
 

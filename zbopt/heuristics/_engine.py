@@ -5,7 +5,7 @@ from what has arrived (B before F or the reverse, W to fill a gap or free memory
 Zero Bubble auto-scheduler does. Its time estimate only ranks candidates of a grid cheaply; the
 numbers users see always come from `evaluate()` on the returned orders.
 
-Passes of one kind on one stage run in micro-batch order (DESIGN.md symmetry), so a device only
+Passes of one kind on one stage run in micro-batch order (docs/model.md, symmetry), so a device only
 ever chooses between the next F, the next B of each of its stages and its oldest pending W.
 """
 
@@ -18,7 +18,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..instance import Instance
+from ..instance import Instance, within_cap
+from ..passes import stage_deltas, stage_lag
 
 Pass = tuple[int, int, str]
 _EPS = 1e-9
@@ -60,6 +61,7 @@ class _Topology:
     """Stage neighbours, costs and memory of an instance, as flat lists for the hot loop."""
 
     def __init__(self, instance: Instance):
+        self.instance = instance
         self.p = instance.devices
         stages = instance.num_stages
         self.stages = stages
@@ -76,9 +78,10 @@ class _Topology:
         self.tf = list(instance.t_f)
         self.tb = list(instance.t_b)
         self.tw = list(instance.t_w)
-        self.mb_ = list(instance.m_b)
-        self.mw = list(instance.m_w)
-        self.comm = instance.comm
+        # memory per pass kind and stage, from the one statement of the rules (zbopt.passes)
+        deltas = stage_deltas(instance)
+        self.delta = {kind: list(values) for kind, values in deltas.items()}
+        self.mb_ = self.delta["F"]  # what an F adds: the activation held until B and W
         # A device's stages in chain order; `later[s]` = activation the same micro-batch will
         # still need on this device after F(s) (the V placement's second chunk), reserved so
         # that a started micro-batch can always finish its forward on this device.
@@ -103,7 +106,7 @@ class _Topology:
                          for s in range(stages)]
 
     def lag(self, a: int, b: int) -> float:
-        return self.comm if self.device[a] != self.device[b] else 0.0
+        return stage_lag(self.instance, a, b)
 
 
 def run(instance: Instance, caps: Sequence[float] | None, policy: Policy,
@@ -192,16 +195,16 @@ class _Greedy:
         now = t
         if kind == "F":
             cost = top.tf[s]
-            self.level[d] += top.mb_[s]
+            self.level[d] += top.delta["F"][s]
             self.reserve[d] += top.later[s] if top.first_on_device[s] else -top.mb_[s]
             self.nf[s] += 1
         elif kind == "B":
             cost = top.tb[s]
-            self.level[d] -= top.mb_[s] - top.mw[s]
+            self.level[d] += top.delta["B"][s]
             self.nb[s] += 1
         else:
             cost = top.tw[s]
-            self.level[d] -= top.mw[s]
+            self.level[d] += top.delta["W"][s]
             if free < t:
                 # A W was ready since the device went idle (its B ran here) and nothing
                 # depends on it: start it then, as evaluate()'s ASAP timing of this order will.
@@ -241,7 +244,7 @@ class _Greedy:
             # one (tighter; safe since a stage runs micro-batches in order, so the oldest one in
             # flight finds the room; the engine reports a stuck run anyway)
             need += top.later[s] + (self.reserve[d] if self.policy.reserve_all else 0.0)
-        return self.level[d] + need <= self.caps[d] + _EPS
+        return within_cap(self.level[d] + need, self.caps[d])
 
     def decide(self, d: int, t: float):
         top, pol = self.top, self.policy
@@ -315,7 +318,7 @@ class _Greedy:
             a = self.f_arr[s][k]
             if a is None or a > t + _EPS:
                 return None
-            if self.level[d] + top.mb_[s] > self.caps[d] + _EPS:
+            if not within_cap(self.level[d] + top.delta["F"][s], self.caps[d]):
                 return False
         elif kind == "B":
             if k != self.nb[s] or k >= self.nf[s]:
