@@ -122,7 +122,7 @@ def unit_comparison(out: Path) -> Path:
         "| p | m | cap | reference greedy | ours | by | CP-SAT status | lower bound | gap |\n",
         "|---|---|---|---|---|---|---|---|---|\n",
     ]
-    for name, records in _by_instance(load_records(out)).items():
+    for _name, records in _by_instance(load_records(out)).items():
         first = records[0]
         ref = reference.get((first["devices"], first["microbatches"]))
         cap = first.get("memory_cap")

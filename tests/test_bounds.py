@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from zbopt import bounds
 from zbopt.compare import compare
+from zbopt.dag import dependencies
 from zbopt.errors import ZboptError
+from zbopt.heuristics.list_scheduler import Admission, sequential_schedule
 from zbopt.instance import Instance
 from zbopt.schedule import Schedule, evaluate, validate
-from zbopt.dag import dependencies
-from zbopt.heuristics.list_scheduler import Admission, sequential_schedule
 from zbopt.solvers.api import run_backend, scaled_instance
 
 FAST = settings(max_examples=60, deadline=None,

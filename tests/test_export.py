@@ -12,12 +12,17 @@ from hypothesis import strategies as st
 from zbopt.cli import main
 from zbopt.errors import ZboptError
 from zbopt.export.chrome_trace import chrome_trace, write_chrome_trace
-from zbopt.export.schedule_file import (FORMAT, compare_metrics, read_schedule_file,
-                                        schedule_document, write_schedule_file)
+from zbopt.export.schedule_file import (
+    FORMAT,
+    compare_metrics,
+    read_schedule_file,
+    schedule_document,
+    write_schedule_file,
+)
 from zbopt.families import families, generate, get_family, prepare
 from zbopt.instance import Instance
-from zbopt.schedule import Schedule, evaluate, fused
 from zbopt.result import Result
+from zbopt.schedule import Schedule, evaluate, fused
 
 
 def family_timeline(name: str, instance: Instance):

@@ -1,7 +1,8 @@
 """Handwritten families against the seed articles' closed forms (comm = 0), and their errors."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zbopt.errors import ZboptError
 from zbopt.families import families, generate, get_family, prepare

@@ -2,14 +2,15 @@
 validity and caps over random instances, errors for impossible caps."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from zbopt.compare import compare, run_method
 from zbopt.errors import ZboptError
 from zbopt.families import families, generate
 from zbopt.heuristics import _engine, _search
-from zbopt.heuristics import zb_greedy as zb
 from zbopt.heuristics import v_greedy as vg
+from zbopt.heuristics import zb_greedy as zb
 from zbopt.instance import Instance
 from zbopt.schedule import Schedule, evaluate, validate
 

@@ -17,15 +17,26 @@ from matplotlib.image import imread
 
 from zbopt.cli import main
 from zbopt.compare import compare, run_method
-from zbopt.result import Result
 from zbopt.dag import format_pass
 from zbopt.errors import ZboptError
 from zbopt.instance import Instance
-from zbopt.report.gantt import (CAP_COLOUR, IDLE_COLOUR, KIND_COLOURS, compare_plot_paths,
-                                is_overlapped, pass_boxes, plot_gantt, plot_memory,
-                                plot_schedule, plot_stacked, save_figure, slug,
-                                write_compare_plots)
+from zbopt.report.gantt import (
+    CAP_COLOUR,
+    IDLE_COLOUR,
+    KIND_COLOURS,
+    compare_plot_paths,
+    is_overlapped,
+    pass_boxes,
+    plot_gantt,
+    plot_memory,
+    plot_schedule,
+    plot_stacked,
+    save_figure,
+    slug,
+    write_compare_plots,
+)
 from zbopt.report.html import PASS_FIELDS, path_step, render_report, write_report
+from zbopt.result import Result
 
 UNIT = Instance(devices=4, microbatches=8, t_f=1, t_b=1, t_w=1, m_b=2, m_w=1, memory_cap="2p",
                 name="unit-p4-m8")
@@ -113,7 +124,7 @@ def test_overlapped_blocks_are_split_into_stacked_bands():
     ax = plot_gantt(timeline)
     image = pixels(ax.figure)
     height = 0.8 / len(item)
-    for band, (stage, _, kind) in enumerate(item):
+    for band, (_stage, _, kind) in enumerate(item):
         y = d - 0.4 + (band + 0.2) * height  # clear of the centred label
         colour = pixel_at(image, ax, t0 + (t1 - t0) * 0.2, y)
         # the reverse direction is drawn lighter: compare hue order, not exact values
@@ -381,7 +392,7 @@ def test_report_escapes_names():
                                               ("dualpipe", 0)])
 def test_path_steps_follow_forward_then_backward_through_the_chain(placement, chunks):
     instance = Instance(devices=3, microbatches=4).with_placement(placement, chunks)
-    for stages, mbs in instance.chains:
+    for stages, _mbs in instance.chains:
         path = sorted(((path_step(instance, s, k), (s, k)) for s in stages for k in "FBW"),
                       key=lambda x: x[0])
         on_path = [sk for step, sk in path if step >= 0]

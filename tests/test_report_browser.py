@@ -244,9 +244,10 @@ def test_screenshot_shows_the_timelines(loaded):
     shot = base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"])
     path = folder / "screenshot.png"
     path.write_bytes(shot)
-    from matplotlib.image import imread
     import numpy as np
     from matplotlib.colors import to_rgb
+    from matplotlib.image import imread
+
     from zbopt.report.gantt import KIND_COLOURS
     image = (imread(path)[:, :, :3] * 255).round().astype(int)
     assert image.shape[:2] == (900, 1300)

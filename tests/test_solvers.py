@@ -12,13 +12,18 @@ from zbopt import bounds
 from zbopt.cli import main
 from zbopt.compare import compare
 from zbopt.errors import ZboptError
+from zbopt.heuristics.list_scheduler import list_schedule, sequential_schedule
 from zbopt.instance import Instance
+from zbopt.registry import solver_names
 from zbopt.schedule import evaluate, validate
 from zbopt.solvers import solve
-from zbopt.heuristics.list_scheduler import list_schedule, sequential_schedule
-from zbopt.registry import solver_names
-from zbopt.solvers.api import (_schedule_from_starts, backend_inputs, power_of_ten_scale,
-                               run_backend, scaled_instance)
+from zbopt.solvers.api import (
+    _schedule_from_starts,
+    backend_inputs,
+    power_of_ten_scale,
+    run_backend,
+    scaled_instance,
+)
 
 # every registered backend: the backend-generic tests run once per backend
 BACKENDS = solver_names()

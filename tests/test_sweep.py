@@ -376,7 +376,7 @@ def test_report_tables_copy_the_records(tmp_path):
         fitting = [r for r in records.values() if r["microbatches"] == m
                    and (r["memory_cap"] or "unlimited") == cap and r["fits_cap"]]
         best = min(fitting, key=lambda r: r["span"])
-        line = next(l for l in markdown.splitlines() if l.startswith(f"| u-m{m}-cap"
+        line = next(x for x in markdown.splitlines() if x.startswith(f"| u-m{m}-cap"
                                                                     f"{'none' if cap == 'unlimited' else cap} |"))
         assert f"| {best['span']:,.0f} |" in line
     # two values of m, but only one finite cap: no cap plot
@@ -452,6 +452,7 @@ def test_ray_records_a_crashed_task_and_a_timeout_and_goes_on(tmp_path):
     def crash_or_hang(job):  # a local function: Ray ships it by value to its workers
         import os
         import time
+
         from zbopt.sweep.job import run_job
         if job.method.name == "gpipe" and job.instance["microbatches"] == 4:
             os._exit(3)

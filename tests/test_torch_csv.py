@@ -8,8 +8,16 @@ import pytest
 
 from zbopt.cli import main
 from zbopt.errors import ZboptError
-from zbopt.export.torch_csv import (csv_text, item_to_cell, parse_torch_csv, read_torch_csv,
-                                    sidecar, torch_check, torch_rows, write_torch_csv)
+from zbopt.export.torch_csv import (
+    csv_text,
+    item_to_cell,
+    parse_torch_csv,
+    read_torch_csv,
+    sidecar,
+    torch_check,
+    torch_rows,
+    write_torch_csv,
+)
 from zbopt.families import families, generate, prepare
 from zbopt.instance import Instance
 from zbopt.schedule import Schedule, evaluate, fused

@@ -19,8 +19,13 @@ if not dist.is_available() or not dist.is_gloo_available():
 from zbopt.cli import main  # noqa: E402
 from zbopt.errors import ZboptError  # noqa: E402
 from zbopt.export.schedule_file import write_schedule_file  # noqa: E402
-from zbopt.export.torch_runtime import (DEFAULT_ATOL, ModelSpec, compare_outputs,  # noqa: E402
-                                        reference, verify_many)
+from zbopt.export.torch_runtime import (  # noqa: E402
+    DEFAULT_ATOL,
+    ModelSpec,
+    compare_outputs,
+    reference,
+    verify_many,
+)
 from zbopt.families import families, generate, prepare  # noqa: E402
 from zbopt.instance import Instance  # noqa: E402
 from zbopt.schedule import Schedule, evaluate, fused  # noqa: E402
@@ -50,8 +55,8 @@ def handmade_v() -> tuple[Instance, Schedule]:
 
 def cpsat_case():
     try:
-        from zbopt.solvers import solve
         import zbopt.solvers.api  # noqa: F401  (solve() imports it lazily)
+        from zbopt.solvers import solve
     except ImportError as err:
         return None, f"zbopt.solvers (CP-SAT) cannot be imported: {err}"
     instance = Instance(devices=2, microbatches=3, memory_cap="1p", **COSTS)

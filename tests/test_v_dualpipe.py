@@ -218,7 +218,7 @@ def test_dualpipe_two_copies_dualpipev_one():
         mbs = {s: {j for item in order for t, j, _ in item if t == s} for s in stages}
         assert mbs[d] == {0, 1, 2, 3} and mbs[7 - d] == {4, 5, 6, 7}
     v = Instance(devices=4, microbatches=8).with_placement("v")
-    for d, order in enumerate(generate("dualpipev", v).orders):
+    for order in generate("dualpipev", v).orders:
         assert {j for item in order for _, j, _ in item} == set(range(8))
 
 

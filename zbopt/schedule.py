@@ -18,10 +18,19 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from .passes import (Item, Pass, block_problems, dependencies, fits, format_pass, item_duration,
-                     item_memory, neighbours)
 from .errors import ZboptError
 from .instance import Instance
+from .passes import (
+    Item,
+    Pass,
+    block_problems,
+    dependencies,
+    fits,
+    format_pass,
+    item_duration,
+    item_memory,
+    neighbours,
+)
 
 _PASS_RE = re.compile(r"^\s*(\d+)\s*([FBW])\s*(\d+)\s*$")
 

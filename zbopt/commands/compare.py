@@ -26,7 +26,8 @@ def add_method_arguments(parser) -> None:
     parser.add_argument("--chunks", type=int, default=0,
                         help="chunks per device when re-placing for interleaved families")
     parser.add_argument("--solve", action="store_true", help="add an exact solver's row")
-    parser.add_argument("--solver", default="cpsat", help="solver backend with --solve (default cpsat; `zbopt methods` lists them)")
+    parser.add_argument("--solver", default="cpsat",
+                        help="solver backend with --solve (default cpsat; `zbopt methods` lists them)")
     parser.add_argument("--objective", default="span", choices=("span", "makespan"))
     parser.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
     parser.add_argument("--threads", type=int, default=2, help="solver threads")

@@ -31,8 +31,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..frontier import (FRONTIER_HEADER, frontier, frontier_markdown, frontier_rows,
-                            parse_caps, plot_frontier)
+    from ..frontier import (
+        FRONTIER_HEADER,
+        frontier,
+        frontier_markdown,
+        frontier_rows,
+        parse_caps,
+        plot_frontier,
+    )
     instance = load(args)
     caps = parse_caps(args.caps)
     name = instance.name or "instance"

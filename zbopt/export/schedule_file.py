@@ -162,7 +162,7 @@ def _parse_orders(source: str, devices: Any, instance: Instance) -> list[list[tu
                 item = parse_item(text)
             except ZboptError as err:
                 raise _fail(source, f"device {d} item {i}: {err}") from None
-            for stage, _, kind in item:
+            for stage, _, _kind in item:
                 if stage >= instance.num_stages:
                     raise _fail(source, f"device {d} item {i} ({text}): unknown stage {stage}, "
                                         f"the instance has stages 0..{instance.num_stages - 1}")

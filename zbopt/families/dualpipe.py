@@ -62,8 +62,8 @@ from dataclasses import dataclass
 
 from ..errors import ZboptError
 from ..instance import Instance
-from ..schedule import Item, Schedule
 from ..registry import register
+from ..schedule import Item, Schedule
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """GPipe (all-forward-all-backward): every forward, then every full backward."""
 
 from ..instance import Instance
-from ..schedule import Schedule, fused
 from ..registry import register
+from ..schedule import Schedule, fused
 
 
 @register("gpipe", "contiguous", "GPipe: all forwards, then all (fused) backwards")

@@ -8,8 +8,8 @@ Warm-up: 2(p-r-1) + (v-1)N forwards; then one forward, one (fused) backward; the
 
 from ..errors import ZboptError
 from ..instance import Instance
-from ..schedule import Schedule, fused
 from ..registry import register
+from ..schedule import Schedule, fused
 
 
 @register("interleaved-1f1b", "interleaved",

@@ -1,8 +1,8 @@
 """1F1B (PipeDream-Flush, Megatron's default): warm-up, one forward one backward, cool-down."""
 
 from ..instance import Instance
-from ..schedule import Schedule, fused
 from ..registry import register
+from ..schedule import Schedule, fused
 
 
 @register("1f1b", "contiguous", "1F1B: p-r-1 warm-up forwards, then alternate, fused backward")

@@ -43,8 +43,8 @@ equal costs: other costs keep the memory but may stretch the timing.
 from __future__ import annotations
 
 from ..instance import Instance
-from ..schedule import Schedule
 from ..registry import register
+from ..schedule import Schedule
 
 
 def zbv_device_order(p: int, d: int, n: int) -> list[tuple[str, str]]:

@@ -9,8 +9,8 @@ the order is then timed with the instance's real costs like every other schedule
 
 from ..errors import ZboptError
 from ..instance import Instance
-from ..schedule import Schedule
 from ..registry import register
+from ..schedule import Schedule
 
 
 @register("zb-h1", "contiguous", "ZB-H1: 1F1B memory, B/W split, W deferred r rounds on stage r")

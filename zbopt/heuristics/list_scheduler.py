@@ -147,7 +147,7 @@ def list_schedule(instance: Instance, new_before_w: bool = True) -> Schedule:
 
     # each device's next choice, recomputed only when something it depends on changed
     choices = [choice(d) for d in range(p)]
-    for done in range(total):
+    for _done in range(total):
         best = min((c for c in choices if c is not None), default=None)
         if best is None:
             raise ZboptError("the fallback list scheduler is stuck (internal error)")

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ZboptError
-from ..registry import methods, register
 from ..instance import Instance
+from ..registry import methods, register
 from ..schedule import Schedule
 from . import _engine
 from ._search import _UNSET, best_of, capped_instance

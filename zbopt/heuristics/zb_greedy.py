@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ZboptError
-from ..registry import register
 from ..families.zero_bubble_handcrafted import zb_h1, zb_h2
 from ..instance import Instance
+from ..registry import register
 from ..schedule import Schedule
 from . import _engine
 from ._search import _UNSET, best_of, capped_instance

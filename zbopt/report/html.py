@@ -17,12 +17,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
-from ..result import Result
 from ..errors import ZboptError
 from ..instance import Instance
+from ..result import Result
 from ..schedule import Timeline
-from .gantt import (IDLE_COLOUR, KIND_COLOURS, KIND_NAMES, label_colour, number, pass_boxes,
-                    pass_colour, plot_schedule, plot_stacked)
+from .gantt import (
+    IDLE_COLOUR,
+    KIND_COLOURS,
+    KIND_NAMES,
+    label_colour,
+    number,
+    pass_boxes,
+    pass_colour,
+    plot_schedule,
+    plot_stacked,
+)
 
 # The order of the per-pass arrays in the page's JSON (timeline.js unpacks them by name).
 PASS_FIELDS = ("device", "stage", "mb", "kind", "start", "end", "x0", "x1", "band", "bands",

@@ -30,16 +30,10 @@ modelled (an overlap discount is therefore never used by this backend).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import re
-import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional
 
 import networkx as nx

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ..errors import ZboptError
 from .executors import JobFn, make_executor
 from .job import run_job
 from .spec import SweepSpec
-from ..errors import ZboptError
 from .store import RESULTS_FILE, ResultStore
 
 
@@ -114,8 +114,14 @@ def _progress(enabled: bool, total: int, name: str):
     if not enabled or total == 0:
         yield lambda: None
         return
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     from rich.console import Console
