@@ -238,6 +238,30 @@ def test_the_backend_can_be_made_to_prove_what_the_bounds_prove():
     assert validate(instance, searched.schedule) == []
 
 
+def test_zero_length_passes_tied_on_a_start_are_ordered_by_their_dependencies():
+    # t_b = 0: on "v" B(1, j) and B(2, j) can share a start; ordering ties by the pass tuple
+    # put B(1, j) first, which deadlocks, and solve() fell back to the warm start (32)
+    instance = Instance(placement="v", devices=2, microbatches=2, t_f=2, t_b=0, t_w=4, comm=0,
+                        m_b=2, m_w=1, memory_cap=[4, 6])
+    result = solve(instance, solver="cpsat", time_limit=20, prove_with_bounds=False)
+    assert result.backend_status == "optimal"
+    assert result.status == "optimal" and result.objective == 28
+    assert validate(instance, result.schedule) == []
+
+
+def test_tied_zero_length_starts_become_an_order_that_runs():
+    instance = Instance(placement="v", devices=2, microbatches=1, t_f=2, t_b=0, t_w=1, m_b=2,
+                        m_w=1)
+    scaled, scale, _ = scaled_instance(instance)
+    # every B at one instant (t_b = 0): the chain 3B0 -> 2B0 -> 1B0 -> 0B0 must be kept
+    starts = {(0, 0, "F"): 0, (1, 0, "F"): 2, (2, 0, "F"): 4, (3, 0, "F"): 6,
+              (3, 0, "B"): 8, (2, 0, "B"): 8, (1, 0, "B"): 8, (0, 0, "B"): 8,
+              (0, 0, "W"): 8, (1, 0, "W"): 8, (2, 0, "W"): 9, (3, 0, "W"): 9}
+    schedule = _schedule_from_starts(instance, scaled, starts, "makespan", scale, "t")
+    assert validate(instance, schedule) == []
+    assert evaluate(instance, schedule).makespan == 10
+
+
 # ----- CLI ----------------------------------------------------------------------------------
 
 def _instance_file(tmp_path, instance=SMALL[1]):

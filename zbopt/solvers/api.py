@@ -17,11 +17,13 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Callable, Optional
 
+import networkx as nx
+
 from .. import bounds
 from ..errors import ZboptError
 from ..heuristics.list_scheduler import list_schedule, sequential_schedule, single_passes
 from ..instance import Instance
-from ..passes import Pass
+from ..passes import Pass, dependencies, neighbours
 from ..registry import get_method, solver_names
 from ..result import Result
 from ..schedule import Schedule, Timeline, evaluate, validate
@@ -150,18 +152,43 @@ def backend_inputs(instance: Instance, objective: str = "span"):
 
 # ----- from the backend's answer to a schedule ------------------------------------------------
 
+def _tie_order(instance: Instance, starts: dict[Pass, int], ends: dict[Pass, int]) -> dict[Pass, int]:
+    """Rank of every pass that shares its start and end with another (zero-length passes at
+    one instant): a topological order of the dependencies among them, releases (B, W) before
+    F where the dependencies allow, so the per-device orders never deadlock."""
+    groups: dict[tuple[int, int], list[Pass]] = {}
+    for q in starts:
+        groups.setdefault((starts[q], ends[q]), []).append(q)
+    links = neighbours(instance)
+    rank: dict[Pass, int] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        inside = set(members)
+        graph = nx.DiGraph()
+        graph.add_nodes_from(members)
+        # a dependency chain between two tied passes runs through tied passes only
+        graph.add_edges_from((a, q) for q in members for a in dependencies(instance, q, links)
+                             if a in inside)
+        order = nx.lexicographical_topological_sort(
+            graph, key=lambda q: ("WBF".index(q[2]), q[0], q[1]))
+        rank.update((q, i) for i, q in enumerate(order))
+    return rank
+
+
 def _schedule_from_starts(instance: Instance, scaled: Instance, starts: dict[Pass, int],
                           objective: str, scale: int, method: str,
                           backend_orders=None) -> Schedule:
     """Per-device orders sorted by start (ties: shorter first, so a zero-length pass that
-    shares a start with a longer one runs first; a backend's own orders win), released at
-    each device's first start."""
+    shares a start with a longer one runs first; passes tied on start and end in a
+    topological order; a backend's own orders win), released at each device's first start."""
     if backend_orders is not None:
         orders = [list(order) for order in backend_orders]
     else:
+        ends = {q: starts[q] + int(scaled.cost(q[0], q[2])) for q in starts}
+        rank = _tie_order(instance, starts, ends)
         orders = [[] for _ in range(instance.devices)]
-        for q in sorted(starts, key=lambda q: (starts[q], starts[q] + scaled.cost(q[0], q[2]),
-                                               q)):
+        for q in sorted(starts, key=lambda q: (starts[q], ends[q], rank.get(q, 0))):
             orders[instance.device_of(q[0])].append(q)
     release = None
     if objective == "span":
