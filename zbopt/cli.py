@@ -19,8 +19,18 @@ class _Parser(argparse.ArgumentParser):
         raise ZboptError(f"{message} (see {self.prog} --help)")
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+    try:
+        return installed("zbopt")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="zbopt", description="Optimal pipeline-parallel schedules, proven.")
+    parser.add_argument("--version", action="version", version=f"zbopt {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     from . import commands
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
@@ -36,11 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     except ZboptError as err:
         print(f"zbopt: error: {err}".replace("\n", " "), file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return 0
+    except OSError as err:  # a file the user named cannot be read or written
+        where = f" {err.filename}" if err.filename else ""
+        print(f"zbopt: error: cannot access{where}: {err.strerror or err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("zbopt: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

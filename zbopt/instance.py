@@ -18,6 +18,9 @@ from .errors import ZboptError
 PLACEMENTS = ("contiguous", "interleaved", "v", "dualpipe")
 KINDS = ("F", "B", "W")
 
+# the evaluator holds every pass in memory: past this an instance would exhaust it
+MAX_PASSES = 20_000_000
+
 _CAP_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*p\s*$")
 
 # Keys accepted in instance files, in the order they are written.
@@ -35,6 +38,14 @@ def within_cap(level: float, cap: float) -> bool:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _finite(x: Any) -> bool:
+    # an integer too large for a float is as unusable as an infinite one
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def _stage_values(name: str, value: Any, stages: int, parts: int | None = None) -> tuple:
@@ -55,7 +66,7 @@ def _stage_values(name: str, value: Any, stages: int, parts: int | None = None) 
     else:
         raise ZboptError(f"{name} must be a number or a list of numbers, got {value!r}")
     for x in values:
-        if not math.isfinite(x) or x < 0:
+        if not _finite(x) or x < 0:
             raise ZboptError(f"{name} must be finite and >= 0, got {x}: fix the cost in the instance")
     return values
 
@@ -114,12 +125,18 @@ class Instance:
                              f"microbatches must be even, got {self.microbatches}")
         set_("chunks", chunks)
         stages = chunks * self.devices
+        size = 3 * stages * self.microbatches
+        if size > MAX_PASSES:
+            raise ZboptError(
+                f"{size:,} passes (3 x {self.devices} devices x {chunks} chunks x "
+                f"{self.microbatches} micro-batches) is beyond zbopt's limit of {MAX_PASSES:,}: "
+                f"every pass is held in memory; use fewer devices or micro-batches")
         parts = self.devices if self.placement == "dualpipe" else None
         for key in ("t_f", "t_b", "t_w", "m_b", "m_w"):
             set_(key, _stage_values(key, getattr(self, key), stages, parts))
         for key in ("comm", "overlap"):
             value = getattr(self, key)
-            if not _is_number(value) or not math.isfinite(value) or value < 0:
+            if not _is_number(value) or not _finite(value) or value < 0:
                 raise ZboptError(f"{key} must be a finite number >= 0, got {value!r}")
         if self.overlap > 1:
             raise ZboptError(f"overlap is a fraction in [0, 1], got {self.overlap}")
@@ -139,7 +156,7 @@ class Instance:
         else:
             raise ZboptError(f"static_memory must be a number or a list with one number per "
                              f"device ({self.devices}), got {self.static_memory!r}")
-        if any(x < 0 or not math.isfinite(x) for x in static):
+        if any(not _finite(x) or x < 0 for x in static):
             raise ZboptError(f"static_memory must be >= 0, got {list(static)}")
         set_("static_memory", static)
         if isinstance(self.memory_cap, list):
@@ -237,8 +254,8 @@ class Instance:
 
     def _one_cap(self, x: Any) -> float:
         if _is_number(x):
-            if not math.isfinite(x) or x <= 0:
-                raise ZboptError(f"memory_cap must be positive, got {x}")
+            if not _finite(x) or x <= 0:
+                raise ZboptError(f"memory_cap must be a positive finite number, got {x}")
             return x
         if isinstance(x, str):
             match = _CAP_RE.match(x)
@@ -356,25 +373,76 @@ def to_toml(data: dict[str, Any]) -> str:
     return "".join(f"{key} = {_toml_value(value)}\n" for key, value in data.items())
 
 
-def load_instance(path: str | Path) -> Instance:
-    """Read an instance file (.toml or .json). Every problem raises ZboptError."""
+COST_KEYS = ("t_f", "t_b", "t_w")
+
+
+def read_table(path: str | Path) -> dict[str, Any]:
+    """The keys of a TOML or JSON file (.json is JSON, anything else TOML); every problem with
+    the file itself (missing, a directory, not text, not parseable) raises ZboptError."""
     path = Path(path)
+    if path.is_dir():
+        raise ZboptError(f"{path} is a directory: give an instance file (.toml or .json)")
     if not path.is_file():
-        raise ZboptError(f"instance file {path} not found")
-    text = path.read_text()
+        hint = "; `zbopt instances` lists the shipped ones" if not path.suffix else ""
+        raise ZboptError(f"instance file {path} not found{hint}")
     try:
-        if path.suffix == ".json":
-            data = json.loads(text)
-        else:
-            data = tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ZboptError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}: "
-                         f"{err}") from None
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ZboptError(f"{path}: not a text file (byte {err.start} is not UTF-8): give a "
+                         f".toml or .json instance file") from None
+    except OSError as err:
+        raise ZboptError(f"cannot read {path}: {err.strerror}") from None
+    kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
+    try:
+        data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError) as err:
+        raise ZboptError(f"{path}: not valid {kind}: {str(err).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise ZboptError(f"{path}: expected a table of keys, got {type(data).__name__}")
+    return data
+
+
+def check_file_keys(data: dict[str, Any], source: str) -> None:
+    """What a file must say that the Instance constructor lets code leave out: every cost key
+    (a missing one would silently cost 1), and no `chunks = 0` (it would silently mean 2)."""
+    if "layers" in data:
+        raise ZboptError(f"{source} is a layered model ([[layers]]), not a per-stage instance: "
+                         f"`zbopt plan` partitions it into stages")
+    missing = [key for key in COST_KEYS if key not in data]
+    if missing:
+        raise ZboptError(f"{source}: missing cost key(s) {', '.join(missing)}: give each pass "
+                         f"kind's time (a number, or one per stage); 0 if it costs nothing")
+    chunks = data.get("chunks")
+    if chunks is not None and _is_number(chunks) and chunks < 1:
+        raise ZboptError(f"{source}: chunks = {chunks} is not a chunk count: give chunks >= 2 "
+                         f"for placement 'interleaved', or drop the key")
+
+
+def shipped_instances() -> dict[str, Path]:
+    """The instances installed with zbopt, by name (file name without .toml)."""
+    folder = Path(__file__).parent / "data" / "instances"
+    return {p.stem: p for p in sorted(folder.glob("*/*.toml"))}
+
+
+def resolve_instance(name: str | Path) -> Path:
+    """A path as given if it exists, else a shipped instance of that name, else the path (so
+    that reading it says it is not found)."""
+    path = Path(name)
+    if path.exists():
+        return path
+    shipped = shipped_instances()
+    return shipped.get(str(name), shipped.get(path.stem if path.suffix == ".toml" else "", path))
+
+
+def load_instance(path: str | Path) -> Instance:
+    """Read an instance file (.toml or .json), or a shipped instance by name. Every problem
+    raises ZboptError."""
+    path = resolve_instance(path)
+    data = read_table(path)
+    check_file_keys(data, str(path))
     return Instance.from_dict(data, source=str(path))
 
 
 def default_instance_path() -> Path:
     """The shipped default instance: the Zero Bubble 1.5B p=8 m=24 setting."""
-    return Path(__file__).parent / "data" / "zb-1.5b-p8-m24.toml"
+    return Path(__file__).parent / "data" / "instances" / "paper" / "zb-1.5b-p8-m24.toml"

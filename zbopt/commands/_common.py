@@ -1,4 +1,5 @@
-"""Helpers shared by the subcommands: loading instances, caps, output."""
+"""Helpers shared by the subcommands: loading instances, caps, argument types, output paths,
+progress."""
 
 from __future__ import annotations
 
@@ -12,38 +13,157 @@ from typing import Any
 from rich.console import Console
 
 from ..errors import ZboptError
-from ..instance import Instance, default_instance_path, load_instance
+from ..instance import Instance, check_file_keys, default_instance_path, read_table, resolve_instance
+from ..progress import Progress
 
 
 def add_instance_arguments(parser: argparse.ArgumentParser, optional: bool = True) -> None:
     if optional:
         parser.add_argument("instance", nargs="?", default=None,
-                            help="instance file (.toml/.json); default: the shipped "
-                                 "Zero Bubble 1.5B p=8 m=24 setting")
+                            help="instance file (.toml/.json) or a shipped instance's name "
+                                 "(`zbopt instances`); default: the shipped Zero Bubble 1.5B "
+                                 "p=8 m=24 setting")
     else:
-        parser.add_argument("instance", help="instance file (.toml/.json)")
+        parser.add_argument("instance", help="instance file (.toml/.json) or a shipped "
+                                             "instance's name (`zbopt instances`)")
     parser.add_argument("--mem", default=None, metavar="CAP",
                         help="memory cap overriding the file's: a number, '1p', '1.5p', 'none'")
 
 
 def parse_cap(text: str) -> Any:
-    if text.lower() in ("none", "unlimited", "inf"):
+    """A --mem value: None for no cap, a number, or a "kp" string (Instance checks it)."""
+    if text.strip().lower() in ("none", "unlimited", "inf"):
         return None
     try:
         value = float(text)
     except ValueError:
         return text  # "kp"; Instance validates it
     if not math.isfinite(value):
-        return None
+        raise ZboptError(f"--mem {text!r} is not a memory cap: give a number, a multiple of p "
+                         f"such as '1p' or '1.5p', or 'none'")
     return int(value) if value == int(value) else value
 
 
 def load(args: argparse.Namespace) -> Instance:
-    path = args.instance if getattr(args, "instance", None) else default_instance_path()
-    instance = load_instance(path)
+    """The command's instance (a file, a shipped name, or the default), with --mem applied.
+
+    A layered model file is evaluated with the even partition of its layers, said on stderr."""
+    given = getattr(args, "instance", None)
+    path = resolve_instance(given) if given else default_instance_path()
+    data = read_table(path)
+    if "layers" in data:
+        instance = _even_partition(data, path)
+    else:
+        check_file_keys(data, str(path))
+        instance = Instance.from_dict(data, source=str(path))
     if getattr(args, "mem", None) is not None:
-        instance = instance.with_cap(parse_cap(args.mem))
+        try:
+            instance = instance.with_cap(parse_cap(args.mem))
+        except ZboptError as err:
+            raise ZboptError(f"--mem {args.mem}: {err}") from None
     return instance
+
+
+def _even_partition(data: dict, path: Path) -> Instance:
+    from ..layers import LayeredModel, even_partition
+    model = LayeredModel.from_dict(data, source=str(path))
+    sizes = even_partition(model)
+    print(f"zbopt: note: {path} is a layered model of {model.num_layers} layers: using the even "
+          f"partition {'/'.join(map(str, sizes))} layers per stage (`zbopt plan` searches for "
+          f"a better one)", file=sys.stderr)
+    return model.instance(sizes)
+
+
+# ----- argument types (a bad value is one line and exit 2 through the parser) --------------------
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def chunk_count(text: str) -> int:
+    """--chunks: an interleaved placement has at least 2 chunks per device."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: interleaved placements need 2 or more "
+                                         f"chunks per device")
+    return value
+
+
+def add_progress_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--progress", action="store_true",
+                        help="report progress on stderr even when it is not a terminal")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def progress(args: argparse.Namespace) -> Progress:
+    return Progress.from_args(args)
+
+
+def check_input(path: str | Path, what: str) -> Path:
+    """A file the command reads: a directory, a missing file or bytes that are not UTF-8 text
+    are said in one line (before a parser meets them)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ZboptError(f"{path} is a directory: give the {what} itself")
+    if not path.is_file():
+        raise ZboptError(f"{what} {path} not found")
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ZboptError(f"{path}: not a text file (byte {err.start} is not UTF-8): give a "
+                         f"{what}") from None
+    return path
+
+
+# ----- output paths: all checked before any work ------------------------------------------------
+
+def check_output(path: str | Path, force: bool, suffixes: tuple[str, ...] = (),
+                 what: str = "output") -> Path:
+    """A file the command will write: refused now (not after the work) if it cannot be."""
+    path = Path(path)
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise ZboptError(f"cannot write the {what} to {path}: use a name ending in "
+                         f"{' or '.join(suffixes)}")
+    if path.is_dir():
+        raise ZboptError(f"{path} is a directory: give a file name for the {what}")
+    refuse_overwrite(path, force)
+    parent = path.parent
+    if not parent.exists():
+        raise ZboptError(f"directory {parent} does not exist: create it first")
+    if not parent.is_dir():
+        raise ZboptError(f"{parent} is a file, not a directory: give another path")
+    return path
+
+
+def check_output_dir(path: str | Path, names: list[str], force: bool) -> list[Path]:
+    """Files `names` the command will write into directory `path` (created later if absent)."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ZboptError(f"{folder} is a file, not a directory: give a directory")
+    existing = [folder / n for n in names if (folder / n).exists()]
+    if existing and not force:
+        raise ZboptError(f"{existing[0]} exists: choose another directory or pass --force to "
+                         f"overwrite it")
+    return [folder / n for n in names]
 
 
 def print_json(data: Any) -> None:
@@ -76,6 +196,8 @@ def fmt(x: float | None, digits: int = 1) -> str:
 
 def refuse_overwrite(path: str | Path, force: bool) -> Path:
     path = Path(path)
+    if path.is_dir():
+        raise ZboptError(f"{path} is a directory: give a file name")
     if path.exists() and not force:
         raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
     return path

@@ -1,11 +1,26 @@
-"""zbopt compare [INSTANCE]: every family and heuristic that applies, side by side."""
+"""zbopt compare [INSTANCE]: every family and heuristic that applies, side by side, and a verdict."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from ..registry import run as run_method
-from ._common import add_instance_arguments, console, fmt, load, print_json
+from ..errors import ZboptError
+from ._common import (
+    add_instance_arguments,
+    add_progress_arguments,
+    chunk_count,
+    console,
+    fmt,
+    load,
+    positive_int,
+    positive_seconds,
+    print_json,
+    progress,
+)
+
+LEGEND = ("span: last end - first start, the longest device's; bubble rate: (span - ideal) / "
+          "span; fits cap: peak memory within the memory cap on every device; gap to bound: "
+          "(span - best lower bound) / span, for schedules that fit")
 
 
 def register(sub) -> None:
@@ -16,67 +31,155 @@ def register(sub) -> None:
     parser.add_argument("--force", action="store_true",
                         help="overwrite charts already in the --plot directory")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
+    add_progress_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def add_method_arguments(parser) -> None:
     """Which methods to run and the optional solver row (compare and report share them)."""
     parser.add_argument("--methods", default=None,
-                        help="comma-separated method names (default: all registered)")
-    parser.add_argument("--chunks", type=int, default=0,
-                        help="chunks per device when re-placing for interleaved families")
+                        help="comma-separated method names (default: all; `zbopt methods`)")
+    parser.add_argument("--chunks", type=chunk_count, default=0,
+                        help="chunks per device (2 or more) when re-placing for interleaved "
+                             "families")
     parser.add_argument("--solve", action="store_true", help="add an exact solver's row")
     parser.add_argument("--solver", default="cpsat",
                         help="solver backend with --solve (default cpsat; `zbopt methods` lists them)")
     parser.add_argument("--objective", default="span", choices=("span", "makespan"))
-    parser.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
-    parser.add_argument("--threads", type=int, default=2, help="solver threads")
+    parser.add_argument("--time-limit", type=positive_seconds, default=60.0, help="solver seconds")
+    parser.add_argument("--threads", type=positive_int, default=2, help="solver threads")
 
 
-def rows_for(instance, args) -> list:
-    """The Results `compare` shows: every schedule method (or --methods), and with --solve the
-    solver's (compare and report share this)."""
-    from ..compare import compare
-    rows = compare(instance, args.methods.split(",") if args.methods else None,
-                   chunks=args.chunks, objective=args.objective)
+def method_names(args) -> list[str]:
+    """The methods to run, every name checked (before any work)."""
+    from ..registry import get_method, methods
     if args.solve:
-        rows.append(run_method(args.solver, instance, objective=args.objective,
-                               time_limit=args.time_limit, threads=args.threads))
+        get_method(args.solver, "solver")
+    if not args.methods:
+        return list(methods("schedule"))
+    names = [n.strip() for n in args.methods.split(",") if n.strip()]
+    registry = methods()
+    unknown = [n for n in names if n not in registry]
+    if unknown or not names:
+        raise ZboptError(f"unknown method(s) {', '.join(unknown) or repr(args.methods)}: choose "
+                         f"from {', '.join(sorted(registry))} (`zbopt methods`)")
+    return names
+
+
+def rows_for(instance, args, report=None) -> list:
+    """The Results `compare` shows: every schedule method (or --methods), and with --solve the
+    solver's (compare and report share this). `report` is a Progress for stderr."""
+    from ..compare import compare
+    names = method_names(args)
+    rows = []
+    for i, name in enumerate(names):
+        if report is not None:
+            report.update(f"compare: {name} ({i + 1}/{len(names)})")
+        rows += compare(instance, [name], chunks=args.chunks, objective=args.objective)
+    if args.solve:
+        callback = None
+        if report is not None:
+            callback = report.solver(args.solver, instance.time_unit)
+        rows.append(_solve(instance, args, callback))
     return rows
+
+
+def _solve(instance, args, callback):
+    from ..registry import run as run_method
+    try:
+        return run_method(args.solver, instance, objective=args.objective,
+                          time_limit=args.time_limit, threads=args.threads, progress=callback)
+    except ImportError as err:  # the solver backends are optional pieces of the package
+        raise ZboptError(f"--solve is not available in this installation ({err}): "
+                         f"drop --solve") from None
 
 
 def run(args) -> int:
     instance = load(args)
-    rows = rows_for(instance, args)
-    if args.plot:
-        from ..report.gantt import write_compare_plots
-        write_compare_plots([_named(r) for r in rows if r.applies], args.plot, force=args.force)
+    names = method_names(args)
+    plot_dir = None
+    if args.plot:  # before any work: a chart that exists is refused now, not after the solve
+        from ..report.gantt import check_plot_dir
+        if args.solve:
+            from ..result import STATUSES
+            names = names + [f"{args.solver} ({status})" for status in STATUSES]
+        plot_dir = check_plot_dir(args.plot, names, args.force)
+    with progress(args) as report:
+        rows = rows_for(instance, args, report)
+        if plot_dir is not None:
+            from ..report.gantt import write_compare_plots
+            report.update(f"compare: drawing charts into {plot_dir}")
+            write_compare_plots([_named(r) for r in rows if r.applies], plot_dir, force=args.force)
     if args.json:
         print_json([r.to_dict() for r in rows])
         return 0
     out = console()
     cap = instance.cap
+    time_unit = f" ({instance.time_unit})" if instance.time_unit else ""
+    memory_unit = f" ({instance.memory_unit})" if instance.memory_unit else ""
+    cap_text = "unlimited" if cap is None else \
+        f"{instance.memory_cap} ({fmt(max(cap))}{' ' + instance.memory_unit if instance.memory_unit else ''})"
     out.print(f"[bold]{instance.name or 'instance'}[/]: p={instance.devices} "
-              f"m={instance.microbatches} placement={instance.placement} "
-              f"cap={'unlimited' if cap is None else instance.memory_cap} "
-              f"({'-' if cap is None else fmt(max(cap))})")
-    table = Table("method", "placement", "makespan", "span", "bubble", "peak memory (max)",
-                  "fits cap", "gap to bound")
+              f"m={instance.microbatches} placement={instance.placement} cap={cap_text}")
+    table = Table("method", "placement", "status", f"makespan{time_unit}", f"span{time_unit}",
+                  "bubble rate", f"peak memory{memory_unit}", "fits cap", "gap to bound")
     applied = sorted((r for r in rows if r.applies), key=lambda r: r.timeline.span)
     for r in applied:
         tl = r.timeline
-        table.add_row(r.method, f"{r.instance.placement}"
-                      + (f"/{r.instance.chunks}" if r.instance.placement == "interleaved" else ""),
+        table.add_row(r.method, placement_text(r), r.status,
                       fmt(tl.makespan), fmt(tl.span), f"{tl.bubble_rate:.2%}",
                       fmt(max(tl.peak_memory)), "yes" if tl.fits_cap else "[red]no[/]",
                       "-" if r.gap is None else f"{r.gap:.2%}")
     out.print(table)
-    out.print("[dim]gap to bound: (span - best lower bound of zbopt.bounds) / span, for "
-              "schedules within the cap on their own placement[/]")
+    out.print(f"[dim]{LEGEND}[/]")
     for r in rows:
         if not r.applies:
-            out.print(f"[dim]{r.method}: does not apply: {r.message}[/]")
+            what = "no schedule" if r.kind == "solver" else "does not apply"
+            out.print(f"[dim]{r.method}: {what}: {r.message}[/]")
+    for line in verdict(instance, rows):
+        out.print(line)
     return 0
+
+
+def placement_text(result) -> str:
+    inst = result.instance
+    return inst.placement + (f"/{inst.chunks}" if inst.placement == "interleaved" else "")
+
+
+def verdict(instance, rows) -> list[str]:
+    """What to use: the best schedule that fits the cap, the best on the instance's own
+    placement, and what a solver proved (with its scope)."""
+    from ..compare import best_of
+    unit = f" {instance.time_unit}" if instance.time_unit else ""
+    best = best_of(rows)
+    lines = []
+    if best is None:
+        fitting_peak = min((max(r.timeline.peak_memory) for r in rows if r.applies), default=None)
+        need = "" if fitting_peak is None else f" (the lowest peak of any method is {fmt(fitting_peak)})"
+        lines.append(f"[bold]verdict:[/] no schedule fits the memory cap{need}: raise it with "
+                     f"--mem, e.g. --mem 2p")
+        return lines
+    lines.append(f"[bold]verdict:[/] use {best.method} ({placement_text(best)} placement): span "
+                 f"{fmt(best.span)}{unit}, bubble rate {best.bubble_rate:.2%}, fits the cap")
+    own = best_of(rows, placement=instance.placement)
+    if own is not None and own is not best:
+        lines.append(f"on the instance's own placement ({instance.placement}): {own.method}, "
+                     f"span {fmt(own.span)}{unit}, bubble rate {own.bubble_rate:.2%}")
+    elif own is None:
+        lines.append(f"on the instance's own placement ({instance.placement}): no schedule fits "
+                     f"the cap")
+    for r in rows:
+        if r.kind != "solver" or not r.applies:
+            continue
+        scope = f"among {r.instance.placement} schedules of single passes"
+        if r.status == "optimal":
+            lines.append(f"{r.method}: span {fmt(r.span)}{unit} is optimal {scope} (it meets "
+                         f"the {r.bound_name} lower bound)")
+        else:
+            gap = "-" if r.gap is None else f"{r.gap:.2%}"
+            lines.append(f"{r.method}: span {fmt(r.span)}{unit} is within {gap} of the optimum "
+                         f"{scope} ({r.status}, lower bound {fmt(r.lower_bound)}{unit})")
+    return lines
 
 
 def _named(result):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import ZboptError
 from ..schedule import evaluate
-from ._common import console, fmt, parse_cap, print_json, print_timeline
+from ._common import check_input, check_output, console, fmt, load, parse_cap, print_json, print_timeline
 
 
 def register(sub) -> None:
@@ -32,18 +32,20 @@ def run(args) -> int:
     from ..export.schedule_file import compare_metrics, read_schedule_file, write_schedule_file
 
     stored = solver = None
+    if args.out:
+        check_output(args.out, args.force, (".json",), "schedule file")
     if args.torch_csv:
         from ..export.torch_csv import read_torch_csv
-        from ..instance import load_instance
-        instance = load_instance(args.file)
-        if args.mem is not None:
-            instance = instance.with_cap(parse_cap(args.mem))
+        args.instance = args.file
+        instance = load(args)
+        check_input(args.torch_csv, "CSV")
         schedule = read_torch_csv(args.torch_csv, instance)
         source = args.torch_csv
     else:
         if not args.file.endswith(".json"):
             raise ZboptError(f"{args.file}: expected a zbopt.schedule/1 .json file; for a "
                              f"PyTorch CSV use --torch-csv FILE.csv INSTANCE")
+        check_input(args.file, "schedule file")
         loaded = read_schedule_file(args.file)
         instance, schedule = loaded.instance, loaded.schedule
         if args.mem is not None:

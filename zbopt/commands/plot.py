@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..errors import ZboptError
-from ._common import refuse_overwrite
+from ._common import check_input, check_output
 
 
 def register(sub) -> None:
@@ -23,11 +20,8 @@ def run(args) -> int:
     from ..export.schedule_file import read_schedule_file
     from ..report.gantt import PLOT_SUFFIXES, plot_schedule, save_figure
     from ..schedule import evaluate
-    out = Path(args.out)
-    if out.suffix.lower() not in PLOT_SUFFIXES:
-        raise ZboptError(f"cannot write a chart to {out}: use a name ending in "
-                         f"{', '.join(PLOT_SUFFIXES)}")
-    refuse_overwrite(out, args.force)
+    out = check_output(args.out, args.force, PLOT_SUFFIXES, "chart")
+    check_input(args.schedule_file, "schedule file")
     loaded = read_schedule_file(args.schedule_file)
     # the file's stored times are informative only: the chart is drawn from a fresh evaluation
     timeline = evaluate(loaded.instance, loaded.schedule)

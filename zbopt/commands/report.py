@@ -5,11 +5,8 @@ The comparison table, the instance, the charts and an interactive timeline per m
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..errors import ZboptError
-from ._common import add_instance_arguments, load, refuse_overwrite
-from .compare import add_method_arguments
+from ._common import add_instance_arguments, add_progress_arguments, check_output, load, progress
+from .compare import add_method_arguments, method_names, rows_for
 
 
 def register(sub) -> None:
@@ -19,28 +16,19 @@ def register(sub) -> None:
                         help="the report to write")
     add_method_arguments(parser)
     parser.add_argument("--force", action="store_true", help="overwrite FILE.html if it exists")
+    add_progress_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    out = Path(args.out)
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise ZboptError(f"the report is HTML: give -o a name ending in .html, not {out.name!r}")
-    # both checks before the (possibly long) solve
-    refuse_overwrite(out, args.force)
-    if not out.parent.exists():
-        raise ZboptError(f"directory {out.parent} does not exist: create it first")
-    if args.time_limit <= 0:
-        raise ZboptError(f"--time-limit must be positive, got {args.time_limit:g}")
+    # every check before the (possibly long) methods and solve
+    out = check_output(args.out, args.force, (".html", ".htm"), "report")
+    method_names(args)
     instance = load(args)
-    # the same rows as `zbopt compare` (methods, chunks, the solver's row with --solve)
-    from .compare import rows_for
-    try:
-        rows = rows_for(instance, args)
-    except ImportError as err:  # the solver backends are optional pieces of the package
-        raise ZboptError(f"--solve is not available in this installation ({err}): "
-                         f"drop --solve") from None
     from ..report.html import write_report
-    write_report(out, instance, rows, force=args.force)
+    with progress(args) as report:
+        rows = rows_for(instance, args, report)  # the same rows as `zbopt compare`
+        report.update(f"report: drawing {sum(r.applies for r in rows)} charts")
+        write_report(out, instance, rows, force=args.force)
     print(f"wrote {out}")
     return 0

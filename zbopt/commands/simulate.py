@@ -5,7 +5,17 @@ from __future__ import annotations
 from ..errors import ZboptError
 from ..registry import get_method
 from ..registry import run as run_method
-from ._common import add_instance_arguments, console, load, print_json, print_timeline
+from ._common import (
+    add_instance_arguments,
+    add_progress_arguments,
+    check_output,
+    chunk_count,
+    console,
+    load,
+    print_json,
+    print_timeline,
+    progress,
+)
 
 
 def register(sub) -> None:
@@ -13,20 +23,26 @@ def register(sub) -> None:
     add_instance_arguments(parser)
     parser.add_argument("--schedule", "-s", required=True, metavar="NAME",
                         help="family or heuristic name, e.g. 1f1b, zb-h1, interleaved-1f1b")
-    parser.add_argument("--chunks", type=int, default=0,
-                        help="chunks per device when re-placing for interleaved families")
+    parser.add_argument("--chunks", type=chunk_count, default=0,
+                        help="chunks per device (2 or more) when re-placing for interleaved "
+                             "families")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     parser.add_argument("--out", metavar="FILE", help="write the schedule file (zbopt.schedule/1)")
     parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    add_progress_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    instance = load(args)
     family = get_method(args.schedule, "schedule")
+    if args.out:
+        check_output(args.out, args.force, (".json",), "schedule file")
+    instance = load(args)
     if args.chunks and family.placement == "interleaved" and instance.placement == "contiguous":
         instance = instance.with_placement("interleaved", args.chunks)
-    row = run_method(family.name, instance)
+    with progress(args) as report:
+        report.update(f"simulate: {family.name}")
+        row = run_method(family.name, instance)
     if not row.applies:
         raise ZboptError(f"{family.name} does not apply: {row.message}")
     tl = row.timeline

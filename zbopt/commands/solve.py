@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from ..errors import ZboptError
-from ._common import add_instance_arguments, console, fmt, load, print_json, refuse_overwrite
+from ._common import (
+    add_instance_arguments,
+    add_progress_arguments,
+    check_output,
+    console,
+    fmt,
+    load,
+    positive_int,
+    positive_seconds,
+    print_json,
+    progress,
+)
 
 
 def register(sub) -> None:
@@ -11,11 +22,11 @@ def register(sub) -> None:
     add_instance_arguments(parser)
     parser.add_argument("--solver", default="cpsat",
                         help="solver backend (default cpsat; `zbopt methods` lists them)")
-    parser.add_argument("--objective", default="span",
+    parser.add_argument("--objective", default="span", choices=("span", "makespan"),
                         help="span (default, the Zero Bubble paper's cost) or makespan")
-    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+    parser.add_argument("--time-limit", type=positive_seconds, default=60.0, metavar="S",
                         help="solver time limit in seconds (default 60)")
-    parser.add_argument("--threads", type=int, default=2, help="solver threads (default 2)")
+    parser.add_argument("--threads", type=positive_int, default=2, help="solver threads (default 2)")
     parser.add_argument("--no-warm-start", action="store_true",
                         help="do not hint the solver with the best known schedule")
     parser.add_argument("--no-symmetry", action="store_true",
@@ -23,6 +34,7 @@ def register(sub) -> None:
     parser.add_argument("--out", metavar="FILE", help="write the schedule file (zbopt.schedule/1)")
     parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
+    add_progress_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -41,12 +53,14 @@ def run(args) -> int:
     from ..registry import get_method
     from ..registry import run as run_method
     get_method(args.solver, "solver")  # an unknown solver is refused before any work
+    if args.out:  # before spending the time limit
+        check_output(args.out, args.force, (".json",), "schedule file")
     instance = load(args)
-    if args.out:
-        refuse_overwrite(args.out, args.force)  # before spending the time limit
-    result = run_method(args.solver, instance, objective=args.objective,
-                        time_limit=args.time_limit, threads=args.threads,
-                        warm_start=not args.no_warm_start, symmetry=not args.no_symmetry)
+    with progress(args) as report:
+        result = run_method(args.solver, instance, objective=args.objective,
+                            time_limit=args.time_limit, threads=args.threads,
+                            warm_start=not args.no_warm_start, symmetry=not args.no_symmetry,
+                            progress=report.solver(args.solver, instance.time_unit))
     if result.status == "infeasible":
         if args.json:
             print_json(summary(result))
@@ -65,7 +79,9 @@ def run(args) -> int:
               f"m={instance.microbatches} placement={instance.placement} "
               f"cap={'unlimited' if instance.cap is None else instance.memory_cap}")
     gap = "-" if result.gap is None else f"{result.gap:.2%}"
-    out.print(f"status      {result.status}")
+    scope = f" among {instance.placement} schedules of single passes" \
+        if result.status == "optimal" else ""
+    out.print(f"status      {result.status}{scope}")
     out.print(f"{result.objective_name:<11} {fmt(result.objective)}{unit}")
     out.print(f"lower bound {fmt(result.lower_bound)}{unit}")
     out.print(f"gap         {gap}")

@@ -336,6 +336,22 @@ def compare_plot_paths(timelines: Iterable[Timeline], outdir: str | Path) -> lis
             + [outdir / f"{STACKED_NAME}.png", outdir / f"{STACKED_NAME}.svg"])
 
 
+def check_plot_dir(outdir: str | Path, names: Sequence[str], force: bool = False) -> Path:
+    """Refuse now (before any work) a --plot directory that is a file or holds a chart that
+    write_compare_plots would overwrite for one of `names` (unless force)."""
+    outdir = Path(outdir)
+    if outdir.exists() and not outdir.is_dir():
+        raise ZboptError(f"{outdir} is a file, not a directory: give a directory for --plot")
+    if not force and outdir.is_dir():
+        stems = {slug(n) for n in names} | {STACKED_NAME}
+        for path in sorted(outdir.iterdir()):
+            base = re.sub(r"-\d+$", "", path.stem)
+            if path.suffix in (".png", ".svg") and (path.stem in stems or base in stems):
+                raise ZboptError(f"{path} exists: choose another directory or pass --force to "
+                                 f"overwrite the charts in it")
+    return outdir
+
+
 def write_compare_plots(timelines: Iterable[Timeline], outdir: str | Path,
                         force: bool = False) -> list[Path]:
     """One PNG per method (Gantt + memory per device) and one stacked figure (PNG and SVG).
