@@ -9,8 +9,9 @@ import pytest
 
 from zbopt.cli import main
 from zbopt.errors import ZboptError
-from zbopt.frontier import frontier, parse_caps
+from zbopt.frontier import frontier, frontier_rows, parse_caps
 from zbopt.instance import Instance, load_instance
+from zbopt.result import Result
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "instances" / "unit" / "unit-p4-m8.toml"
@@ -33,33 +34,88 @@ def test_bad_caps_are_user_errors(text):
 
 def test_frontier_optimum_beats_every_heuristic_that_fits(unit_grid):
     instance = load_instance(UNIT)
-    caps = ["0.2p", "1p", "1.5p", "2p"]
+    caps = ["1p", "1.5p", "2p"]
     points = frontier(instance, caps, time_limit=20, threads=1)
     assert [p.cap for p in points] == caps
-    below = points[0]  # under one activation: no schedule exists
-    assert below.solver_status == "infeasible" and below.span is None and "raise" in below.note
     reference = next(r for r in unit_grid if (r["p"], r["m"]) == (4, 8))
     spans = []
-    for point, ref_key in zip(points[1:], ["zb_1p", "zb_1.5p", "zb_2p"]):
+    for point, ref_key in zip(points, ["zb_1p", "zb_1.5p", "zb_2p"]):
+        solver = point.solver
+        assert isinstance(solver, Result) and solver.kind == "solver"
         assert point.cap_p == pytest.approx(float(point.cap[:-1]))
-        assert point.span is not None and point.lower_bound is not None
-        assert point.lower_bound <= point.span + 1e-9
-        assert point.gap == pytest.approx((point.span - point.lower_bound) / point.span)
+        assert solver.span is not None and solver.lower_bound is not None
+        assert solver.lower_bound <= solver.span + 1e-9
+        assert solver.gap == pytest.approx((solver.span - solver.lower_bound) / solver.span)
         # the authors' greedy at this cap is a bar the optimum must meet or beat
-        assert point.span <= reference[ref_key]
-        assert point.greedy is not None and point.span <= point.greedy.span
+        assert solver.span <= reference[ref_key]
+        assert point.greedy is not None and solver.span <= point.greedy.span
+        # every result of the cap is judged against the same absolute cap
+        assert {r.instance.cap for r in point.results} == {solver.instance.cap}
         for family in point.families:
-            assert family.peak_memory <= point.cap_value
+            assert isinstance(family, Result) and family.fits()
+            assert max(family.peak_memory) <= point.cap_value
             if family.placement == instance.placement:
-                assert point.span <= family.span
-        spans.append(point.span)
+                assert solver.span <= family.span
+        spans.append(solver.span)
     # more memory never makes the proven optimum worse
-    if all(p.solver_status == "optimal" for p in points[1:]):
+    if all(p.solver.status == "optimal" for p in points):
         assert spans == sorted(spans, reverse=True)
     # the 2p cap admits ZB-H2, whose bubble is zero on unit costs
-    assert points[-1].bubble_rate == 0.0
+    assert points[-1].solver.bubble_rate == 0.0
     assert "zb-h2" in [f.method for f in points[-1].families]
-    assert "zb-h2" not in [f.method for f in points[1].families]  # 1p is too tight for it
+    assert "zb-h2" not in [f.method for f in points[0].families]  # 1p is too tight for it
+
+
+def test_best_family_is_the_best_that_fits_on_any_placement():
+    # on unit-p4-m8 at 1p ZB-V (v placement) fits and is faster than ZB-H1 (contiguous)
+    instance = load_instance(UNIT)
+    point, = frontier(instance, ["1p"], time_limit=10)
+    spans = {f.method: f.span for f in point.families}
+    assert spans["zb-v"] < spans["zb-h1"]
+    assert point.best_family.method == "zb-v" and point.best_family.placement == "v"
+    assert point.best_family.span == min(spans.values())
+    row = frontier_rows([point])[0]
+    assert row[9] == f"zb-v (v) {point.best_family.span:g}"
+    # an over-the-cap family is a result of the cap, but never the best family
+    over = [r for r in point.results if r.kind == "handwritten" and r.applies and not r.fits()]
+    assert over and all(r.method not in spans for r in over)
+
+
+@pytest.mark.parametrize("caps", ["0p,1p", "0.1p", "1,2", "0p:1p:0.5p"])
+def test_frontier_refuses_impossible_caps_before_solving(caps, capsys, monkeypatch):
+    import zbopt.registry as registry
+    monkeypatch.setattr(registry, "run", lambda *a, **k: pytest.fail("solved before the check"))
+    assert main(["frontier", str(UNIT), "--caps", caps]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zbopt: error: --caps") and "below one activation" in err
+    assert err.count("\n") == 1
+
+
+def test_frontier_json_is_result_documents_with_their_cap(capsys):
+    assert main(["frontier", str(UNIT), "--caps", "1p,2p", "--time-limit", "5", "--json"]) == 0
+    docs = json.loads(capsys.readouterr().out)
+    keys = set(Result("x", "handwritten", "heuristic", load_instance(UNIT)).to_dict())
+    assert all(keys <= set(d) for d in docs)
+    assert {d["cap"] for d in docs} == {"1p", "2p"}
+    for cap in ("1p", "2p"):
+        roles = [d["role"] for d in docs if d["cap"] == cap]
+        assert roles.count("solver") == 1 and roles.count("greedy") == 1
+        assert "family" in roles
+        caps = {tuple(d["memory_cap"]) for d in docs if d["cap"] == cap}
+        assert len(caps) == 1  # one absolute cap per point, whatever the placement
+
+
+def test_frontier_checks_the_output_directory_before_solving(tmp_path, capsys, monkeypatch):
+    (tmp_path / "unit-p4-m8-frontier.png").write_bytes(b"precious")
+    import zbopt.registry as registry
+    monkeypatch.setattr(registry, "run", lambda *a, **k: pytest.fail("solved before the check"))
+    assert main(["frontier", str(UNIT), "--caps", "1p,2p", "-o", str(tmp_path)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert (tmp_path / "unit-p4-m8-frontier.png").read_bytes() == b"precious"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["frontier", str(UNIT), "--caps", "1p", "-o", str(afile)]) == 2
+    assert "not a directory" in capsys.readouterr().err
 
 
 def test_frontier_cli_writes_table_files_and_refuses_overwrite(tmp_path, capsys):
@@ -68,7 +124,7 @@ def test_frontier_cli_writes_table_files_and_refuses_overwrite(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "memory-bubble frontier" in out
     data = json.loads((tmp_path / "unit-p4-m8-frontier.json").read_text())
-    assert [p["cap"] for p in data["points"]] == ["1p", "2p"]
+    assert [d["cap"] for d in data["results"] if d["role"] == "solver"] == ["1p", "2p"]
     assert data["time_limit"] == 10
     assert (tmp_path / "unit-p4-m8-frontier.png").stat().st_size > 0
     markdown = (tmp_path / "unit-p4-m8-frontier.md").read_text()

@@ -2,20 +2,22 @@
 beside the greedy heuristic and every family that fits; the Zero Bubble paper's Figure 7 with
 proven optima.
 
-Every span comes from evaluate() (through zbopt.solvers.solve and zbopt.compare); the only
-derived number is the bubble rate a schedule meeting the lower bound would have,
-(bound - ideal) / bound, drawn as the bottom of each optimum's error bar.
+A frontier is, per cap, Results (zbopt.result): the solver's, the greedy's and each family's.
+Every span comes from evaluate() (through zbopt.registry.run); the only derived number is the
+bubble rate a schedule meeting the lower bound would have, (bound - ideal) / bound, drawn as the
+bottom of each optimum's error bar.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from .errors import ZboptError
 from .instance import Instance
+from .result import Result
 
 GREEDY = "zb-greedy"
 _CAP_TERM = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(p?)\s*$")
@@ -66,124 +68,119 @@ def _cap_value(value: float, unit: str) -> Any:
 
 
 @dataclass(frozen=True)
-class MethodPoint:
-    method: str
-    placement: str  # the placement it ran on (a family may re-place a contiguous model)
-    span: float
-    bubble_rate: float
-    peak_memory: float
-
-
-@dataclass(frozen=True)
-class FrontierPoint:
-    """One memory cap: the solver's best schedule and bound, the greedy, the families that fit."""
+class CapResults:
+    """One memory cap of a frontier: the Results run under it, the solver's, the greedy's and
+    each handwritten family's (fitting or not; a family may re-place a contiguous model)."""
 
     cap: Any  # as given: "1.5p" or a number
-    placement: str  # the instance's placement: the problem the optimum is proven for
-    cap_value: Optional[float]  # absolute cap (max over devices), None when it is impossible
+    cap_value: float  # the absolute cap, max over devices
     cap_p: Optional[float]  # the cap in multiples of p
-    ideal: Optional[float]
-    solver_status: str
-    span: Optional[float]
-    bubble_rate: Optional[float]
-    lower_bound: Optional[float]
-    gap: Optional[float]
-    solver_runtime: Optional[float]
-    greedy: Optional[MethodPoint]
-    families: tuple[MethodPoint, ...]  # fitting families, best first
-    note: str = ""
+    results: tuple[Result, ...]
+
+    @property
+    def solver(self) -> Optional[Result]:
+        return next((r for r in self.results if r.kind == "solver"), None)
+
+    @property
+    def greedy(self) -> Optional[Result]:
+        """The greedy heuristic's result if it fits the cap."""
+        return next((r for r in self.results if r.method == GREEDY and r.fits()), None)
+
+    @property
+    def families(self) -> tuple[Result, ...]:
+        """The handwritten families that fit the cap, best span first."""
+        return tuple(sorted((r for r in self.results if r.kind == "handwritten" and r.fits()),
+                            key=lambda r: r.span))
+
+    @property
+    def best_family(self) -> Optional[Result]:
+        """The fitting family with the shortest span, on whichever placement it runs."""
+        fitting = self.families
+        return fitting[0] if fitting else None
 
     @property
     def bound_bubble_rate(self) -> Optional[float]:
-        """The bubble rate of a schedule whose span met the lower bound."""
-        if self.lower_bound is None or self.ideal is None or not self.lower_bound:
+        """The bubble rate of a schedule whose span met the solver's lower bound."""
+        solver = self.solver
+        if solver is None or solver.lower_bound is None or solver.ideal is None \
+                or not solver.lower_bound:
             return None
-        return max(0.0, (self.lower_bound - self.ideal) / self.lower_bound)
+        return max(0.0, (solver.lower_bound - solver.ideal) / solver.lower_bound)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["bound_bubble_rate"] = self.bound_bubble_rate
+    def documents(self) -> list[dict[str, Any]]:
+        """Every result as Result.to_dict() with the cap it ran under and its role."""
+        out = []
+        for r in self.results:
+            role = "solver" if r.kind == "solver" else ("greedy" if r.method == GREEDY
+                                                        else "family")
+            out.append({**r.to_dict(), "cap": self.cap, "cap_value": self.cap_value,
+                        "cap_p": self.cap_p, "role": role})
         return out
 
 
-def frontier(instance: Instance, caps: list[Any], solver: str = "cpsat",
-             time_limit: float = 30.0, threads: int = 1, progress=None) -> list[FrontierPoint]:
-    """Solve `instance` at every cap; `progress(point)` is called after each cap if given."""
+def capped_instances(instance: Instance, caps: list[Any]) -> list[Instance]:
+    """The instance under every cap, each checked now (a cap below one activation, or one that
+    is not a cap, is refused before any solving, as compare and solve refuse it)."""
     if not caps:
         raise ZboptError("no caps given: use e.g. --caps 1p:3p:0.25p")
-    points = []
+    out = []
     for cap in caps:
-        point = frontier_point(instance, cap, solver, time_limit, threads)
-        points.append(point)
-        if progress is not None:
-            progress(point)
-    return points
+        try:
+            out.append(instance.with_cap(cap))
+        except ZboptError as err:
+            raise ZboptError(f"--caps: cap {cap}: {err}") from None
+    return out
 
 
-def frontier_point(instance: Instance, cap: Any, solver: str, time_limit: float,
-                   threads: int) -> FrontierPoint:
-    from .solvers import solve
+def frontier(instance: Instance, caps: list[Any], solver: str = "cpsat",
+             time_limit: float = 30.0, threads: int = 1,
+             progress: Optional[Callable[[Any, dict], None]] = None) -> list[CapResults]:
+    """Solve `instance` at every cap beside the greedy and the families. `progress(cap, info)`
+    gets the solver's reports (see zbopt.solvers.solve) and {"phase": "families"}."""
+    from .registry import get_method
+    get_method(solver, "solver")
+    capped = capped_instances(instance, caps)
     unit = instance.devices * instance.activation_unit
-    try:
-        capped = instance.with_cap(cap)
-    except ZboptError as err:
-        # a cap below one activation admits no schedule at all: a point, not a failure
-        return FrontierPoint(cap, instance.placement, None, None, None, "infeasible", None, None, None, None, None,
-                             None, (), note=str(err))
-    cap_value = max(capped.cap)
-    result = solve(capped, solver=solver, objective="span", time_limit=time_limit,
-                   threads=threads)
-    timeline = result.timeline
-    greedy, families = _heuristics(capped)
-    return FrontierPoint(
-        cap=cap, placement=instance.placement, cap_value=cap_value, cap_p=round(cap_value / unit, 6) if unit else None,
-        ideal=timeline.ideal if timeline is not None else None,
-        solver_status=result.status,
-        span=timeline.span if timeline is not None else None,
-        bubble_rate=timeline.bubble_rate if timeline is not None else None,
-        lower_bound=result.lower_bound, gap=result.gap, solver_runtime=result.runtime,
-        greedy=greedy, families=families, note=result.message if timeline is None else "")
+    out = []
+    for cap, inst in zip(caps, capped):
+        out.append(cap_results(inst, cap, unit, solver, time_limit, threads,
+                               (lambda info, c=cap: progress(c, info)) if progress else None))
+    return out
 
 
-def _heuristics(capped: Instance) -> tuple[Optional[MethodPoint], tuple[MethodPoint, ...]]:
-    """The greedy heuristic's point (None if absent or over the cap) and every fitting family."""
+def cap_results(capped: Instance, cap: Any, unit: float, solver: str, time_limit: float,
+                threads: int, progress=None) -> CapResults:
     from .compare import compare
-    from .families import families
-    greedy = None
-    fitting = []
-    # the absolute cap, so that a family that re-places the model gets the same memory, not
-    # its own placement's "kp" (which counts activations differently)
-    absolute = capped.with_cap(list(capped.cap))
-    for row in compare(absolute, list(families())):
-        if not row.applies or not row.timeline.fits_cap:
-            continue
-        tl = row.timeline
-        point = MethodPoint(row.method, row.instance.placement, tl.span, tl.bubble_rate,
-                            max(tl.peak_memory))
-        if row.method == GREEDY:
-            greedy = point
-        elif row.kind == "handwritten":
-            fitting.append(point)
-    # same placement first: only those solve the problem the optimum is proven for
-    return greedy, tuple(sorted(fitting, key=lambda p: (p.placement != capped.placement,
-                                                        p.span)))
+    from .registry import methods
+    from .registry import run as run_method
+    results = [run_method(solver, capped, objective="span", time_limit=time_limit,
+                          threads=threads, progress=progress)]
+    if progress is not None:
+        progress({"phase": "families"})
+    names = [n for n, m in methods("schedule").items() if m.kind == "handwritten" or n == GREEDY]
+    results += compare(capped, names)
+    cap_value = max(capped.cap)
+    return CapResults(cap, cap_value, round(cap_value / unit, 6) if unit else None,
+                      tuple(results))
 
 
 # ----- presentation -------------------------------------------------------------------------------
 
-def plot_frontier(points: list[FrontierPoint], title: str = "", ax=None):
+def plot_frontier(points: list[CapResults], title: str = "", ax=None):
     """Bubble rate against the cap: proven optimum (bar down to the bound), greedy, families."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 5))
-    solved = [p for p in points if p.bubble_rate is not None and p.cap_p is not None]
+    solved = [p for p in points if p.solver is not None and p.solver.applies
+              and p.cap_p is not None]
     if solved:
         xs = [p.cap_p for p in solved]
-        ys = [100 * p.bubble_rate for p in solved]
-        low = [100 * (p.bubble_rate - (p.bound_bubble_rate if p.bound_bubble_rate is not None
-                                        else p.bubble_rate)) for p in solved]
+        ys = [100 * p.solver.bubble_rate for p in solved]
+        low = [100 * (p.solver.bubble_rate - (p.bound_bubble_rate if p.bound_bubble_rate
+                                               is not None else p.solver.bubble_rate))
+               for p in solved]
         ax.errorbar(xs, ys, yerr=[low, [0] * len(low)], marker="o", color="black", capsize=3,
                     linewidth=1.5, label="optimal (bar: down to the proven bound)")
     greedy = [(p.cap_p, 100 * p.greedy.bubble_rate) for p in points
@@ -191,7 +188,7 @@ def plot_frontier(points: list[FrontierPoint], title: str = "", ax=None):
     if greedy:
         ax.plot(*zip(*greedy), marker="s", linestyle="--", color="tab:orange", label=GREEDY)
     names = sorted({(f.method, f.placement) for p in points for f in p.families})
-    home = points[0].placement if points else ""
+    home = points[0].solver.placement if points and points[0].solver is not None else ""
     palette = plt.get_cmap("tab20")
     for index, (name, placement) in enumerate(names):
         pts = [(p.cap_p, 100 * f.bubble_rate) for p in points if p.cap_p is not None
@@ -209,40 +206,52 @@ def plot_frontier(points: list[FrontierPoint], title: str = "", ax=None):
     return ax
 
 
-def frontier_rows(points: list[FrontierPoint]) -> list[list[str]]:
-    """Table rows (strings): cap, optimal span, gap, bubble, greedy, families that fit."""
+def _family_text(result: Result, home: str) -> str:
+    return result.method if result.placement == home else f"{result.method} ({result.placement})"
+
+
+def frontier_rows(points: list[CapResults]) -> list[list[str]]:
+    """Table rows (strings): cap, optimal span, gap, bubble, greedy, best family, families."""
     rows = []
     for p in points:
-        same = [f for f in p.families if f.placement == p.placement]
-        best_family = same[0] if same else None
+        solver = p.solver
+        home = solver.placement if solver is not None else ""
+        best = p.best_family
         rows.append([
-            str(p.cap), _num(p.cap_value), p.solver_status, _num(p.span), _num(p.lower_bound),
-            _pct(p.gap), _pct(p.bubble_rate),
+            str(p.cap), _num(p.cap_value), solver.status if solver else "-",
+            _num(solver.span if solver else None), _num(solver.lower_bound if solver else None),
+            _pct(solver.gap if solver else None), _pct(solver.bubble_rate if solver else None),
             _num(p.greedy.span) if p.greedy else "-",
             _pct(p.greedy.bubble_rate) if p.greedy else "-",
-            f"{best_family.method} {_num(best_family.span)}" if best_family else "-",
-            ", ".join(f.method if f.placement == p.placement else f"{f.method} ({f.placement})"
-                      for f in p.families) or "-",
+            f"{_family_text(best, home)} {_num(best.span)}" if best else "-",
+            ", ".join(_family_text(f, home) for f in p.families) or "-",
         ])
     return rows
 
 
-FRONTIER_HEADER = ["cap", "cap (abs)", "status", "optimal span", "lower bound", "gap", "bubble",
-                   "greedy span", "greedy bubble", "best family", "families that fit"]
-# "best family" is over families on the instance's own placement; others solve a re-placed
-# model (more, smaller stages) and are listed with their placement in brackets
+def frontier_header(instance: Instance) -> list[str]:
+    t = f" ({instance.time_unit})" if instance.time_unit else ""
+    m = f" ({instance.memory_unit})" if instance.memory_unit else ""
+    return ["cap", f"cap{m}", "status", f"optimal span{t}", f"lower bound{t}", "gap", "bubble",
+            f"greedy span{t}", "greedy bubble", f"best family, span{t}", "families that fit"]
+# "best family" is the fitting family with the shortest span on any placement; one on another
+# placement solves a re-placed model (more, smaller stages) and names its placement in brackets
 
 
-def frontier_markdown(points: list[FrontierPoint], instance: Instance, solver: str,
+def frontier_markdown(points: list[CapResults], instance: Instance, solver: str,
                       time_limit: float, plot_name: str | None = None) -> str:
+    header = frontier_header(instance)
     lines = [f"# Memory-bubble frontier: {instance.name or 'instance'}\n\n",
              f"p={instance.devices}, m={instance.microbatches}, placement={instance.placement}; "
              f"{solver}, {time_limit:g} s per cap, span objective. gap = (span - lower bound) / "
-             f"span; 0.00% is a proven optimum.\n\n",
-             "| " + " | ".join(FRONTIER_HEADER) + " |\n",
-             "|" + "|".join("---" for _ in FRONTIER_HEADER) + "|\n"]
+             f"span; \"optimal\" (0.00%) is proven optimal among {instance.placement} schedules "
+             f"of single passes. The best family is the fitting one with the shortest span on any "
+             f"placement (its placement in brackets when it is not {instance.placement}).\n\n",
+             "| " + " | ".join(header) + " |\n",
+             "|" + "|".join("---" for _ in header) + "|\n"]
     lines += ["| " + " | ".join(row) + " |\n" for row in frontier_rows(points)]
-    notes = [f"- {p.cap}: {p.note}\n" for p in points if p.note]
+    notes = [f"- {p.cap}: {p.solver.message}\n" for p in points
+             if p.solver is not None and p.solver.message and not p.solver.applies]
     if notes:
         lines += ["\n"] + notes
     if plot_name:

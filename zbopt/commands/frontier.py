@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from rich.table import Table
 
-from ._common import console, load, print_json, refuse_overwrite
+from ._common import (
+    add_instance_arguments,
+    add_progress_arguments,
+    check_output_dir,
+    console,
+    load,
+    positive_int,
+    positive_seconds,
+    print_json,
+    progress,
+)
 
 
 def register(sub) -> None:
@@ -15,68 +24,87 @@ def register(sub) -> None:
         "frontier", help="optimal span at each memory cap beside the greedy and the families",
         description="Solve the instance at every cap (span objective): the proven optimum and "
                     "its certified gap, the zb-greedy heuristic and every family that fits.")
-    parser.add_argument("instance", nargs="?", default=None,
-                        help="instance file (.toml/.json); default: the shipped Zero Bubble "
-                             "1.5B p=8 m=24 setting")
+    add_instance_arguments(parser)
     parser.add_argument("--caps", default="1p:3p:0.25p",
                         help="START:STOP:STEP or a comma list (default 1p:3p:0.25p)")
-    parser.add_argument("--solver", default="cpsat", help="cpsat, cbc or highs")
-    parser.add_argument("--time-limit", type=float, default=30.0, help="solver seconds per cap")
-    parser.add_argument("--threads", type=int, default=1, help="solver threads")
+    parser.add_argument("--solver", default="cpsat",
+                        help="solver backend (default cpsat; `zbopt methods` lists them)")
+    parser.add_argument("--time-limit", type=positive_seconds, default=30.0,
+                        help="solver seconds per cap")
+    parser.add_argument("--threads", type=positive_int, default=1, help="solver threads")
     parser.add_argument("-o", "--out", metavar="DIR",
                         help="write NAME-frontier.{md,json,png} to DIR")
     parser.add_argument("--force", action="store_true", help="overwrite files in DIR")
-    parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.add_argument("--json", action="store_true",
+                        help="print every result (Result.to_dict() with its cap) as JSON")
+    add_progress_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..frontier import (
-        FRONTIER_HEADER,
+        capped_instances,
         frontier,
+        frontier_header,
         frontier_markdown,
         frontier_rows,
         parse_caps,
         plot_frontier,
     )
+    from ..registry import get_method
+    if args.mem is not None:
+        from ..errors import ZboptError
+        raise ZboptError("frontier takes its caps from --caps, not --mem")
+    get_method(args.solver, "solver")
     instance = load(args)
     caps = parse_caps(args.caps)
+    capped_instances(instance, caps)  # every cap checked before any solving
     name = instance.name or "instance"
     targets = {}
     if args.out:  # check before hours of solving, not after
-        out = Path(args.out)
-        targets = {ext: refuse_overwrite(out / f"{name}-frontier.{ext}", args.force)
-                   for ext in ("md", "json", "png")}
-    out_console = console()
-    report = None if args.json else (
-        lambda p: out_console.print(f"[dim]cap {p.cap}: {p.solver_status} "
-                                    f"span {p.span} gap {p.gap if p.gap is None else f'{p.gap:.2%}'}[/]"))
-    points = frontier(instance, caps, solver=args.solver, time_limit=args.time_limit,
-                      threads=args.threads, progress=report)
-    if targets:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        targets["md"].parent.mkdir(parents=True, exist_ok=True)
-        fig, ax = plt.subplots(figsize=(11, 5))
-        plot_frontier(points, f"{name}: bubble rate against the memory cap "
-                              f"({args.solver}, {args.time_limit:g} s per cap)", ax=ax)
-        fig.tight_layout()
-        fig.savefig(targets["png"], dpi=110)
-        plt.close(fig)
-        targets["md"].write_text(frontier_markdown(points, instance, args.solver,
-                                                   args.time_limit, targets["png"].name))
-        targets["json"].write_text(json.dumps(
-            {"instance": instance.to_dict(), "solver": args.solver,
-             "time_limit": args.time_limit, "threads": args.threads,
-             "points": [p.to_dict() for p in points]}, indent=1) + "\n")
+        paths = check_output_dir(args.out, [f"{name}-frontier.{ext}" for ext in ("md", "json", "png")],
+                                 args.force)
+        targets = dict(zip(("md", "json", "png"), paths))
+    with progress(args) as report:
+        def tell(cap, info):
+            from ..progress import describe_solver
+            report.update(f"frontier: cap {cap} ({caps.index(cap) + 1}/{len(caps)}): "
+                          f"{describe_solver(info, instance.time_unit)}")
+        points = frontier(instance, caps, solver=args.solver, time_limit=args.time_limit,
+                          threads=args.threads, progress=tell)
+        if targets:
+            report.update("frontier: writing the table, the JSON and the chart")
+            _write(targets, points, instance, args, plot_frontier, frontier_markdown, name)
     if args.json:
-        print_json([p.to_dict() for p in points])
+        print_json([doc for p in points for doc in p.documents()])
         return 0
-    table = Table(*FRONTIER_HEADER, title=f"{name}: memory-bubble frontier")
+    out_console = console()
+    table = Table(*frontier_header(instance), title=f"{name}: memory-bubble frontier")
     for row in frontier_rows(points):
         table.add_row(*row)
     out_console.print(table)
+    out_console.print(f"[dim]optimal: proven among {instance.placement} schedules of single "
+                      f"passes; best family: the fitting family with the shortest span on any "
+                      f"placement[/]")
     for path in targets.values():
         out_console.print(f"wrote {path}")
     return 0
+
+
+def _write(targets, points, instance, args, plot_frontier, frontier_markdown, name) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    targets["md"].parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(11, 5))
+    plot_frontier(points, f"{name}: bubble rate against the memory cap "
+                          f"({args.solver}, {args.time_limit:g} s per cap)", ax=ax)
+    fig.tight_layout()
+    fig.savefig(targets["png"], dpi=110)
+    plt.close(fig)
+    targets["md"].write_text(frontier_markdown(points, instance, args.solver,
+                                               args.time_limit, targets["png"].name))
+    targets["json"].write_text(json.dumps(
+        {"instance": instance.to_dict(), "solver": args.solver,
+         "time_limit": args.time_limit, "threads": args.threads,
+         "results": [doc for p in points for doc in p.documents()]}, indent=1) + "\n")
