@@ -274,7 +274,7 @@ def test_cli_export_writes_csv_sidecar_and_trace(tmp_path, instance_file, capsys
                  "--chrome-trace", str(trace)]) == 0
     rows = csv_path.read_text().splitlines()
     assert len(rows) == 3 and rows[0].startswith("0F0,")
-    side = json.loads(csv_path.with_suffix(".json").read_text())
+    side = json.loads((tmp_path / "zb-torch.csv.json").read_text())
     assert side["n_microbatches"] == 6 and side["stages_per_rank"] == 1
     assert json.loads(trace.read_text())["traceEvents"]
     capsys.readouterr()
@@ -286,15 +286,61 @@ def test_cli_export_writes_csv_sidecar_and_trace(tmp_path, instance_file, capsys
     assert main(["export", str(sched), "--torch-csv", str(csv_path), "--force"]) == 0
 
 
-def test_cli_export_never_replaces_the_schedule_with_the_sidecar(tmp_path, instance_file,
-                                                                  capsys):
-    sched = tmp_path / "zb.json"
+def test_cli_export_sidecar_never_takes_the_schedule_files_name(tmp_path, instance_file, capsys):
+    # the README's own example: schedule s.json, CSV s.csv
+    sched = tmp_path / "s.json"
+    main(["simulate", str(instance_file), "-s", "zb-h1", "--out", str(sched)])
+    before = sched.read_text()
+    capsys.readouterr()
+    assert main(["export", str(sched), "--torch-csv", str(tmp_path / "s.csv")]) == 0
+    assert sched.read_text() == before
+    assert json.loads((tmp_path / "s.csv.json").read_text())["csv"] == "s.csv"
+
+
+def test_cli_export_never_replaces_its_input(tmp_path, instance_file, capsys):
+    sched = tmp_path / "zb.csv.json"
     main(["simulate", str(instance_file), "-s", "zb-h1", "--out", str(sched)])
     before = sched.read_text()
     capsys.readouterr()
     assert main(["export", str(sched), "--torch-csv", str(tmp_path / "zb.csv"), "--force"]) == 2
-    assert "would replace the schedule file" in capsys.readouterr().err
-    assert sched.read_text() == before
+    err = capsys.readouterr().err
+    assert "would replace the input" in err and err.count("\n") == 1
+    assert sched.read_text() == before and not (tmp_path / "zb.csv").exists()
+
+
+@pytest.mark.parametrize("blocker", ["trace", "titan"])
+def test_cli_export_writes_nothing_when_one_output_is_refused(tmp_path, instance_file, capsys,
+                                                             blocker):
+    sched = tmp_path / "zb.json"
+    main(["simulate", str(instance_file), "-s", "zb-h1", "--out", str(sched)])
+    trace, titan = tmp_path / "trace.json", tmp_path / "tt"
+    if blocker == "trace":
+        trace.write_text("mine")
+    else:
+        titan.mkdir()
+        (titan / "torchtitan.toml").write_text("mine")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    capsys.readouterr()
+    argv = ["export", str(sched), "--torch-csv", str(tmp_path / "new.csv"),
+            "--chrome-trace", str(trace), "--torchtitan", str(titan)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "exists" in err and "--force" in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # new.csv, its sidecar: absent
+    assert main(argv + ["--force"]) == 0
+    assert (tmp_path / "new.csv").exists() and (tmp_path / "new.csv.json").exists()
+    assert (titan / "schedule.csv").read_text() == (tmp_path / "new.csv").read_text()
+
+
+def test_cli_export_missing_folder_writes_nothing(tmp_path, instance_file, capsys):
+    sched = tmp_path / "zb.json"
+    main(["simulate", str(instance_file), "-s", "zb-h1", "--out", str(sched)])
+    capsys.readouterr()
+    argv = ["export", str(sched), "--torch-csv", str(tmp_path / "a.csv"),
+            "--chrome-trace", str(tmp_path / "no" / "t.json")]
+    assert main(argv) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "a.csv").exists() and not (tmp_path / "a.csv.json").exists()
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -102,7 +102,7 @@ def test_round_trip_gives_the_same_evaluation(name, p, m):
 def test_file_round_trip_and_sidecar(tmp_path):
     instance, schedule = placed("interleaved-1f1b", 4, 8)
     csv_path, side_path = write_torch_csv(tmp_path / "s.csv", instance, schedule)
-    assert side_path == tmp_path / "s.json"
+    assert side_path == tmp_path / "s.csv.json"
     assert read_torch_csv(csv_path, instance).orders == schedule.orders
     side = json.loads(side_path.read_text())
     assert side["num_ranks"] == 4 and side["stages_per_rank"] == 2 and side["num_stages"] == 8

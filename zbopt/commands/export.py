@@ -1,6 +1,8 @@
-"""zbopt export FILE.json --torch-csv OUT.csv | --chrome-trace OUT.json: hand a schedule on."""
+"""zbopt export FILE.json --torch-csv OUT.csv | --chrome-trace OUT.json | --torchtitan DIR."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from ..errors import ZboptError
 from ._common import console
@@ -8,14 +10,23 @@ from ._common import console
 
 def register(sub) -> None:
     parser = sub.add_parser(
-        "export", help="export a schedule file to a PyTorch CSV (+ sidecar) or a Chrome trace",
-        description="Export a zbopt.schedule/1 file: --torch-csv writes PyTorch pipelining's "
-                    "compute-only CSV and a sidecar OUT.json (placement, micro-batches, torch "
-                    "version, torchtitan settings); --chrome-trace writes a Perfetto/Chrome "
-                    "trace with the evaluated times and a memory counter per device.")
-    parser.add_argument("file", metavar="FILE.json", help="schedule file (zbopt.schedule/1)")
+        "export", help="export a schedule or plan file to a PyTorch CSV (+ sidecar), a Chrome "
+                       "trace or a torchtitan job config",
+        description="Export a zbopt.schedule/1 file (a plan file is one): --torch-csv writes "
+                    "PyTorch pipelining's compute-only CSV and a sidecar OUT.csv.json "
+                    "(placement, micro-batches, torch version, torchtitan keys); "
+                    "--chrome-trace writes a Perfetto/Chrome trace with the evaluated times "
+                    "and a memory counter per device; --torchtitan DIR writes DIR/schedule.csv "
+                    "(+ sidecar) and DIR/torchtitan.toml, the job-config keys that make "
+                    "torchtitan run it, with the plan's module split. All outputs are written "
+                    "or none.")
+    parser.add_argument("file", metavar="FILE.json", help="schedule or plan file (zbopt.schedule/1)")
     parser.add_argument("--torch-csv", metavar="OUT.csv", help="write the PyTorch CSV here")
     parser.add_argument("--chrome-trace", metavar="OUT.json", help="write the trace here")
+    parser.add_argument("--torchtitan", metavar="DIR",
+                        help="write the CSV and a torchtitan job-config fragment into DIR")
+    parser.add_argument("--microbatch-size", type=int, default=1, metavar="N",
+                        help="torchtitan micro-batch size (local batch = N x micro-batches)")
     parser.add_argument("--torch-check", action="store_true",
                         help="also run torch's own schedule validators on the CSV (needs torch)")
     parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
@@ -23,33 +34,60 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from ..export.outputs import write_all
     from ..export.schedule_file import read_schedule_file
 
-    if not args.torch_csv and not args.chrome_trace:
-        raise ZboptError("nothing to export: give --torch-csv OUT.csv and/or "
-                         "--chrome-trace OUT.json")
+    if not (args.torch_csv or args.chrome_trace or args.torchtitan):
+        raise ZboptError("nothing to export: give --torch-csv OUT.csv, --chrome-trace "
+                         "OUT.json and/or --torchtitan DIR")
+    if args.torch_csv and args.torch_csv.endswith(".json"):
+        raise ZboptError(f"{args.torch_csv}: give the CSV a .csv name")
     loaded = read_schedule_file(args.file)
     timeline = loaded.evaluate()
-    out = console()
-    if args.torch_csv:
-        from ..export.torch_csv import torch_check, torch_rows, write_torch_csv
-        if args.torch_csv.endswith(".json"):
-            raise ZboptError(f"{args.torch_csv}: give the CSV a .csv name (its sidecar gets "
-                             f".json)")
-        from pathlib import Path
-        if Path(args.torch_csv).with_suffix(".json").resolve() == Path(args.file).resolve():
-            raise ZboptError(f"the CSV's sidecar {Path(args.torch_csv).with_suffix('.json')} "
-                             f"would replace the schedule file {args.file}: name the CSV "
-                             f"differently")
+    texts: dict[Path, str] = {}
+    lines: list[str] = []
+    new_dirs: list[Path] = []
+    if args.torch_csv or args.torchtitan:
+        from ..export.torch_csv import torch_check, torch_rows
         if args.torch_check:
             torch_check(torch_rows(loaded.instance, loaded.schedule),
                         loaded.instance.num_stages, loaded.instance.microbatches)
-        csv_path, side = write_torch_csv(args.torch_csv, loaded.instance, loaded.schedule,
-                                         force=args.force)
-        out.print(f"wrote {csv_path} ({loaded.instance.devices} ranks) and {side}"
-                  + (" (torch validators: ok)" if args.torch_check else ""))
+    if args.torch_csv:
+        from ..export.torch_csv import sidecar_path, torch_csv_texts
+        texts.update(torch_csv_texts(args.torch_csv, loaded.instance, loaded.schedule))
+        lines.append(f"wrote {args.torch_csv} ({loaded.instance.devices} ranks) and "
+                     f"{sidecar_path(args.torch_csv)}"
+                     + (" (torch validators: ok)" if args.torch_check else ""))
     if args.chrome_trace:
-        from ..export.chrome_trace import write_chrome_trace
-        path = write_chrome_trace(args.chrome_trace, timeline, force=args.force)
-        out.print(f"wrote {path}: open it in https://ui.perfetto.dev")
+        import json
+
+        from ..export.chrome_trace import chrome_trace
+        texts[Path(args.chrome_trace)] = json.dumps(chrome_trace(timeline)) + "\n"
+        lines.append(f"wrote {args.chrome_trace}: open it in https://ui.perfetto.dev")
+    if args.torchtitan:
+        from ..export.torchtitan import titan_export
+        export = titan_export(loaded, args.torchtitan, args.microbatch_size)
+        texts.update(export.texts)
+        new_dirs.append(export.directory)
+        lines.extend(_titan_lines(export))
+    write_all(texts, force=args.force, inputs=[args.file], new_dirs=new_dirs)
+    out = console()
+    for line in lines:
+        out.print(line, markup=False, soft_wrap=True)
     return 0
+
+
+def _titan_lines(export) -> list[str]:
+    settings = export.settings
+    names = ", ".join(str(p) for p in export.texts)
+    lines = [f"wrote {names}",
+             f"torchtitan: {settings.degree} ranks, schedule {settings.schedule} + CSV, "
+             f"{settings.microbatches} micro-batches (local_batch_size "
+             f"{settings.local_batch_size} / microbatch_size {settings.microbatch_size})"
+             + (f", keys checked against torchtitan {export.checked_against}"
+                if export.checked_against else ", keys not checked (torchtitan not installed)")]
+    if settings.module_fqns is not None:
+        for k, part in enumerate(settings.module_fqns):
+            lines.append(f"  stage {k}: {' '.join(part)}")
+    lines += [f"note: {note}" for note in settings.notes]
+    return lines

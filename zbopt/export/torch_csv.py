@@ -103,16 +103,16 @@ def uses_overlap(rows: Sequence[Sequence[str]]) -> bool:
 
 
 def torchtitan_schedule_name(instance: Instance) -> str:
-    """A torchtitan schedule name whose stage-to-rank split matches the placement.
+    """A torchtitan schedule name whose stage-to-rank split matches the placement."""
+    from .torchtitan import schedule_class
+    return schedule_class(instance)
 
-    torchtitan splits the model with the schedule class's style ("loop" or "v") even when a CSV
-    overrides the order, so the name must imply the same placement as the CSV.
-    """
-    if instance.placement == "v":
-        return "ZBVZeroBubble"
-    if instance.placement == "interleaved":
-        return "Interleaved1F1B"
-    return "1F1B"
+
+def sidecar_path(csv_path: str | Path) -> Path:
+    """The sidecar of `s.csv` is `s.csv.json`: named after the whole CSV name, so it never
+    takes the name of the schedule file the CSV came from (`s.json`)."""
+    path = Path(csv_path)
+    return path.with_name(path.name + ".json")
 
 
 def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
@@ -148,40 +148,43 @@ def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
         "torch_runtime": ("torch.distributed.pipelining.schedules._PipelineScheduleRuntime("
                           f"stages, n_microbatches={instance.microbatches}, loss_fn=...)"
                           f"._load_csv(\"{Path(csv_path).name}\")"),
-        "torchtitan": {
-            "parallelism.pipeline_parallel_degree": p,
-            "parallelism.pipeline_parallel_schedule": torchtitan_schedule_name(instance),
-            "parallelism.pipeline_parallel_schedule_csv": str(csv_path),
-            "parallelism.pipeline_parallel_microbatch_size": 1,
-            "training.local_batch_size": instance.microbatches,
-            "note": (f"the model must be split into {instance.num_stages} stages "
-                     f"({v} per rank, e.g. via parallelism.pipeline_parallel_layers_per_stage); "
-                     f"local_batch_size / pipeline_parallel_microbatch_size must equal "
-                     f"{instance.microbatches} micro-batches"),
-        },
+        "torchtitan": torchtitan_keys(instance, csv_path),
         "notes": notes,
     }
 
 
-def write_torch_csv(path: str | Path, instance: Instance, schedule: Schedule,
-                    force: bool = False, with_sidecar: bool = True) -> tuple[Path, Path | None]:
-    """Write the CSV and (by default) its sidecar `<path minus suffix>.json`. Returns both paths."""
+def torchtitan_keys(instance: Instance, csv_path: str | Path) -> dict[str, Any]:
+    """The torchtitan job-config keys (command-line form) that run this CSV."""
+    from .torchtitan import settings_for
+    settings = settings_for(instance, csv_path, stage_layers=None)
+    keys: dict[str, Any] = settings.dotted()
+    keys["note"] = (f"the model must be split into {instance.num_stages} stages "
+                    f"({instance.chunks} per rank, parallelism.module_fqns_per_model_part; "
+                    f"`zbopt export PLAN --torchtitan DIR` writes it for a plan); "
+                    f"local_batch_size / pipeline_parallel_microbatch_size must equal "
+                    f"{instance.microbatches} micro-batches")
+    return keys
+
+
+def torch_csv_texts(path: str | Path, instance: Instance, schedule: Schedule,
+                    with_sidecar: bool = True) -> dict[Path, str]:
+    """{path: text} of the CSV and (by default) its sidecar, nothing written."""
     path = Path(path)
     rows = torch_rows(instance, schedule)
-    side = path.with_suffix(".json") if with_sidecar else None
-    if side is not None and side == path:
-        raise ZboptError(f"{path}: the CSV needs another suffix than .json (its sidecar is .json)")
-    for target in (path, side):
-        if target is not None and target.exists() and not force:
-            raise ZboptError(f"{target} exists: choose another name or pass --force to "
-                             f"overwrite it")
-    try:
-        path.write_text(csv_text(rows))
-        if side is not None:
-            side.write_text(json.dumps(sidecar(instance, schedule, path, rows), indent=1) + "\n")
-    except OSError as err:
-        raise ZboptError(f"cannot write {err.filename}: {err.strerror}") from None
-    return path, side
+    texts = {path: csv_text(rows)}
+    if with_sidecar:
+        texts[sidecar_path(path)] = json.dumps(sidecar(instance, schedule, path, rows),
+                                               indent=1) + "\n"
+    return texts
+
+
+def write_torch_csv(path: str | Path, instance: Instance, schedule: Schedule,
+                    force: bool = False, with_sidecar: bool = True) -> tuple[Path, Path | None]:
+    """Write the CSV and (by default) its sidecar `sidecar_path(path)`, both or neither."""
+    from .outputs import write_all
+    texts = torch_csv_texts(path, instance, schedule, with_sidecar)
+    paths = write_all(texts, force=force)
+    return paths[0], paths[1] if with_sidecar else None
 
 
 # ----- import --------------------------------------------------------------------------------

@@ -1,0 +1,261 @@
+"""torchtitan settings for a plan: the job-config keys that make torchtitan run its schedule CSV.
+
+torchtitan (the pinned release, `TORCHTITAN_PIN`) reads a pipeline schedule from a CSV when
+`parallelism.pipeline_parallel_schedule_csv` is set; the schedule name still decides how stages
+map to ranks ("loop": rank r holds stages r, r+p, ...; "v": rank r holds r and 2p-1-r), so it
+must imply the plan's placement. The number of micro-batches is
+`training.local_batch_size // parallelism.pipeline_parallel_microbatch_size`, and
+`parallelism.module_fqns_per_model_part[k]` lists the modules of pipeline stage k.
+
+The fragment is written as TOML with one table per section of torchtitan's trainer config
+(`[parallelism]`, `[training]`); `installed_key_problems()` checks every key against the installed
+release's config classes, so a renamed key is caught rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import ZboptError
+from ..instance import Instance
+
+TORCHTITAN_PIN = "0.3.0"
+# section -> (config class in torchtitan.config, keys zbopt writes)
+SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "parallelism": ("ParallelismConfig", (
+        "pipeline_parallel_degree", "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
+        "pipeline_parallel_microbatch_size", "module_fqns_per_model_part")),
+    "training": ("TrainingConfig", ("local_batch_size",)),
+}
+# torchtitan splits top-level modules and the items of a top-level ModuleDict/ModuleList only
+_FQN_RE = re.compile(r"^[A-Za-z_]\w*(\.\w+)?$")
+
+
+def schedule_class(instance: Instance) -> str:
+    """A torchtitan schedule name whose stage-to-rank map is the plan's placement."""
+    if instance.placement == "v":
+        return "ZBVZeroBubble"
+    if instance.placement == "interleaved":
+        return "Interleaved1F1B"
+    if instance.placement == "dualpipe":
+        raise ZboptError("placement 'dualpipe' has no torchtitan form (two model copies in "
+                         "opposite directions): plan a 'v' placement instead")
+    return "1F1B"
+
+
+@dataclass(frozen=True)
+class TitanSettings:
+    """Everything torchtitan needs besides the model to run one plan."""
+
+    degree: int
+    schedule: str
+    csv_path: str
+    microbatch_size: int
+    local_batch_size: int
+    microbatches: int
+    module_fqns: tuple[tuple[str, ...], ...] | None
+    notes: tuple[str, ...] = ()
+
+    def job_config(self) -> dict[str, dict[str, Any]]:
+        """{section: {key: value}} in torchtitan's names (see SECTIONS)."""
+        parallelism: dict[str, Any] = {
+            "pipeline_parallel_degree": self.degree,
+            "pipeline_parallel_schedule": self.schedule,
+            "pipeline_parallel_schedule_csv": self.csv_path,
+            "pipeline_parallel_microbatch_size": self.microbatch_size,
+        }
+        if self.module_fqns is not None:
+            parallelism["module_fqns_per_model_part"] = [list(part) for part in self.module_fqns]
+        return {"parallelism": parallelism, "training": {"local_batch_size": self.local_batch_size}}
+
+    def dotted(self) -> dict[str, Any]:
+        """The same keys as `section.key` (torchtitan's command-line form)."""
+        return {f"{section}.{key}": value for section, keys in self.job_config().items()
+                for key, value in keys.items()}
+
+
+def split_fqns(layer_names: Sequence[str]) -> tuple[str, ...]:
+    """Module FQNs of a stage from its layer names ("norm+lm_head" is two modules)."""
+    out = []
+    for name in layer_names:
+        for fqn in name.split("+"):
+            fqn = fqn.strip()
+            if not _FQN_RE.match(fqn):
+                raise ZboptError(f"layer {name!r}: module name {fqn!r} cannot be split by "
+                                 f"torchtitan, which keeps only top-level modules and the items "
+                                 f"of a top-level ModuleDict/ModuleList (e.g. 'layers.3')")
+            out.append(fqn)
+    return tuple(out)
+
+
+def settings_for(instance: Instance, csv_path: str | Path,
+                 stage_layers: Sequence[Sequence[str]] | None = None,
+                 microbatch_size: int = 1) -> TitanSettings:
+    """The settings of `instance`'s schedule in `csv_path`; stage_layers[k]: layer names of stage k."""
+    if microbatch_size < 1:
+        raise ZboptError(f"--microbatch-size must be >= 1, got {microbatch_size}")
+    name = schedule_class(instance)
+    notes = []
+    fqns = None
+    if stage_layers is None:
+        notes.append(
+            f"the plan has no partition: set parallelism.module_fqns_per_model_part yourself "
+            f"({instance.num_stages} model parts, {instance.num_stages // instance.devices} per "
+            f"rank) or torchtitan splits the layers evenly by its own rule")
+    else:
+        if len(stage_layers) != instance.num_stages:
+            raise ZboptError(f"the plan's partition has {len(stage_layers)} stages but its "
+                             f"schedule runs {instance.num_stages}: re-plan the model")
+        fqns = tuple(split_fqns(names) for names in stage_layers)
+        flat = [f for part in fqns for f in part]
+        repeated = sorted({f for f in flat if flat.count(f) > 1})
+        if repeated:
+            raise ZboptError(f"module(s) {', '.join(repeated)} appear in more than one stage of "
+                             f"the partition: each module belongs to one stage")
+    return TitanSettings(degree=instance.devices, schedule=name, csv_path=str(csv_path),
+                         microbatch_size=microbatch_size,
+                         local_batch_size=instance.microbatches * microbatch_size,
+                         microbatches=instance.microbatches, module_fqns=fqns,
+                         notes=tuple(notes))
+
+
+def toml_text(settings: TitanSettings, header: Sequence[str] = ()) -> str:
+    """The job-config fragment as TOML (JSON strings and arrays of strings are valid TOML)."""
+    lines = [f"# {line}" for line in header]
+    lines += [f"# {note}" for note in settings.notes]
+    for section, keys in settings.job_config().items():
+        lines.append(f"\n[{section}]")
+        for key, value in keys.items():
+            if key == "module_fqns_per_model_part":
+                parts = ",\n  ".join(json.dumps(part) for part in value)
+                lines.append(f"{key} = [\n  {parts},\n]")
+            else:
+                lines.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def read_fragment(path: str | Path) -> dict[str, dict[str, Any]]:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ZboptError(f"{path}: cannot read the torchtitan fragment: {err}") from None
+    return data
+
+
+# ----- the installed release -------------------------------------------------------------------
+
+
+def installed_version() -> str | None:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return version("torchtitan")
+    except PackageNotFoundError:
+        return None
+
+
+def _trainer_sections() -> dict[str, str] | None:
+    """{field: annotation} of torchtitan's Trainer.Config, read from its source (importing the
+    trainer needs its data-loading dependencies, which the pipeline pieces do not)."""
+    spec = importlib.util.find_spec("torchtitan.trainer")
+    if spec is None or not spec.origin:
+        return None
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Trainer":
+            for inner in node.body:
+                if isinstance(inner, ast.ClassDef) and inner.name == "Config":
+                    return {item.target.id: ast.unparse(item.annotation) for item in inner.body
+                            if isinstance(item, ast.AnnAssign)
+                            and isinstance(item.target, ast.Name)}
+    return None
+
+
+def installed_key_problems() -> list[str]:
+    """What the installed torchtitan lacks of the keys zbopt writes (empty: all present)."""
+    try:
+        import torchtitan.config as config
+    except ImportError as err:
+        return [f"torchtitan is not importable ({err})"]
+    problems = []
+    sections = _trainer_sections()
+    for section, (class_name, keys) in SECTIONS.items():
+        cls = getattr(config, class_name, None)
+        if cls is None or not dataclasses.is_dataclass(cls):
+            problems.append(f"torchtitan.config has no {class_name}")
+            continue
+        names = {f.name for f in dataclasses.fields(cls)}
+        problems += [f"{section}.{key}" for key in keys if key not in names]
+        if sections is not None and sections.get(section) != class_name:
+            problems.append(f"[{section}] is not a {class_name} in torchtitan's Trainer.Config")
+    return problems
+
+
+def require_torchtitan() -> str:
+    """The installed torchtitan's version; ZboptError if absent or without zbopt's keys."""
+    found = installed_version()
+    if found is None:
+        raise ZboptError(f"this needs torchtitan: pip install 'zbopt[torchtitan]' "
+                         f"(torchtitan=={TORCHTITAN_PIN})")
+    problems = installed_key_problems()
+    if problems:
+        raise ZboptError(f"torchtitan {found} lacks {', '.join(problems)}: install "
+                         f"torchtitan=={TORCHTITAN_PIN}")
+    return found
+
+
+# ----- the export ------------------------------------------------------------------------------
+
+CSV_NAME = "schedule.csv"
+TOML_NAME = "torchtitan.toml"
+
+
+@dataclass(frozen=True)
+class TitanExport:
+    """The files of `zbopt export PLAN --torchtitan DIR`, not yet written."""
+
+    directory: Path
+    settings: TitanSettings
+    texts: dict[Path, str]
+    checked_against: str | None  # the torchtitan version whose config classes were checked
+
+
+def titan_export(loaded, directory: str | Path, microbatch_size: int = 1) -> TitanExport:
+    """The CSV, its sidecar and the job-config fragment of a plan (or schedule) file."""
+    from .plan_parts import stage_layer_names
+    from .torch_csv import torch_csv_texts
+
+    directory = Path(directory)
+    checked = installed_version()
+    if checked is not None:
+        problems = installed_key_problems()
+        if problems:
+            raise ZboptError(f"torchtitan {checked} lacks {', '.join(problems)}: install "
+                             f"torchtitan=={TORCHTITAN_PIN}")
+    instance, schedule = loaded.instance, loaded.schedule
+    csv_path = directory / CSV_NAME
+    settings = settings_for(instance, csv_path, stage_layer_names(loaded), microbatch_size)
+    texts = torch_csv_texts(csv_path, instance, schedule)
+    header = [f"torchtitan job-config fragment for {schedule.method or 'a schedule'}: "
+              f"{instance.devices} ranks, {instance.num_stages} stages, "
+              f"{instance.microbatches} micro-batches (zbopt export --torchtitan)",
+              f"keys of torchtitan {checked or TORCHTITAN_PIN}"
+              + ("" if checked else " (not checked: torchtitan is not installed here)"),
+              "the CSV path is relative to the directory torchtitan is started in"]
+    texts[directory / TOML_NAME] = toml_text(settings, header)
+    return TitanExport(directory, settings, texts, checked)
+
+
+def write_titan_export(export: TitanExport, force: bool = False,
+                       inputs: Sequence[str | Path] = ()) -> list[Path]:
+    """Write the export's files (creating DIR if its parent exists), all or none."""
+    from .outputs import write_all
+    return write_all(export.texts, force, inputs, new_dirs=[export.directory])
