@@ -177,7 +177,7 @@ class LayeredModel:
         totals = {key: [sum(getattr(x, key) for x in g) for g in groups]
                   for key in ("t_f", "t_b", "t_w", "m_b", "m_w", "static")}
         static = [0.0] * self.devices
-        probe = self._instance_for(totals["t_f"], totals["m_b"], static, cap=None)
+        probe = self._instance_for([1.0] * len(groups), [0.0] * len(groups), static, cap=None)
         copies = (0, self.devices) if self.placement == "dualpipe" else (0,)
         for k, value in enumerate(totals["static"]):
             for offset in copies:

@@ -12,6 +12,10 @@ Layout (JSON):
     metrics    Timeline.metrics() at write time
     solver     {"solver", "status", "objective", "lower_bound", "gap", "runtime", "scale", ...}
                when a solver made it
+    partition  a plan's layer split: {"sizes": [layers per model part], "stages": [[layer names
+               of part k], ...], "placement"}; with it
+    model      the layered model (LayeredModel.to_dict()) the instance was cut from
+    plan       a plan's verdict: status, bound over all partitions, gap, scope, baselines, gain
 The times are informative: reading a file keeps only the orders (and release) and the instance;
 `evaluate()` recomputes everything, so a hand-edited file cannot lie about its own quality.
 """
@@ -76,8 +80,9 @@ def solver_meta(result) -> dict:
     })
 
 
-def schedule_document(timeline: Timeline, result=None) -> dict:
-    """The file's content as a dict (see the module doc)."""
+def schedule_document(timeline: Timeline, result=None, partition: Optional[dict] = None,
+                      model: Optional[dict] = None, plan: Optional[dict] = None) -> dict:
+    """The file's content as a dict (see the module doc); a plan adds its partition and model."""
     schedule = timeline.schedule
     devices = []
     for d, order in enumerate(schedule.orders):
@@ -101,19 +106,26 @@ def schedule_document(timeline: Timeline, result=None) -> dict:
     doc["metrics"] = _clean(timeline.metrics())
     if result is not None:
         doc["solver"] = solver_meta(result)
+    if partition is not None:
+        doc["partition"] = _clean(partition)
+        doc["model"] = _clean(model)
+    if plan is not None:
+        doc["plan"] = _clean(plan)
     return doc
 
 
 def write_schedule_file(path: str | Path, timeline: Timeline, result=None,
-                        force: bool = False) -> Path:
-    """Write `timeline` (and the solver's `result`, if any) as a zbopt.schedule/1 JSON file.
-
-    Refuses to overwrite an existing file unless `force`.
+                        force: bool = False, partition: Optional[dict] = None,
+                        model: Optional[dict] = None, plan: Optional[dict] = None) -> Path:
+    """Write `timeline` (and the solver's `result`, if any; a plan's `partition` and layered
+    `model`) as a zbopt.schedule/1 JSON file. Refuses to overwrite an existing file unless `force`.
     """
     path = Path(path)
     if path.exists() and not force:
         raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
-    text = render(schedule_document(timeline, result))
+    if (partition is None) != (model is None):
+        raise ValueError("a plan file records both its partition and its model")
+    text = render(schedule_document(timeline, result, partition, model, plan))
     try:
         path.write_text(text)
     except OSError as err:
@@ -210,7 +222,50 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
     meta: dict[str, Any] = {"path": source, "metrics": doc.get("metrics")}
     if "solver" in doc:
         meta["solver"] = doc["solver"]
+    if "partition" in doc or "model" in doc:
+        meta["partition"], meta["model"] = _plan_partition(source, doc, instance)
+    if isinstance(doc.get("plan"), dict):
+        meta["plan"] = doc["plan"]
     return ScheduleFile(instance, schedule, method, meta)
+
+
+def _plan_partition(source: str, doc: dict, instance: Instance) -> tuple[dict, dict]:
+    """A plan's partition and model, checked against the instance they must produce."""
+    from ..layers import LayeredModel
+    partition, model = doc.get("partition"), doc.get("model")
+    if not isinstance(partition, dict) or not isinstance(model, dict):
+        raise _fail(source, "a plan records both 'partition' (an object with 'sizes' and "
+                            "'stages') and 'model' (the layered model)")
+    layered = LayeredModel.from_dict(model, source=f"{source}: model")
+    placement = partition.get("placement", instance.placement)
+    if placement != instance.placement:
+        raise _fail(source, f"the partition is for placement {placement!r}, the instance is "
+                            f"{instance.placement!r}")
+    layered = layered.with_settings(placement=instance.placement,
+                                    chunks=instance.chunks if placement == "interleaved" else 0,
+                                    devices=instance.devices, microbatches=instance.microbatches)
+    sizes = partition.get("sizes")
+    if not isinstance(sizes, list) or not all(isinstance(n, int) and not isinstance(n, bool)
+                                              for n in sizes):
+        raise _fail(source, "'partition' needs 'sizes': the number of layers of each stage")
+    try:
+        groups = layered.stage_layers(sizes)
+    except ZboptError as err:
+        raise _fail(source, f"partition: {err}") from None
+    names = [[layer.name for layer in group] for group in groups]
+    if partition.get("stages", names) != names:
+        raise _fail(source, "the partition's 'stages' do not match its 'sizes' and the model's "
+                            "layers: re-plan the model")
+    try:
+        cut = layered.instance(sizes)
+    except ZboptError as err:
+        raise _fail(source, f"partition: {err}") from None
+    for key in ("t_f", "t_b", "t_w", "m_b", "m_w", "static_memory"):
+        if not all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+                   for a, b in zip(getattr(cut, key), getattr(instance, key))):
+            raise _fail(source, f"the instance's {key} is not what the partition gives the "
+                                f"model's layers: the file was edited; re-plan the model")
+    return {**partition, "placement": placement, "stages": names}, model
 
 
 def compare_metrics(stored: Optional[dict], fresh: dict, rel: float = 1e-9) -> list[str]:

@@ -1,0 +1,56 @@
+"""zbopt estimate CONFIG: a layered model from a transformers config and accelerator figures."""
+
+from __future__ import annotations
+
+from ._common import print_json, refuse_overwrite
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("estimate", help="estimate a layered model from a transformers "
+                                             "config.json (no hardware, nothing downloaded)")
+    parser.add_argument("config", help="a transformers config.json (or its directory)")
+    parser.add_argument("--microbatch-size", type=int, default=1, metavar="B",
+                        help="sequences per micro-batch (default 1)")
+    parser.add_argument("--seq-len", type=int, default=4096, metavar="S",
+                        help="sequence length in tokens (default 4096)")
+    parser.add_argument("--devices", type=int, default=8, metavar="P", help="pipeline devices (default 8)")
+    parser.add_argument("--microbatches", type=int, default=32, metavar="M",
+                        help="micro-batches per iteration (default 32)")
+    parser.add_argument("--peak-flops", type=float, default=312e12,
+                        help="peak FLOP/s of one device (default 312e12, A100 bf16)")
+    parser.add_argument("--efficiency", type=float, default=0.5,
+                        help="fraction of the peak reached (default 0.5)")
+    parser.add_argument("--hbm-bytes", type=float, default=None,
+                        help="memory of one device in bytes: the plan's cap (default: no cap)")
+    parser.add_argument("--link-bandwidth", type=float, default=100e9,
+                        help="bytes/s between neighbouring stages (default 100e9)")
+    parser.add_argument("--optimizer-bytes", type=float, default=16,
+                        help="static bytes per parameter: weights, gradients, optimizer state "
+                             "(default 16, mixed-precision Adam)")
+    parser.add_argument("--name", default="", help="model name in the file")
+    parser.add_argument("--out", metavar="FILE", help="write the layered model (.toml or .json)")
+    parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    parser.add_argument("--json", action="store_true", help="print the layered model as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..errors import ZboptError
+    from ..estimate import Accelerator, estimate_model, shape_from_config
+    if args.out:
+        refuse_overwrite(args.out, args.force)
+        if not args.out.endswith((".toml", ".json")):
+            raise ZboptError(f"--out {args.out}: name a .toml or .json file")
+    accelerator = Accelerator(peak_flops=args.peak_flops, efficiency=args.efficiency,
+                              hbm_bytes=args.hbm_bytes, link_bandwidth=args.link_bandwidth)
+    shape = shape_from_config(args.config)
+    model = estimate_model(shape, args.microbatch_size, args.seq_len, accelerator,
+                           devices=args.devices, microbatches=args.microbatches,
+                           optimizer_bytes=args.optimizer_bytes, name=args.name)
+    if args.out:
+        model.save(args.out, overwrite=args.force)
+    if args.json or not args.out:
+        print_json(model.to_dict())
+    else:
+        print(f"wrote {args.out}: {model.num_layers} layers, p={model.devices} m={model.microbatches}")
+    return 0

@@ -1,0 +1,192 @@
+"""zbopt plan LAYERED: the layer split and the schedule chosen together, with a certified gap."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+from ..errors import ZboptError
+from ._common import console, fmt, parse_cap, print_json, refuse_overwrite
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("plan", help="choose the layer split and the schedule of a layered "
+                                         "model together (lower bound over all splits)")
+    parser.add_argument("model", help="layered model file (.toml/.json with [[layers]])")
+    parser.add_argument("--devices", type=int, default=None, metavar="P", help="override devices")
+    parser.add_argument("--microbatches", type=int, default=None, metavar="M",
+                        help="override microbatches")
+    parser.add_argument("--placements", default=None,
+                        help="comma-separated placements to plan over: contiguous, v, "
+                             "interleaved, dualpipe (default: the file's)")
+    parser.add_argument("--mem", default=None, metavar="CAP",
+                        help="absolute memory per device, static memory included: a number, "
+                             "one per device separated by commas, or 'none'")
+    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                        help="seconds for the whole search (default 60)")
+    parser.add_argument("--solver", default="cpsat", help="exact solver (default cpsat)")
+    parser.add_argument("--threads", type=int, default=2, help="solver threads (default 2)")
+    parser.add_argument("--max-partitions", type=int, default=2000,
+                        help="most splits listed for scheduling (default 2000)")
+    parser.add_argument("--out", metavar="FILE", help="write the plan file (a schedule file "
+                                                      "with the partition)")
+    parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.set_defaults(func=run)
+
+
+def _cap(text: str):
+    parts = [parse_cap(x.strip()) for x in text.split(",")]
+    if any(isinstance(x, str) for x in parts):
+        raise ZboptError(f"--mem {text!r}: a layered model's cap is absolute bytes (or the "
+                         f"file's memory unit) per device, static memory included, not a "
+                         f"multiple of p; give a number, one per device, or 'none'")
+    if len(parts) == 1:
+        return parts[0]
+    if any(x is None for x in parts):
+        raise ZboptError(f"--mem {text!r}: give a number for every device")
+    return tuple(parts)
+
+
+def load_model(args):
+    from ..layers import load_model as read
+    model = read(args.model)
+    changes = {}
+    if args.devices is not None:
+        changes["devices"] = args.devices
+    if args.microbatches is not None:
+        changes["microbatches"] = args.microbatches
+    if args.mem is not None:
+        changes["memory_cap"] = _cap(args.mem)
+    if changes:
+        try:
+            model = model.with_settings(**changes)
+        except ZboptError as err:
+            raise ZboptError(f"{args.model}: {err}") from None
+    return model
+
+
+def _placements(args, model) -> tuple[str, ...]:
+    from ..instance import PLACEMENTS
+    if args.placements is None:
+        return (model.placement,)
+    names = tuple(x.strip() for x in args.placements.split(",") if x.strip())
+    bad = [x for x in names if x not in PLACEMENTS]
+    if not names or bad:
+        raise ZboptError(f"--placements {args.placements!r}: use a comma-separated list of "
+                         f"{', '.join(PLACEMENTS)}")
+    return names
+
+
+class _Progress:
+    """One line on stderr per phase, and at most one a second while a phase runs."""
+
+    def __init__(self, quiet: bool):
+        self.quiet, self.last, self.phase = quiet, 0.0, None
+
+    def __call__(self, info: dict) -> None:
+        now = time.monotonic()
+        if self.quiet or (info["phase"] == self.phase and now - self.last < 1.0):
+            return
+        self.last, self.phase = now, info["phase"]
+        best = info.get("incumbent")
+        gap = info.get("gap")
+        print(f"plan: {info['elapsed']:6.1f}s {info['phase']:<12} best span {fmt(best)}  bound "
+              f"{fmt(info.get('bound'))}  gap {'-' if gap is None else f'{gap:.2%}'}  "
+              f"splits scheduled {info.get('scheduled', 0)}", file=sys.stderr, flush=True)
+
+
+def compact(names: list[str]) -> str:
+    """Layer names with runs of numbered layers folded: "layers.0-3"."""
+    out: list[str] = []
+    run: list = []  # [prefix, first, last]
+    for name in names:
+        match = re.fullmatch(r"(.*)\.(\d+)", name)
+        if match and run and run[0] == match.group(1) and int(match.group(2)) == run[2] + 1:
+            run[2] += 1
+            continue
+        if run:
+            out.append(f"{run[0]}.{run[1]}" + (f"-{run[2]}" if run[2] != run[1] else ""))
+            run = []
+        if match:
+            run = [match.group(1), int(match.group(2)), int(match.group(2))]
+        else:
+            out.append(name)
+    if run:
+        out.append(f"{run[0]}.{run[1]}" + (f"-{run[2]}" if run[2] != run[1] else ""))
+    return ", ".join(out)
+
+
+def run(args) -> int:
+    from ..plan import plan
+    from ..registry import get_method
+    get_method(args.solver, "solver")
+    model = load_model(args)
+    placements = _placements(args, model)
+    if args.out:
+        refuse_overwrite(args.out, args.force)
+    if args.max_partitions < 1:
+        raise ZboptError(f"--max-partitions must be >= 1, got {args.max_partitions}")
+    result = plan(model, placements, time_limit=args.time_limit, solver=args.solver,
+                  threads=args.threads, max_partitions=args.max_partitions,
+                  progress=_Progress(args.quiet))
+    data = result.to_dict()
+    if args.out:
+        from ..export.schedule_file import write_schedule_file
+        placed = model.with_settings(placement=result.split.placement,
+                                     chunks=model.chunks if result.split.placement == "interleaved" else 0)
+        verdict = {k: data[k] for k in ("status", "span", "lower_bound", "gap", "scope", "baselines",
+                                        "gain", "partitions_scheduled", "partitions_pruned")}
+        write_schedule_file(args.out, result.result.timeline,
+                            result=result.result if result.result.kind == "solver" else None,
+                            force=args.force, partition=result.partition_dict(),
+                            model=placed.to_dict(), plan=verdict)
+    if args.json:
+        print_json(data)
+        return 0
+    _print(result, model, args)
+    return 0
+
+
+def _print(result, model, args) -> None:
+    from rich.table import Table
+    out = console()
+    r = result.result
+    inst = r.instance
+    unit = f" {inst.time_unit}" if inst.time_unit else ""
+    cap = "unlimited" if inst.cap is None else fmt(max(inst.cap))
+    out.print(f"[bold]{model.name or args.model}[/]: {model.num_layers} layers, p={inst.devices} "
+              f"m={inst.microbatches} placement={inst.placement} cap={cap}")
+    gap = "-" if r.gap is None else f"{r.gap:.2%}"
+    out.print(f"status      {r.status} ({result.scope})")
+    out.print(f"span        {fmt(r.span)}{unit} ({r.method})")
+    out.print(f"lower bound {fmt(r.lower_bound)}{unit} (over all partitions)")
+    out.print(f"gap         {gap}")
+    out.print(f"searched    {result.partitions_scheduled} splits scheduled, "
+              f"{result.partitions_pruned:,} pruned by their bound, {result.solver_runs} solver "
+              f"run(s), {r.runtime:.1f} s")
+    table = Table("stage", "device", "layers", "t_f+t_b+t_w", "static", "peak memory", "cap")
+    placed = model.with_settings(placement=inst.placement,
+                                 chunks=model.chunks if inst.placement == "interleaved" else 0)
+    for k, group in enumerate(placed.stage_layers(result.split.sizes)):
+        stage_load = inst.t_f[k] + inst.t_b[k] + inst.t_w[k]
+        d = inst.device_of(k)
+        table.add_row(str(k), str(d), compact([x.name for x in group]), fmt(stage_load),
+                      fmt(inst.static_memory[d]), fmt(r.peak_memory[d]),
+                      fmt(inst.cap[d]) if inst.cap else "-")
+    out.print(table)
+    base = Table("baseline", "split", "schedule", "span", "plan's gain")
+    for name, split in result.baselines.items():
+        gain = result.gain()[name]
+        if split is None:
+            base.add_row(name, "does not apply", "-", "-", "-")
+            continue
+        base.add_row(name, "+".join(str(n) for n in split.sizes),
+                     split.result.method if split.result else "nothing fits",
+                     fmt(split.span) if split.result else "-",
+                     "-" if gain is None else f"{gain:.2%}")
+    out.print(base)
+    if args.out:
+        out.print(f"wrote {args.out}")

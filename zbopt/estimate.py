@@ -1,0 +1,187 @@
+"""Estimate a layered model without hardware: from a transformers decoder config, the micro-batch
+size, the sequence length and the accelerator's figures, the cost of every layer.
+
+Per token and layer (h hidden, a heads, f MLP width, kv key/value width, V vocabulary, s sequence):
+- time: FLOPs / (peak FLOP/s x efficiency). A block's forward is its matmuls M = 2 x (its weight
+  count) plus attention A = 4sh (scores and weighted sum); B (input gradient) is M + 2A, W
+  (weight gradient) is M. The output layer (norm, projection to V, loss) is 2hV each pass; the
+  embedding is a lookup (no FLOPs forward, no input gradient) and a scatter-add for W.
+- activations: a block holds the Zero Bubble paper's m_b = 34h + 5as bytes from F to B and
+  m_w = 32h from B to W. The output layer holds its input, the normed input and the fp32 logits
+  for the loss (2h + 2h + 4V bytes) and keeps the normed input (2h) for W; the embedding keeps
+  the token ids (8 bytes).
+- static: parameters x optimizer bytes per parameter (16: mixed-precision Adam).
+Everything is multiplied by s x b tokens; times are in microseconds, memory in bytes.
+Layer names follow torchtitan's module names: "tok_embeddings", "layers.<i>", "norm+output".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ZboptError
+from .layers import Layer, LayeredModel
+
+OPTIMIZER_BYTES = 16
+ACTIVATION_BYTES = 2  # bf16 activations crossing a stage boundary
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """What the estimate needs to know of a device."""
+
+    peak_flops: float = 312e12  # FLOP/s (A100 bf16 dense)
+    efficiency: float = 0.5  # fraction of the peak the kernels reach
+    hbm_bytes: float | None = None  # memory per device: the plan's cap
+    link_bandwidth: float = 100e9  # bytes/s between neighbouring stages
+
+    def __post_init__(self) -> None:
+        for key in ("peak_flops", "efficiency", "link_bandwidth"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ZboptError(f"{key.replace('_', '-')} must be a positive number, got {value!r}")
+        if self.efficiency > 1:
+            raise ZboptError(f"efficiency is a fraction in (0, 1], got {self.efficiency}")
+        if self.hbm_bytes is not None and (not math.isfinite(self.hbm_bytes) or self.hbm_bytes <= 0):
+            raise ZboptError(f"hbm-bytes must be a positive number, got {self.hbm_bytes!r}")
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    """The shape of a decoder-only transformer, as the estimate needs it."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    layers: int
+    ffn: int
+    vocab: int
+    gated_mlp: bool  # three MLP matrices (LLaMA) rather than two (GPT-2)
+    positions: int = 0  # learned position embeddings (GPT-2), 0 for rotary
+    model_type: str = ""
+
+    def block_params(self) -> int:
+        kv = self.hidden // self.heads * self.kv_heads
+        attention = self.hidden * (self.hidden + 2 * kv) + self.hidden * self.hidden
+        mlp = (3 if self.gated_mlp else 2) * self.hidden * self.ffn
+        return attention + mlp + 2 * self.hidden  # two norms
+
+    def block_matmul_flops(self) -> float:
+        """Forward matmul FLOPs per token (2 per weight, norms ignored)."""
+        return 2.0 * (self.block_params() - 2 * self.hidden)
+
+
+def shape_from_config(path: str | Path) -> DecoderShape:
+    """The decoder shape of a transformers config.json (read locally, nothing downloaded)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ZboptError(f"config file {path} not found: give a transformers config.json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ZboptError(f"{path}: not a JSON config ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        raise ZboptError(f"{path}: no model_type: give a transformers config.json of a decoder model")
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+    kind = data["model_type"]
+    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        raise ZboptError(f"{path}: model_type {kind!r} is not a decoder-only language model: give "
+                         f"the config of a causal LM (llama, gpt2, mistral, qwen2, ...)")
+    settings = {k: v for k, v in data.items() if k != "model_type"}
+    try:
+        config = AutoConfig.for_model(kind, **settings)
+    except (ValueError, TypeError) as err:
+        raise ZboptError(f"{path}: transformers rejects this config: {err}") from None
+    if getattr(config, "is_encoder_decoder", False):
+        raise ZboptError(f"{path}: {kind!r} is an encoder-decoder model: give a decoder-only config")
+    hidden = _positive(config, "hidden_size", path)
+    heads = _positive(config, "num_attention_heads", path)
+    layers = _positive(config, "num_hidden_layers", path)
+    vocab = _positive(config, "vocab_size", path)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    ffn = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
+    gated = getattr(config, "hidden_act", "") in ("silu", "swiglu")
+    positions = getattr(config, "n_positions", 0) if kind == "gpt2" else 0
+    if hidden % heads:
+        raise ZboptError(f"{path}: hidden size {hidden} is not a multiple of the {heads} heads")
+    return DecoderShape(hidden=hidden, heads=heads, kv_heads=int(kv_heads), layers=layers,
+                        ffn=int(ffn), vocab=vocab, gated_mlp=bool(gated), positions=int(positions),
+                        model_type=kind)
+
+
+def _positive(config: Any, key: str, path: Path) -> int:
+    value = getattr(config, key, None)
+    if not isinstance(value, int) or value < 1:
+        raise ZboptError(f"{path}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def block_activation_bytes(hidden: int, heads: int, sequence: int) -> tuple[float, float]:
+    """(m_b, m_w) per token of one transformer block, in bytes: the Zero Bubble paper's
+    34h + 5as and 32h."""
+    return 34.0 * hidden + 5.0 * heads * sequence, 32.0 * hidden
+
+
+def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, accelerator: Accelerator,
+                    optimizer_bytes: float = OPTIMIZER_BYTES) -> tuple[Layer, ...]:
+    """The layers (embedding, the blocks as one counted layer, norm + output) with their costs."""
+    if not isinstance(microbatch, int) or microbatch < 1:
+        raise ZboptError(f"micro-batch size must be a positive integer, got {microbatch!r}")
+    if not isinstance(sequence, int) or sequence < 1:
+        raise ZboptError(f"sequence length must be a positive integer, got {sequence!r}")
+    if not math.isfinite(optimizer_bytes) or optimizer_bytes < 0:
+        raise ZboptError(f"optimizer bytes per parameter must be >= 0, got {optimizer_bytes!r}")
+    tokens = microbatch * sequence
+    h, vocab = shape.hidden, shape.vocab
+    rate = accelerator.peak_flops * accelerator.efficiency / 1e6  # FLOPs per microsecond
+
+    def us(flops_per_token: float) -> float:
+        return _round(flops_per_token * tokens / rate)
+
+    matmul = shape.block_matmul_flops()
+    attention = 4.0 * sequence * h
+    m_b, m_w = block_activation_bytes(h, shape.heads, sequence)
+    embedding_params = (vocab + shape.positions) * h
+    output_params = vocab * h + h
+    return (
+        Layer("tok_embeddings", t_f=0.0, t_b=0.0, t_w=us(2.0 * h), m_b=8.0 * tokens,
+              m_w=8.0 * tokens, static=float(embedding_params * optimizer_bytes)),
+        Layer("layers", t_f=us(matmul + attention), t_b=us(matmul + 2 * attention), t_w=us(matmul),
+              m_b=m_b * tokens, m_w=m_w * tokens,
+              static=float(shape.block_params() * optimizer_bytes), count=shape.layers),
+        Layer("norm+output", t_f=us(2.0 * h * vocab), t_b=us(2.0 * h * vocab),
+              t_w=us(2.0 * h * vocab), m_b=(4.0 * h + 4.0 * vocab) * tokens, m_w=2.0 * h * tokens,
+              static=float(output_params * optimizer_bytes)),
+    )
+
+
+def _round(x: float) -> float:
+    # a microsecond to three decimals: exact solvers scale by a power of ten, keep it small
+    return round(x, 3)
+
+
+def estimate_model(shape: DecoderShape, microbatch: int, sequence: int, accelerator: Accelerator,
+                   devices: int, microbatches: int, optimizer_bytes: float = OPTIMIZER_BYTES,
+                   placement: str = "contiguous", name: str = "") -> LayeredModel:
+    """A layered model ready for `plan`: the layers, the comm time of one activation between
+    stages, and the accelerator's memory as the cap."""
+    layers = estimate_layers(shape, microbatch, sequence, accelerator, optimizer_bytes)
+    comm = _round(ACTIVATION_BYTES * shape.hidden * microbatch * sequence
+                  / accelerator.link_bandwidth * 1e6)
+    cap = accelerator.hbm_bytes
+    if cap is not None:
+        cap = int(cap) if float(cap).is_integer() else cap
+    return LayeredModel(layers=layers, devices=devices, microbatches=microbatches,
+                        placement=placement, comm=comm, memory_cap=cap,
+                        name=name or f"{shape.model_type or 'decoder'}-{shape.layers}L",
+                        time_unit="us", memory_unit="B")

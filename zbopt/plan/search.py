@@ -1,0 +1,407 @@
+"""plan(): the partition of a layered model and the schedule, chosen together.
+
+Contiguous placement (exact bound): every partition's lower bound comes from a dynamic
+programme over segments (zbopt.plan.bound), so the least bound over all partitions is known
+before anything is scheduled. The search then
+1. schedules the baselines (even, torchtitan) and a least-bound partition with every registered
+   method of the placement, and improves the best by moving one stage boundary at a time;
+2. lists the partitions whose bound is below the best span found (the only ones that can beat
+   it; the rest are pruned), up to `max_partitions` of the lowest bound, and schedules them in
+   order of their bound while time allows;
+3. gives the rest of the time to the exact solver, first on the best partition, then on the
+   partition with the lowest proven bound, raising that partition's bound or lowering the span.
+The bound over all partitions is the least of: the bound of every partition not listed (all at
+or above the listing threshold), and the proven bound of every partition listed (its own bound,
+or the solver's). Other placements: the same steps 1 and 3 around the baselines and a
+load-balanced split, with a weaker bound over all partitions (the total load over p).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Optional, Sequence
+
+from ..compare import best_of
+from ..errors import ZboptError
+from ..instance import PLACEMENTS, Instance
+from ..layers import LayeredModel
+from ..registry import methods, run
+from ..result import Result
+from .baselines import BASELINES
+from .bound import (
+    argmin_partition,
+    count_below,
+    least_excess,
+    partitions_below,
+    segment_bounds,
+    suffix_minmax,
+)
+
+Progress = Callable[[dict], None]
+TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Split:
+    """A partition on one placement and the best schedule found for it."""
+
+    placement: str
+    sizes: tuple[int, ...]
+    result: Optional[Result]  # best schedule within the cap (None: nothing fits)
+    bound: float  # proven lower bound on the span of any schedule of this partition
+
+    @property
+    def span(self) -> float:
+        return self.result.span if self.result is not None else math.inf
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `plan` chose and how sure it is."""
+
+    model: LayeredModel
+    result: Result  # the chosen schedule; lower_bound is the bound over all partitions
+    split: Split
+    baselines: dict[str, Optional[Split]]
+    scope: str
+    partitions_scheduled: int
+    partitions_pruned: int
+    solver_runs: int
+
+    @property
+    def stages(self) -> list[list[str]]:
+        placed = self.model.with_settings(placement=self.split.placement)
+        return [[layer.name for layer in group] for group in placed.stage_layers(self.split.sizes)]
+
+    def gain(self) -> dict[str, Optional[float]]:
+        """(baseline span - plan span) / baseline span, per baseline (None: it has no schedule)."""
+        out = {}
+        for name, split in self.baselines.items():
+            out[name] = None if split is None or split.result is None \
+                else (split.span - self.result.span) / split.span
+        return out
+
+    def partition_dict(self) -> dict:
+        return {"placement": self.split.placement, "sizes": list(self.split.sizes),
+                "stages": self.stages}
+
+    def to_dict(self) -> dict:
+        """Result.to_dict() plus the partition, the baselines and the gain."""
+        baselines = {}
+        for name, split in self.baselines.items():
+            if split is None:
+                baselines[name] = None
+                continue
+            placed = self.model.with_settings(placement=split.placement)
+            baselines[name] = {
+                "placement": split.placement, "sizes": list(split.sizes),
+                "stages": [[x.name for x in g] for g in placed.stage_layers(split.sizes)],
+                "method": split.result.method if split.result else None,
+                "span": split.result.span if split.result else None,
+                "lower_bound": split.bound if math.isfinite(split.bound) else None,
+            }
+        return {**self.result.to_dict(), "partition": self.partition_dict(),
+                "baselines": baselines, "gain": self.gain(), "scope": self.scope,
+                "partitions_scheduled": self.partitions_scheduled,
+                "partitions_pruned": self.partitions_pruned, "solver_runs": self.solver_runs}
+
+
+def schedule_methods(placement: str) -> list[str]:
+    """The registered schedule generators that run on `placement` as written."""
+    return [name for name, m in methods("schedule").items() if m.placement == placement]
+
+
+class _Search:
+    """The state of one plan() call: the clock, the cache of scheduled partitions, progress."""
+
+    def __init__(self, model: LayeredModel, time_limit: float, progress: Optional[Progress],
+                 solver: str, threads: int):
+        self.model = model
+        self.began = time.perf_counter()
+        self.deadline = self.began + time_limit
+        self.progress = progress
+        self.solver = solver
+        self.threads = threads
+        self.cache: dict[tuple[str, tuple[int, ...]], Split] = {}
+        self.best: Optional[Split] = None
+        self.bound = 0.0
+        self.solver_runs = 0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.began
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def tell(self, phase: str, **fields) -> None:
+        if self.progress is None:
+            return
+        incumbent = self.best.span if self.best is not None else None
+        gap = None
+        if incumbent is not None and math.isfinite(incumbent) and incumbent > 0:
+            gap = max(0.0, (incumbent - self.bound) / incumbent)
+        self.progress({"phase": phase, "elapsed": self.elapsed(), "incumbent": incumbent,
+                       "bound": self.bound if math.isfinite(self.bound) else None, "gap": gap, "scheduled": len(self.cache), **fields})
+
+    def placed(self, placement: str) -> LayeredModel:
+        if placement == self.model.placement:
+            return self.model
+        chunks = self.model.chunks if placement == "interleaved" else 0
+        return self.model.with_settings(placement=placement, chunks=chunks)
+
+    def instance(self, placement: str, sizes: Sequence[int]) -> Optional[Instance]:
+        try:
+            return self.placed(placement).instance(sizes)
+        except ZboptError:  # the cap cannot hold this split's static memory and one activation
+            return None
+
+    def schedule(self, placement: str, sizes: Sequence[int], bound: Optional[float] = None) -> Split:
+        """The best registered schedule of one partition (cached)."""
+        key = (placement, tuple(sizes))
+        if key in self.cache:
+            return self.cache[key]
+        instance = self.instance(placement, sizes)
+        if instance is None:
+            split = Split(placement, tuple(sizes), None, math.inf)
+        else:
+            results = [run(name, instance) for name in schedule_methods(placement)]
+            best = best_of(results)
+            from ..registry import schedule_bound
+            own = schedule_bound(instance)
+            value = max(bound or 0.0, own[1] if own else 0.0)
+            split = Split(placement, tuple(sizes), best, value)
+        self.cache[key] = split
+        self.offer(split)
+        return split
+
+    def offer(self, split: Split) -> None:
+        if split.result is not None and (self.best is None or split.span < self.best.span):
+            self.best = split
+
+    def improve_locally(self, placement: str, start: Split, budget_end: float) -> None:
+        """Move one stage boundary by one layer while the best schedule gets shorter."""
+        current = start
+        while time.perf_counter() < budget_end:
+            moved = False
+            for neighbour in _neighbours(current.sizes):
+                if time.perf_counter() >= budget_end:
+                    return
+                candidate = self.schedule(placement, neighbour)
+                if candidate.span < current.span * (1 - TOLERANCE):
+                    current, moved = candidate, True
+                    self.tell("local search", placement=placement)
+                    break
+            if not moved:
+                return
+
+    def solve(self, split: Split, time_limit: float) -> Split:
+        """The exact solver on one partition: a better schedule or a higher proven bound."""
+        from ..solvers.api import solve
+        instance = self.instance(split.placement, split.sizes)
+        if instance is None or time_limit <= 0.5:
+            return split
+
+        def forward(info: dict) -> None:
+            if info.get("phase") == "search" and info.get("incumbent") is not None:
+                self.tell("solver", solver_incumbent=info["incumbent"],
+                          solver_bound=info.get("bound"), sizes=list(split.sizes))
+
+        result = solve(instance, solver=self.solver, time_limit=time_limit, threads=self.threads,
+                       progress=forward)
+        self.solver_runs += 1
+        bound = max(split.bound, result.lower_bound or 0.0)
+        best = split.result
+        if result.fits() and (best is None or result.span < best.span):
+            best = result
+        updated = Split(split.placement, split.sizes, best, bound)
+        self.cache[(split.placement, split.sizes)] = updated
+        self.offer(updated)
+        return updated
+
+
+def _neighbours(sizes: tuple[int, ...]) -> list[tuple[int, ...]]:
+    out = []
+    for k in range(len(sizes) - 1):
+        for step in (1, -1):
+            moved = list(sizes)
+            moved[k] += step
+            moved[k + 1] -= step
+            if moved[k] >= 1 and moved[k + 1] >= 1:
+                out.append(tuple(moved))
+    return out
+
+
+def _balanced(model: LayeredModel) -> tuple[int, ...]:
+    """Contiguous parts with the least largest part load (each part one stage's t_f+t_b+t_w)."""
+    loads = [x.t_f + x.t_b + x.t_w for x in model.expanded]
+    parts, n = model.num_parts, len(loads)
+    prefix = [0.0]
+    for x in loads:
+        prefix.append(prefix[-1] + x)
+    best = [[math.inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0.0
+    for k in range(1, parts + 1):
+        for j in range(k, n - (parts - k) + 1):
+            for i in range(k - 1, j):
+                value = max(best[k - 1][i], prefix[j] - prefix[i])
+                if value < best[k][j]:
+                    best[k][j], cut[k][j] = value, i
+    sizes, j = [], n
+    for k in range(parts, 0, -1):
+        i = cut[k][j]
+        sizes.append(j - i)
+        j = i
+    return tuple(reversed(sizes))
+
+
+def _infeasible_message(model: LayeredModel) -> str:
+    table = segment_bounds(model.with_settings(placement="contiguous", chunks=0))
+    short, device, sizes = least_excess(table)
+    cap = table.model.memory_cap
+    cap_d = cap[device] if isinstance(cap, (list, tuple)) else cap
+    return (f"memory cap {cap_d:g} cannot hold any split: even the best split "
+            f"{list(sizes)} needs {short:g} more on device {device} for its static memory and "
+            f"one micro-batch's activations; raise memory_cap on device {device} to at least "
+            f"{cap_d + short:g} or use more devices")
+
+
+def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_limit: float = 60,
+         solver: str = "cpsat", threads: int = 2, max_partitions: int = 2000,
+         progress: Optional[Progress] = None) -> Plan:
+    """The partition and schedule with the least span under the cap (see the module doc)."""
+    placements = tuple(dict.fromkeys(placements))
+    for placement in placements:
+        if placement not in PLACEMENTS:
+            raise ZboptError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")
+    if not isinstance(time_limit, (int, float)) or not math.isfinite(time_limit) or time_limit <= 0:
+        raise ZboptError(f"time limit must be a positive number of seconds, got {time_limit!r}")
+    search = _Search(model, float(time_limit), progress, solver, threads)
+    for placement in placements:
+        search.placed(placement)  # ZboptError now if the placement cannot hold the layers
+    bounds: dict[str, float] = {}
+    pending: list[Split] = []
+    pruned = 0
+    share = 0.5 / len(placements)
+    for index, placement in enumerate(placements):
+        placed = search.placed(placement)
+        budget_end = search.began + time_limit * share * (index + 1)
+        starts = [rule(placed) for rule in BASELINES.values()]
+        if placement == "contiguous":
+            table = segment_bounds(placed)
+            best = suffix_minmax(table)
+            if not math.isfinite(best[0][0]):
+                raise ZboptError(_infeasible_message(model))
+            starts.append(argmin_partition(table, best))
+            floor = best[0][0]
+        else:
+            table, best = None, None
+            starts.append(_balanced(placed))
+            floor = _total_load(placed) / placed.devices
+        search.bound = min([*bounds.values(), floor])
+        for sizes in starts:
+            if sizes is not None:
+                search.schedule(placement, sizes)
+        search.tell("baselines", placement=placement)
+        local = [s for (pl, _), s in search.cache.items() if pl == placement and s.result]
+        if local:
+            search.improve_locally(placement, min(local, key=lambda s: s.span), budget_end)
+        if table is None:
+            bounds[placement] = floor
+            pending.extend(s for (pl, _), s in search.cache.items() if pl == placement)
+            continue
+        threshold = search.best.span if search.best is not None else math.inf
+        total = count_below(table, threshold)
+        listed_below = threshold
+        if total > max_partitions:
+            listed_below = _threshold_for(table, best[0][0], threshold, max_partitions)
+        listed = sorted(partitions_below(table, listed_below, best), key=table.partition_bound)
+        pruned += _count_all(table) - len(listed)
+        search.tell("pruned", placement=placement, listed=len(listed), candidates=total)
+        splits = []
+        for sizes in listed:
+            lb = table.partition_bound(sizes)
+            if search.best is not None and lb >= search.best.span * (1 - TOLERANCE):
+                splits.append(Split(placement, sizes, None, lb))
+                continue
+            if time.perf_counter() < budget_end:
+                splits.append(search.schedule(placement, sizes, lb))
+                if len(search.cache) % 25 == 0:
+                    search.tell("scheduling", placement=placement)
+            else:
+                splits.append(search.cache.get((placement, sizes)) or Split(placement, sizes, None, lb))
+        # partitions not listed all have a bound >= listed_below
+        bounds[placement] = listed_below
+        pending.extend(splits)
+    if search.best is None:
+        raise ZboptError("no registered schedule fits the memory cap on any split tried: raise "
+                         "memory_cap or allow other placements")
+
+    def overall() -> float:
+        proven = [s.bound for s in pending]
+        return min([*bounds.values(), *proven, search.best.span])
+
+    search.bound = overall()
+    solved: set[tuple[str, tuple[int, ...]]] = set()
+    # the exact solver: the best partition first, then the weakest proven bound below the span
+    while search.left() > 1.0 and overall() < search.best.span * (1 - TOLERANCE):
+        weak = [s for s in pending if s.bound < search.best.span * (1 - TOLERANCE)
+                and (s.placement, s.sizes) not in solved]
+        best_key = (search.best.placement, search.best.sizes)
+        if best_key not in solved:
+            target = search.best
+        elif weak:
+            target = min(weak, key=lambda s: s.bound)
+        else:
+            break
+        others = [s for s in weak if (s.placement, s.sizes) != (target.placement, target.sizes)]
+        slice_ = search.left() / 2 if others else search.left()
+        search.tell("solver", sizes=list(target.sizes))
+        updated = search.solve(target, slice_)
+        key = (updated.placement, updated.sizes)
+        solved.add(key)
+        pending = [updated if (s.placement, s.sizes) == key else s for s in pending]
+        search.bound = overall()
+    lower = overall()
+    chosen = search.best
+    status = "optimal" if lower >= chosen.span * (1 - TOLERANCE) else "feasible"
+    kinds = ", ".join(placements)
+    scope = f"among schedules of single passes on the {kinds} placement(s), over all partitions"
+    result = replace(chosen.result, status=status, lower_bound=min(lower, chosen.span),
+                     bound_name="partition bound", runtime=search.elapsed(),
+                     message=f"{status} {scope}" + ("" if status == "optimal" else
+                                                    " (gap from the bound over all partitions)"))
+    baselines = {}
+    for name, rule in BASELINES.items():
+        options = []
+        for placement in placements:
+            sizes = rule(search.placed(placement))
+            if sizes is not None:
+                options.append(search.schedule(placement, sizes))
+        fitting = [s for s in options if s.result is not None]
+        baselines[name] = min(fitting, key=lambda s: s.span) if fitting else (options[0] if options else None)
+    search.tell("done")
+    return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs)
+
+
+def _total_load(model: LayeredModel) -> float:
+    """Pass time of one micro-batch through every layer, times the micro-batches (dualpipe's two
+    directions each take half of them through their own copy)."""
+    return sum(x.t_f + x.t_b + x.t_w for x in model.expanded) * model.microbatches
+
+
+def _count_all(table) -> int:
+    return count_below(table, math.inf)
+
+
+def _threshold_for(table, low: float, high: float, limit: int) -> float:
+    """A threshold in (low, high] below which at most `limit` partitions lie."""
+    for _ in range(40):
+        mid = (low + high) / 2
+        if count_below(table, mid) > limit:
+            high = mid
+        else:
+            low = mid
+    return low
