@@ -1,0 +1,255 @@
+"""zbopt profile: per-layer F/B/W times split as torch's pipelining runtime splits them, saved-tensor
+memory, static memory, the layered file it writes, and the refusals."""
+
+import json
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+
+from zbopt.cli import main  # noqa: E402
+from zbopt.errors import ZboptError  # noqa: E402
+from zbopt.layers import load_model  # noqa: E402
+from zbopt.profile import to_layers  # noqa: E402
+from zbopt.profile.measure import LayerTimes, measure_layer, median, memory  # noqa: E402
+
+CPU = torch.device("cpu")
+
+MODULE = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    class Loss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(32, 8)
+
+        def forward(self, hidden):
+            return self.proj(hidden).pow(2).mean()
+
+    def layers(microbatch_size, seq_len):
+        torch.manual_seed(0)
+        blocks = [("embed", nn.Linear(16, 32))]
+        blocks += [(f"blocks.{i}", nn.Sequential(nn.Linear(32, 32), nn.GELU()), "blocks") for i in range(3)]
+        blocks.append(("head+loss", Loss()))
+        return blocks, lambda: torch.randn(microbatch_size, seq_len, 16)
+
+    def not_layers():
+        return 42
+""")
+
+
+@pytest.fixture
+def user_module(tmp_path):
+    path = tmp_path / "mymodel.py"
+    path.write_text(MODULE)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_linear_saved_bytes_are_its_input_and_w_keeps_the_output_gradient():
+    # nn.Linear saves its input (for dW) and its weight (a parameter: static, not counted); after B
+    # the runtime still holds the input and the output gradient it stored for W
+    layer = torch.nn.Linear(64, 32)
+    x = torch.randn(3, 5, 64)
+    m_b, m_w = memory(layer, x)
+    assert m_b == 3 * 5 * 64 * 4
+    assert m_w == 3 * 5 * 64 * 4 + 3 * 5 * 32 * 4
+
+
+def test_saved_bytes_follow_the_dtype_and_count_a_shared_storage_once():
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8, bias=False), torch.nn.Linear(8, 8, bias=False)
+
+        def forward(self, x):  # both matmuls save the same input
+            return self.a(x) + self.b(x)
+
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    m_b, _ = memory(Twice().to(torch.bfloat16), x)
+    assert m_b == 4 * 8 * 2
+
+
+def test_times_are_positive_and_b_plus_w_is_close_to_a_full_backward():
+    mlp = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, 128))
+    x = torch.randn(2, 64, 128)
+    t = measure_layer("mlp", "", mlp, x, warmup=2, repeat=7, device=CPU)
+    assert len(t.t_f) == 14 and len(t.t_b) == len(t.t_w) == len(t.t_full) == 7
+    assert min(t.t_f) > 0 and min(t.t_b) > 0 and min(t.t_w) > 0 and min(t.t_full) > 0
+    # the split runs the same kernels as the full backward, plus graph bookkeeping
+    ratio = (median(t.t_b) + median(t.t_w)) / median(t.t_full)
+    assert 0.5 < ratio < 3.0
+    assert all(p.grad is None for p in mlp.parameters())  # cleared after measuring
+    assert t.parameters == 128 * 512 + 512 + 512 * 128 + 128
+
+
+def test_a_layer_whose_input_needs_no_gradient_has_no_b_as_on_the_first_stage():
+    embedding = torch.nn.Embedding(50, 16)
+    ids = torch.randint(0, 50, (2, 7))
+    t = measure_layer("emb", "", embedding, ids, warmup=0, repeat=3, device=CPU)
+    assert t.t_b == (0.0, 0.0, 0.0)
+    assert min(t.t_w) > 0
+    assert t.m_b == t.m_w == 2 * 7 * 8  # the saved int64 ids, held until the full backward in W
+
+
+def _times(name, group, t_f, m_b=100, m_w=50, parameters=10):
+    return LayerTimes(name=name, group=group, t_f=t_f, t_b=(1.0,), t_w=(2.0,), t_full=(3.0,),
+                      m_b=m_b, m_w=m_w, parameters=parameters)
+
+
+def test_static_is_parameters_times_the_factor_and_blocks_pool_into_one_counted_layer():
+    times = [_times("emb", "", (5.0,), parameters=7),
+             _times("layers.0", "layers", (1.0, 2.0), parameters=11),
+             _times("layers.1", "layers", (9.0, 3.0), m_w=300, parameters=11),
+             _times("out", "", (4.0,), parameters=3)]
+    pooled = to_layers(times, bytes_per_param=16)
+    assert [(x.name, x.count) for x in pooled] == [("emb", 1), ("layers", 2), ("out", 1)]
+    assert [x.static for x in pooled] == [7 * 16, 11 * 16, 3 * 16]
+    assert pooled[1].t_f == 2.5  # median of the pooled samples 1, 2, 3, 9
+    assert pooled[1].m_w == 100  # measured 300 > m_b: written as m_b
+    each = to_layers(times, bytes_per_param=12.5, pool=False)
+    assert [x.name for x in each] == ["emb", "layers.0", "layers.1", "out"]
+    assert [x.static for x in each] == [7 * 12.5, 11 * 12.5, 11 * 12.5, 3 * 12.5]
+    assert each[2].t_f == 6.0
+
+
+def test_module_profile_writes_a_layered_file_that_round_trips(tmp_path, user_module, capsys):
+    out = tmp_path / "m.toml"
+    args = ["profile", "--module", f"{user_module}:layers", "--microbatch-size", "2", "--seq-len", "8",
+            "--warmup", "0", "--repeat", "2", "--devices", "2", "--microbatches", "4", "--mem", "1GiB",
+            "--bytes-per-param", "12", "--out", str(out)]
+    assert main(args) == 0
+    model = load_model(out)
+    assert [x.name for x in model.layers] == ["embed", "blocks", "head+loss"]
+    assert [x.name for x in model.expanded] == ["embed", "blocks.0", "blocks.1", "blocks.2", "head+loss"]
+    assert model.devices == 2 and model.microbatches == 4 and model.memory_cap == 2**30
+    assert model.time_unit == "us" and model.memory_unit == "bytes"
+    assert model.layers[0].static == (16 * 32 + 32) * 12
+    assert model.layers[0].m_b == 2 * 8 * 16 * 4  # the Linear's saved input
+    assert all(x.t_f > 0 and x.t_w > 0 for x in model.layers)
+    text = out.read_text()
+    assert "1 torch thread(s)" in text and "layer names use module" in text
+    before = text
+    capsys.readouterr()
+    assert main(args) == 2  # no overwrite without --force, nothing measured
+    assert "exists" in capsys.readouterr().err and out.read_text() == before
+    json_out = tmp_path / "m.json"
+    assert main(args[:-1] + [str(json_out), "--each-block", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [x["name"] for x in doc["model"]["layers"]] == ["embed", "blocks.0", "blocks.1", "blocks.2", "head+loss"]
+    assert {row["name"] for row in doc["layers"]} >= {"blocks.1"} and doc["settings"]["threads"] == 1
+    assert load_model(json_out).num_layers == 5
+
+
+def test_llama_tiny_uses_torchtitan_names_and_shapes(tmp_path):
+    out = tmp_path / "llama.toml"
+    assert main(["profile", "--preset", "llama-tiny", "--seq-len", "16", "--warmup", "0", "--repeat", "1",
+                 "--out", str(out)]) == 0
+    model = load_model(out)
+    assert [x.name for x in model.expanded] == ["tok_embeddings"] + [f"layers.{i}" for i in range(6)] + [
+        "norm+lm_head"]
+    embedding, blocks, head = model.layers
+    assert embedding.static == 2048 * 256 * 16 and embedding.t_b == 0
+    # a block: attention 4 * 256^2, SwiGLU 3 * 256 * 768, two RMSNorm weights
+    assert blocks.static == (4 * 256 * 256 + 3 * 256 * 768 + 2 * 256) * 16
+    assert head.static == (256 + 2048 * 256) * 16
+    assert blocks.m_b > 16 * 256 * 4  # more than its input alone
+
+
+def test_gpt2_tiny_uses_hf_names_and_counts_a_tied_embedding_on_both_ends(tmp_path, capsys):
+    assert main(["profile", "--preset", "gpt2-tiny", "--seq-len", "16", "--warmup", "0", "--repeat", "1",
+                 "--each-block", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    names = [x["name"] for x in doc["model"]["layers"]]
+    assert names == ["transformer.wte+transformer.wpe"] + [f"transformer.h.{i}" for i in range(6)] + [
+        "transformer.ln_f+lm_head"]
+    first, last = doc["model"]["layers"][0], doc["model"]["layers"][-1]
+    assert first["static"] == (8192 + 1024) * 256 * 16
+    assert last["static"] == (2 * 256 + 8192 * 256) * 16  # the tied weight is held by the last stage too
+
+
+def test_hf_config_file_names_layers_by_hf_fqns(tmp_path, capsys):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+                                  "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}))
+    assert main(["profile", "--hf-config", str(config), "--seq-len", "8", "--warmup", "0", "--repeat", "1",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(x["name"], x.get("count", 1)) for x in doc["model"]["layers"]] == [
+        ("model.embed_tokens", 1), ("model.layers", 2), ("model.norm+lm_head", 1)]
+    assert doc["naming"] == "hf" and doc["out"] is None
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--repeat", "0"], "--repeat must be"),
+    (["--seq-len", "0"], "--seq-len must be"),
+    (["--warmup", "-1"], "--warmup must be"),
+    (["--bytes-per-param", "-1"], "--bytes-per-param"),
+    (["--bytes-per-param", "nan"], "--bytes-per-param"),
+    (["--mem", "1p"], "absolute"),
+    (["--devices", "9"], "only 5 layers"),
+    (["--dtype", "int8"], "--dtype"),
+    (["--out", "x.csv"], ".toml or .json"),
+    (["--naming", "hf"], "--naming applies"),
+])
+def test_bad_numbers_exit_2(user_module, capsys, extra, message):
+    assert main(["profile", "--module", f"{user_module}:layers", "--repeat", "1", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_such_package_zb.mod:fn", "cannot import no_such_package_zb.mod"),
+    ("nofunction", "pkg.module:function"),
+    ("{module}:missing", "no function 'missing'"),
+    ("{module}:not_layers", "must return a ModelSpec or a pair"),
+    ("{dir}/absent.py:fn", "cannot import"),
+])
+def test_module_that_does_not_import_or_return_layers_exits_2(user_module, capsys, spec, message):
+    spec = spec.format(module=user_module, dir=user_module.parent)
+    assert main(["profile", "--module", spec]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"model_type": "t5"}, "not a decoder model"),
+    ({"model_type": "bert"}, "knows decoders shaped like llama"),
+    ({"vocab_size": 10}, "needs a model_type"),
+    ({"model_type": "no-such-model"}, "cannot build config"),
+])
+def test_non_decoder_config_exits_2(tmp_path, capsys, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["profile", "--hf-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_other_bad_sources_exit_2(tmp_path, capsys):
+    assert main(["profile", "--preset", "nope"]) == 2
+    assert "unknown preset" in capsys.readouterr().err
+    assert main(["profile", "--hf-config", str(tmp_path / "absent.json")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["profile", "--preset", "gpt2-tiny", "--seq-len", "5000"]) == 2
+    assert "1024 positions" in capsys.readouterr().err
+    assert main(["profile", "--preset", "gpt2-tiny", "--naming", "torchtitan"]) == 2
+    assert "llama-shaped" in capsys.readouterr().err
+
+
+def test_library_refuses_bad_repeat():
+    from zbopt.profile import profile
+    from zbopt.profile.models import LayerSpec, ModelSpec
+    spec = ModelSpec((LayerSpec("a", torch.nn.Linear(2, 2)),), lambda: torch.randn(1, 2))
+    with pytest.raises(ZboptError, match="repeat"):
+        profile(spec, warmup=0, repeat=0)

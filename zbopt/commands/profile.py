@@ -1,0 +1,200 @@
+"""zbopt profile: measure a PyTorch model layer by layer and write a layered model file."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+import sys
+from pathlib import Path
+
+from ..errors import ZboptError
+from ._common import console, fmt, print_json, refuse_overwrite
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?)?\s*$", re.IGNORECASE)
+_FACTOR = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def register(sub) -> None:
+    parser = sub.add_parser(
+        "profile", help="measure a PyTorch model layer by layer (F, B, W, activations, static "
+                        "memory) and write a layered model file")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hf-config", metavar="FILE",
+                        help="a transformers decoder config (config.json, its directory, or a "
+                             ".toml with the same keys): random weights, nothing downloaded")
+    source.add_argument("--preset", help="a shipped model: llama-tiny or gpt2-tiny")
+    source.add_argument("--module", metavar="PKG.MOD:FUNCTION",
+                        help="a function returning (layers, make_input); see docs/profile.md")
+    parser.add_argument("--microbatch-size", type=int, default=1, metavar="B",
+                        help="sequences per micro-batch (default 1)")
+    parser.add_argument("--seq-len", type=int, default=128, metavar="S",
+                        help="tokens per sequence (default 128)")
+    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    parser.add_argument("--device", default="auto", help="auto (CUDA if present, default), cpu or cuda")
+    parser.add_argument("--warmup", type=int, default=3, help="unrecorded repetitions per layer (default 3)")
+    parser.add_argument("--repeat", type=int, default=10,
+                        help="recorded repetitions per layer; the file keeps the median (default 10)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads while measuring (default 1: steadier)")
+    parser.add_argument("--bytes-per-param", type=float, default=16.0, metavar="N",
+                        help="static memory per parameter: weights, gradients and optimizer "
+                             "states (default 16: mixed-precision Adam)")
+    parser.add_argument("--naming", choices=("hf", "torchtitan"), default=None,
+                        help="layer names: hf module FQNs, or torchtitan's llama3 names "
+                             "(default: torchtitan for llama-tiny, hf otherwise)")
+    parser.add_argument("--each-block", action="store_true",
+                        help="one layer per block with its own medians (default: identical "
+                             "blocks pooled into one layer with a count)")
+    parser.add_argument("--devices", type=int, default=2, help="pipeline devices in the file (default 2)")
+    parser.add_argument("--microbatches", type=int, default=8,
+                        help="micro-batches in the file (default 8)")
+    parser.add_argument("--mem", default=None, metavar="CAP",
+                        help="memory cap per device in bytes (e.g. 80e9, 16GiB; default none)")
+    parser.add_argument("--out", metavar="FILE", help="write the layered model (.toml or .json)")
+    parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.set_defaults(func=run)
+
+
+def parse_bytes(text: str | None):
+    """A cap in bytes: a number, or with a unit (GB = 1e9, GiB = 2**30), or none."""
+    if text is None or text.strip().lower() in ("none", "unlimited", "inf"):
+        return None
+    match = _SIZE.match(text)
+    if not match:
+        raise ZboptError(f"--mem {text!r}: give bytes per device, e.g. 80e9, 80GB or 16GiB "
+                         f"(a layered model's cap is absolute, not a multiple of p)")
+    unit = (match.group(2) or "").lower().rstrip("b")
+    value = float(match.group(1)) * _FACTOR[unit]
+    if not math.isfinite(value) or value <= 0:
+        raise ZboptError(f"--mem {text!r}: the cap must be a positive number of bytes")
+    return int(value) if value.is_integer() else value
+
+
+def check_numbers(args) -> None:
+    for flag, value, low in (("--microbatch-size", args.microbatch_size, 1), ("--seq-len", args.seq_len, 1),
+                             ("--warmup", args.warmup, 0), ("--repeat", args.repeat, 1),
+                             ("--threads", args.threads, 1), ("--devices", args.devices, 1),
+                             ("--microbatches", args.microbatches, 1)):
+        if value < low:
+            raise ZboptError(f"{flag} must be an integer >= {low}, got {value}")
+    if not math.isfinite(args.bytes_per_param) or args.bytes_per_param < 0:
+        raise ZboptError(f"--bytes-per-param must be a finite number >= 0, got {args.bytes_per_param}")
+
+
+def check_out(path: str | None, force: bool) -> Path | None:
+    if path is None:
+        return None
+    out = refuse_overwrite(path, force)
+    if out.suffix not in (".toml", ".json"):
+        raise ZboptError(f"--out {path}: give a .toml or .json file name")
+    if not out.parent.is_dir():
+        raise ZboptError(f"--out {path}: directory {out.parent} does not exist")
+    return out
+
+
+def build(args, dtype, device):
+    from ..profile import function_model, hf_model, preset_model, read_config
+    if args.preset:
+        return preset_model(args.preset, args.microbatch_size, args.seq_len, dtype, device, args.naming)
+    if args.hf_config:
+        config = read_config(args.hf_config)
+        return hf_model(config, args.microbatch_size, args.seq_len, dtype, device,
+                        naming=args.naming or "hf", name=Path(args.hf_config).stem,
+                        source=args.hf_config)
+    if args.naming:
+        raise ZboptError("--naming applies to --preset and --hf-config; a --module names its own layers")
+    return function_model(args.module, args.microbatch_size, args.seq_len, dtype, device)
+
+
+def run(args) -> int:
+    check_numbers(args)
+    cap = parse_bytes(args.mem)
+    out = check_out(args.out, args.force)  # before any measuring
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ZboptError("zbopt profile needs torch: pip install 'zbopt[torch]'") from None
+    from ..layers import Layer, LayeredModel
+    from ..profile.profiler import resolve_device, resolve_dtype
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    model = build(args, dtype, device)
+    # the pipeline settings must accept this many layers before the minutes of measuring
+    LayeredModel(layers=tuple(Layer(name=f"l{i}", t_f=1, t_b=1, t_w=1) for i in range(len(model.layers))),
+                 devices=args.devices, microbatches=args.microbatches, memory_cap=cap)
+    settings = {"microbatch_size": args.microbatch_size, "seq_len": args.seq_len, "dtype": args.dtype,
+                "bytes_per_param": args.bytes_per_param}
+    result = _measure(model, args, device, settings)
+    layered = result.layered_model(args.devices, args.microbatches, cap, args.bytes_per_param,
+                                   pool=not args.each_block)
+    if out is not None:
+        layered.save(out, overwrite=args.force)
+        if out.suffix == ".toml":  # provenance as comments: the layered format has no key for it
+            out.write_text(header(result, layered) + out.read_text())
+    clamped = [t.name for t in result.layers if t.m_w > t.m_b]
+    if args.json:
+        print_json({"model": layered.to_dict(), "layers": result.summary(), "settings": result.settings,
+                    "naming": result.naming, "m_w_clamped": clamped, "out": str(out) if out else None})
+        return 0
+    _print(result, layered, clamped, out)
+    return 0
+
+
+def _measure(model, args, device, settings):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..profile.profiler import profile
+    total = len(model.layers) * (args.warmup + args.repeat)
+    columns = (TextColumn("profile {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True,
+                  disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task(model.layers[0].name, total=total)
+
+        def progress(name: str, done: int, _total: int) -> None:
+            bar.update(task, completed=done, description=name)
+
+        return profile(model, args.warmup, args.repeat, device, args.threads, settings, progress)
+
+
+def header(result, layered) -> str:
+    s = result.settings
+    lines = [
+        f"written by `zbopt profile` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"model {result.name}: layer names use {result.naming} module names",
+        f"micro-batch {s['microbatch_size']} x {s['seq_len']} tokens, {s['dtype']} on {s['device']}, "
+        f"{s['threads']} torch thread(s), torch {s['torch']}, {s['machine']}",
+        f"times: median of {s['repeat']} repetitions after {s['warmup']} warm-up, microseconds; F, B "
+        f"(stage_backward_input), W (stage_backward_weight)",
+        "m_b: bytes saved for backward by F; m_w: bytes still held after B (capped at m_b)",
+        f"static: parameters x {s['bytes_per_param']:g} bytes",
+        "per measured layer: name, F, B, W, full backward (median us), m_w as measured:",
+    ]
+    for row in result.summary():
+        lines.append(f"  {row['name']}: {row['t_f']:.1f} {row['t_b']:.1f} {row['t_w']:.1f} "
+                     f"{row['t_full']:.1f} m_w={row['m_w_measured']}")
+    return "".join(f"# {line}\n" for line in lines) + "\n"
+
+
+def _print(result, layered, clamped, out) -> None:
+    from rich.table import Table
+    con = console()
+    con.print(f"[bold]{layered.name}[/]: {layered.num_layers} layers, times in us (median), memory in bytes")
+    table = Table("layer", "count", "t_f", "t_b", "t_w", "m_b", "m_w", "static")
+    for layer in layered.layers:
+        table.add_row(layer.name, str(layer.count), fmt(layer.t_f), fmt(layer.t_b), fmt(layer.t_w),
+                      fmt(layer.m_b), fmt(layer.m_w), fmt(layer.static))
+    con.print(table)
+    split = sum(r["t_b"] + r["t_w"] for r in result.summary())
+    full = sum(r["t_full"] for r in result.summary())
+    if full:
+        con.print(f"B + W against a full backward measured in the same run: {split / full:.2f}x")
+    if clamped:
+        con.print(f"m_w measured above m_b for {len(clamped)} layer(s) (torch keeps the graph to W; "
+                  f"written as m_w = m_b): {', '.join(clamped[:4])}{' ...' if len(clamped) > 4 else ''}")
+    if out is not None:
+        con.print(f"wrote {out}")
+    else:
+        con.print("(no --out: nothing written)")

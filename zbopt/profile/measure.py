@@ -1,0 +1,224 @@
+"""Time and memory of one model layer, split the way torch.distributed.pipelining runs it.
+
+Per repetition a layer runs F (its forward on a fresh copy of its input), B
+(`stage_backward_input`: gradients of the inputs only, the graph retained, the output side
+dropped) and W (`stage_backward_weight`: the weight gradients from the intermediates B kept),
+then, as a peer measured in the same run, F again and a full backward (`stage_backward`). A
+layer whose input needs no gradient (token ids) has no B: the runtime skips it on the first
+stage and runs the whole backward as W, and so does this.
+
+Memory (one untimed forward under `saved_tensors_hooks`, then B):
+- m_b: bytes of the distinct storages autograd saved for backward during F, parameters and
+  buffers excluded (they are static memory), the layer's input included if an op saved it.
+- m_w: what is still held after B for W: the saved storages of the graph nodes B kept alive
+  (those on the paths to the weights) plus the output gradients B stored for W. It can exceed
+  m_b (a lone nn.Linear keeps its input and gets its output gradient); the layered format
+  needs m_w <= m_b, so the layer writes min(m_w, m_b) and says so (`m_w_clamped`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.distributed.pipelining._backward import (
+    stage_backward,
+    stage_backward_input,
+    stage_backward_weight,
+)
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Samples in microseconds (warm-up excluded) and the memory of one measured layer."""
+
+    name: str
+    group: str  # layers measured apart but written as one layer with a count share a group
+    t_f: tuple[float, ...]
+    t_b: tuple[float, ...]
+    t_w: tuple[float, ...]
+    t_full: tuple[float, ...]  # the full backward (stage_backward) of the same layer
+    m_b: int
+    m_w: int  # as measured, before any clamp to m_b
+    parameters: int
+
+
+def median(samples: tuple[float, ...]) -> float:
+    return statistics.median(samples) if samples else 0.0
+
+
+def iqr(samples: tuple[float, ...]) -> float:
+    if len(samples) < 2:
+        return 0.0
+    q = statistics.quantiles(samples, n=4, method="inclusive")
+    return q[2] - q[0]
+
+
+class _Saved:
+    """What the pack hook stores: a weakref-able box, alive exactly as long as its graph node."""
+
+    __slots__ = ("tensor", "key", "nbytes", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor, key: int, nbytes: int) -> None:
+        self.tensor = tensor
+        self.key = key
+        self.nbytes = nbytes
+
+
+def _storage(t: torch.Tensor) -> tuple[int, int] | None:
+    try:
+        s = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # sparse or wrapper tensors have none
+        return None
+    return s.data_ptr(), s.nbytes()
+
+
+def _unique_bytes(pairs) -> int:
+    seen: dict[int, int] = {}
+    for key, nbytes in pairs:
+        seen[key] = max(seen.get(key, 0), nbytes)
+    return sum(seen.values())
+
+
+def _fresh(x: Any) -> Any:
+    """A new leaf like the runtime's received activation (needs grad if it is floating point)."""
+    if isinstance(x, torch.Tensor):
+        leaf = x.detach()
+        if leaf.is_floating_point():
+            leaf.requires_grad_(True)
+        return leaf
+    return x
+
+
+def _needs_grad(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.requires_grad
+
+
+def _output_grad(y: torch.Tensor) -> torch.Tensor | None:
+    """None for a scalar loss (the runtime starts the backward from it), else a gradient
+    such as the next stage would send."""
+    return None if y.dim() == 0 else torch.randn_like(y)
+
+
+class _Clock:
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+
+def memory(module: nn.Module, x_in: Any) -> tuple[int, int]:
+    """(m_b, m_w) in bytes of one micro-batch through `module` (see the module docstring)."""
+    static = {p.untyped_storage().data_ptr() for p in list(module.parameters()) + list(module.buffers())}
+    boxes: list[weakref.ref] = []
+    found: list[tuple[int, int]] = []
+
+    def pack(t: torch.Tensor):
+        where = _storage(t)
+        if where is None or where[0] in static or where[1] == 0:
+            return t
+        # detached: the box must not hold the graph it belongs to (a cycle would keep it alive)
+        box = _Saved(t.detach(), *where)
+        boxes.append(weakref.ref(box))
+        found.append(where)
+        return box
+
+    def unpack(saved):
+        return saved.tensor if isinstance(saved, _Saved) else saved
+
+    x = _fresh(x_in)
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        y = module(x)
+    y = _stage_output(y)
+    m_b = _unique_bytes(found)
+    params = list(module.parameters())
+    if not _needs_grad(x):  # no B: everything stays until the full backward in W
+        stage_backward(y, _output_grad(y), [x])
+        return m_b, m_b
+    _, groups = stage_backward_input([y], _nonscalar(_output_grad(y)), [x], iter(params))
+    del y
+    alive = [(b.key, b.nbytes) for ref in boxes if (b := ref()) is not None]
+    grads = [where for g in groups for grad_tuple in g.get("grads") or ()
+             for t in grad_tuple if isinstance(t, torch.Tensor) and (where := _storage(t))]
+    m_w = _unique_bytes(alive + grads)
+    stage_backward_weight(iter(params), groups)
+    return m_b, m_w
+
+
+def _nonscalar(grad: torch.Tensor | None) -> list[torch.Tensor] | None:
+    return None if grad is None else [grad]
+
+
+def _stage_output(y: Any) -> torch.Tensor:
+    """The output as the runtime's B takes it: B detaches it in place, which a view refuses, so
+    a view gets a copy (made outside the timed region; its backward passes the gradient on)."""
+    if not isinstance(y, torch.Tensor):
+        raise TypeError(f"a layer must return one tensor, got {type(y).__name__}")
+    return y.clone() if y._is_view() else y
+
+
+def time_layer(module: nn.Module, x_in: Any, warmup: int, repeat: int, device: torch.device,
+               tick: Callable[[], None] | None = None) -> tuple[list[float], ...]:
+    """Lists of F, B, W and full-backward times (seconds) of `repeat` repetitions after
+    `warmup` unrecorded ones; `tick` is called once per repetition."""
+    clock = _Clock(device)
+    params = list(module.parameters())
+    t_f, t_b, t_w, t_full = [], [], [], []
+    grad = None
+    for i in range(warmup + repeat):
+        x = _fresh(x_in)
+        start = clock.now()
+        y = module(x)
+        forward = clock.now() - start
+        y = _stage_output(y)
+        if grad is None:
+            grad = _output_grad(y)
+        if _needs_grad(x):
+            start = clock.now()
+            _, groups = stage_backward_input([y], _nonscalar(grad), [x], iter(params))
+            middle = clock.now()
+            stage_backward_weight(iter(params), groups)
+            end = clock.now()
+            backward_input, backward_weight = middle - start, end - middle
+        else:  # the runtime's first stage: B is skipped, W is the full backward
+            start = clock.now()
+            stage_backward(y, grad, [x])
+            backward_input, backward_weight = 0.0, clock.now() - start
+        del y
+        x = _fresh(x_in)
+        start = clock.now()
+        y = module(x)
+        forward_again = clock.now() - start
+        start = clock.now()
+        stage_backward(y, grad, [x])
+        full = clock.now() - start
+        del y
+        if i >= warmup:
+            t_f += [forward, forward_again]
+            t_b.append(backward_input)
+            t_w.append(backward_weight)
+            t_full.append(full)
+        if tick is not None:
+            tick()
+    return t_f, t_b, t_w, t_full
+
+
+def measure_layer(name: str, group: str, module: nn.Module, x_in: Any, warmup: int, repeat: int,
+                  device: torch.device, tick: Callable[[], None] | None = None) -> LayerTimes:
+    """Times (microseconds) and memory of one layer; its gradients are cleared afterwards."""
+    m_b, m_w = memory(module, x_in)
+    samples = time_layer(module, x_in, warmup, repeat, device, tick)
+    for p in module.parameters():
+        p.grad = None
+    us = [tuple(round(s * 1e6, 3) for s in kind) for kind in samples]
+    unique = {id(p): p.numel() for p in module.parameters()}
+    return LayerTimes(name=name, group=group, t_f=us[0], t_b=us[1], t_w=us[2], t_full=us[3],
+                      m_b=m_b, m_w=m_w, parameters=sum(unique.values()))

@@ -1,0 +1,281 @@
+"""The models `zbopt profile` measures, as ordered layers: a Hugging Face decoder config, a
+shipped preset, or a user's `pkg.module:function`.
+
+The `--module` contract: `function(microbatch_size=..., seq_len=...)` (it receives those of the
+two keywords its signature names, or both if it takes **kwargs) returns a `ModelSpec`, or a pair
+`(layers, make_input)` where `layers` is a sequence of `(name, nn.Module)` (or `LayerSpec`) in
+model order and `make_input()` returns the first layer's input for one micro-batch. Each layer is
+called with the previous layer's output and returns one tensor; the last one returns the loss (a
+scalar) or a tensor whose gradient is taken as random, as a next stage would send it. Floating
+parameters and a floating input are cast to --dtype and moved to the device.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import ZboptError
+
+PRESETS = {
+    "llama-tiny": "torchtitan",  # preset -> the layer naming it uses by default
+    "gpt2-tiny": "hf",
+}
+NAMINGS = ("hf", "torchtitan")
+# torchtitan's llama3 module names (torchtitan >= 0.3 calls the output layer lm_head; 0.2.x output)
+TORCHTITAN_NAMES = {"embedding": "tok_embeddings", "blocks": "layers", "head": "norm+lm_head"}
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer to measure: its module FQN(s) and the module that runs it. Consecutive layers
+    sharing a `group` may be written as one layer named `group` with a count."""
+
+    name: str
+    module: Any  # torch.nn.Module
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    layers: tuple[LayerSpec, ...]
+    make_input: Callable[[], Any]
+    name: str = ""
+    naming: str = ""  # how the layer names were chosen: "hf", "torchtitan" or "module"
+
+
+def preset_path(name: str) -> Path:
+    if name not in PRESETS:
+        raise ZboptError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
+    return Path(__file__).resolve().parents[1] / "data" / "models" / f"{name}.toml"
+
+
+def read_config(path: str | Path):
+    """A transformers config from a config.json (or a directory holding one) or a TOML file
+    with the same keys; nothing is downloaded."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ZboptError(f"config file {path} not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ZboptError(f"{path}: not a readable config ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        raise ZboptError(f"{path}: a transformers config needs a model_type key")
+    _transformers()
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    model_type = data.pop("model_type")
+    try:
+        config = AutoConfig.for_model(model_type, **data)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ZboptError(f"{path}: transformers cannot build config {model_type!r}: "
+                         f"{str(err).splitlines()[0]}") from None
+    if getattr(config, "is_encoder_decoder", False) or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise ZboptError(f"{path}: {model_type!r} is not a decoder model (no causal-LM class in "
+                         f"transformers): give a decoder-only config such as llama or gpt2")
+    return config
+
+
+def _transformers() -> None:
+    try:
+        import transformers
+    except ImportError:
+        raise ZboptError("--hf-config and --preset need transformers: pip install 'zbopt[hf]'") from None
+    transformers.logging.set_verbosity_error()
+
+
+def _available_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def hf_model(config, microbatch_size: int, seq_len: int, dtype, device, naming: str = "hf",
+             name: str = "", source: str = "config") -> ModelSpec:
+    """The embedding, every decoder block and the final norm + output layer + loss of a
+    transformers causal LM with random weights."""
+    _transformers()
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from .wrappers import Block, Head, PositionalEmbedding
+
+    if naming not in NAMINGS:
+        raise ZboptError(f"unknown naming {naming!r}: choose {' or '.join(NAMINGS)}")
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    with torch.device("meta"):  # shapes only: refuse a model that cannot fit before building it
+        skeleton = _build(AutoModelForCausalLM, config)
+    count = sum(p.numel() for p in skeleton.parameters())
+    need = count * torch.tensor([], dtype=dtype).element_size() * 2  # weights and gradients
+    free = _available_bytes()
+    if device.type == "cpu" and free is not None and need > 0.8 * free:
+        raise ZboptError(f"{source}: {count:,} parameters need {need / 2**30:.1f} GiB with their "
+                         f"gradients; {free / 2**30:.1f} GiB is available: profile a smaller "
+                         f"config")
+    shape = _shape(skeleton.base_model)
+    if shape is None:
+        kids = ", ".join(n for n, _ in skeleton.base_model.named_children())
+        raise ZboptError(f"{source}: {config.model_type!r} has modules {kids}; zbopt profile "
+                         f"knows decoders shaped like llama (embed_tokens, layers, norm, "
+                         f"rotary_emb) or gpt2 (wte, wpe, h, ln_f): use --module for others")
+    if shape == "learned" and limit and seq_len > limit:
+        raise ZboptError(f"--seq-len {seq_len} exceeds the model's {limit} positions")
+    if naming == "torchtitan" and shape != "rotary":
+        raise ZboptError(f"{source}: torchtitan naming is for llama-shaped models; use --naming hf")
+    del skeleton
+    torch.manual_seed(0)
+    model = _build(AutoModelForCausalLM, config).to(device=device, dtype=dtype)
+    model.train()
+    base = model.base_model
+    prefix = model.base_model_prefix
+    fqn = {id(m): n for n, m in model.named_modules()}
+    generator = torch.Generator().manual_seed(0)
+    vocab = config.vocab_size
+    ids = torch.randint(0, vocab, (microbatch_size, seq_len), generator=generator).to(device)
+    labels = torch.randint(0, vocab, (microbatch_size, seq_len), generator=generator).to(device)
+    head_module = model.get_output_embeddings()
+    if shape == "rotary":
+        positions = torch.arange(seq_len, device=device).unsqueeze(0)
+        with torch.no_grad():
+            probe = torch.zeros(1, seq_len, config.hidden_size, device=device, dtype=dtype)
+            rope = base.rotary_emb(probe, position_ids=positions)
+        embedding, embedding_names = base.embed_tokens, [f"{prefix}.embed_tokens"]
+        blocks, block_group = base.layers, f"{prefix}.layers"
+        norm = base.norm
+        kwargs = {"position_embeddings": rope, "position_ids": positions}
+    else:
+        positions = torch.arange(seq_len, device=device).unsqueeze(0)
+        embedding = PositionalEmbedding(base.wte, base.wpe, base.drop, positions)
+        embedding_names = [f"{prefix}.wte", f"{prefix}.wpe"]
+        blocks, block_group = base.h, f"{prefix}.h"
+        norm = base.ln_f
+        kwargs = {}
+    head_names = [fqn[id(norm)], fqn[id(head_module)]]
+    names = {"embedding": "+".join(embedding_names), "blocks": block_group, "head": "+".join(head_names)}
+    if naming == "torchtitan":
+        names = dict(TORCHTITAN_NAMES)
+    layers = [LayerSpec(names["embedding"], embedding)]
+    layers += [LayerSpec(f"{names['blocks']}.{i}", Block(block, kwargs), names["blocks"])
+               for i, block in enumerate(blocks)]
+    layers.append(LayerSpec(names["head"], Head(norm, head_module, labels)))
+    return ModelSpec(layers=tuple(layers), make_input=lambda: ids, name=name or config.model_type,
+                     naming=naming)
+
+
+def _build(auto, config):
+    try:
+        return auto.from_config(config, attn_implementation="sdpa")
+    except (ValueError, ImportError):  # a model without an SDPA path
+        return auto.from_config(config)
+
+
+def _shape(base) -> str | None:
+    kids = {n for n, _ in base.named_children()}
+    if {"embed_tokens", "layers", "norm", "rotary_emb"} <= kids:
+        return "rotary"
+    if {"wte", "wpe", "h", "ln_f"} <= kids:
+        return "learned"
+    return None
+
+
+def preset_model(name: str, microbatch_size: int, seq_len: int, dtype, device,
+                 naming: str | None = None) -> ModelSpec:
+    path = preset_path(name)
+    config = read_config(path)
+    return hf_model(config, microbatch_size, seq_len, dtype, device,
+                    naming=naming or PRESETS[name], name=name, source=f"preset {name}")
+
+
+def function_model(spec: str, microbatch_size: int, seq_len: int, dtype, device) -> ModelSpec:
+    """The layers returned by `pkg.module:function` (or `path/file.py:function`)."""
+    target, _, func_name = spec.rpartition(":")
+    if not target or not func_name:
+        raise ZboptError(f"--module {spec!r}: write pkg.module:function (or file.py:function)")
+    try:
+        module = _import(target)
+    except Exception as err:  # noqa: BLE001 - any import failure is the user's to fix
+        raise ZboptError(f"--module {spec}: cannot import {target} ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ZboptError(f"--module {spec}: {target} has no function {func_name!r}")
+    wanted = {"microbatch_size": microbatch_size, "seq_len": seq_len}
+    try:
+        params = inspect.signature(func).parameters
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            wanted = {k: v for k, v in wanted.items() if k in params}
+        result = func(**wanted)
+    except Exception as err:  # noqa: BLE001 - the user's function failed
+        raise ZboptError(f"--module {spec}: {func_name}() raised {type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''}") from None
+    model = _as_model_spec(result, spec)
+    for layer in model.layers:
+        layer.module.to(device=device, dtype=dtype).train()
+    make_input = model.make_input
+
+    def make_cast_input():
+        x = make_input()
+        if hasattr(x, "is_floating_point") and x.is_floating_point():
+            return x.to(device=device, dtype=dtype)
+        return x.to(device) if hasattr(x, "to") else x
+
+    return ModelSpec(model.layers, make_cast_input, name=model.name or func_name, naming="module")
+
+
+def _import(target: str):
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise FileNotFoundError(f"no file {target}")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    if os.getcwd() not in sys.path:  # as `python -m` would: the user's package in the cwd
+        sys.path.insert(0, os.getcwd())
+    return importlib.import_module(target)
+
+
+def _as_model_spec(result: Any, spec: str) -> ModelSpec:
+    from torch import nn
+    if isinstance(result, ModelSpec):
+        layers, make_input, name = result.layers, result.make_input, result.name
+    elif isinstance(result, (tuple, list)) and len(result) == 2:
+        (layers, make_input), name = result, ""
+    else:
+        raise ZboptError(f"--module {spec}: the function must return a ModelSpec or a pair "
+                         f"(layers, make_input), got {type(result).__name__}")
+    if not callable(make_input):
+        raise ZboptError(f"--module {spec}: make_input must be callable")
+    out: list[LayerSpec] = []
+    for item in layers if isinstance(layers, Sequence) else ():
+        layer = item if isinstance(item, LayerSpec) else (
+            LayerSpec(*item) if isinstance(item, (tuple, list)) and len(item) in (2, 3) else None)
+        if layer is None or not isinstance(layer.name, str) or not layer.name \
+                or not isinstance(layer.module, nn.Module):
+            raise ZboptError(f"--module {spec}: each layer is (name, nn.Module) with a non-empty "
+                             f"name, got {item!r:.80}")
+        out.append(layer)
+    if not out:
+        raise ZboptError(f"--module {spec}: no layers (give a non-empty list of (name, module))")
+    names = [layer.name for layer in out]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ZboptError(f"--module {spec}: layer names must be unique; repeated: {', '.join(duplicates)}")
+    return ModelSpec(tuple(out), make_input, name=name)

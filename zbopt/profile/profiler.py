@@ -1,0 +1,175 @@
+"""Profile a model layer by layer and turn the measurements into a layered model file."""
+
+from __future__ import annotations
+
+import platform
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from ..errors import ZboptError
+from ..layers import Layer, LayeredModel
+from .measure import LayerTimes, iqr, measure_layer, median
+from .models import ModelSpec
+
+DTYPES = ("float32", "bfloat16", "float16")
+TIME_UNIT = "us"
+MEMORY_UNIT = "bytes"
+# mixed-precision Adam: bf16 weight and gradient (2 + 2) plus fp32 master weight, m and v (12)
+BYTES_PER_PARAM = 16
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one run measured, and how."""
+
+    name: str
+    naming: str
+    layers: tuple[LayerTimes, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def layered_model(self, devices: int, microbatches: int, memory_cap: Any = None,
+                      bytes_per_param: float = BYTES_PER_PARAM, pool: bool = True) -> LayeredModel:
+        return LayeredModel(layers=tuple(to_layers(self.layers, bytes_per_param, pool)),
+                            devices=devices, microbatches=microbatches, memory_cap=memory_cap,
+                            name=self.title(), time_unit=TIME_UNIT, memory_unit=MEMORY_UNIT)
+
+    def title(self) -> str:
+        s = self.settings
+        return (f"{self.name} b={s.get('microbatch_size')} s={s.get('seq_len')} {s.get('dtype')} "
+                f"{s.get('device')} {s.get('threads')} thread(s)")
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per measured layer: medians, IQRs and the full backward peer (microseconds)."""
+        rows = []
+        for t in self.layers:
+            row: dict[str, Any] = {"name": t.name, "parameters": t.parameters, "m_b": t.m_b,
+                                   "m_w_measured": t.m_w}
+            for kind in ("t_f", "t_b", "t_w", "t_full"):
+                samples = getattr(t, kind)
+                row[kind] = median(samples)
+                row[f"{kind}_iqr"] = iqr(samples)
+            rows.append(row)
+        return rows
+
+
+def to_layers(times: tuple[LayerTimes, ...] | list[LayerTimes], bytes_per_param: float,
+              pool: bool = True) -> list[Layer]:
+    """Layers for the file: medians in microseconds, bytes, static = parameters x bytes per
+    parameter. With `pool`, a run of consecutive layers of one group becomes one layer with a
+    count, from all their samples together (identical blocks differ only by noise)."""
+    runs: list[list[LayerTimes]] = []
+    for t in times:
+        if pool and t.group and runs and runs[-1][0].group == t.group:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    layers = []
+    for run in runs:
+        pooled = {kind: tuple(s for t in run for s in getattr(t, kind)) for kind in ("t_f", "t_b", "t_w")}
+        m_b = max(t.m_b for t in run)
+        layers.append(Layer(
+            name=run[0].group if len(run) > 1 else run[0].name,
+            t_f=round(median(pooled["t_f"]), 3), t_b=round(median(pooled["t_b"]), 3),
+            t_w=round(median(pooled["t_w"]), 3), m_b=m_b,
+            m_w=min(max(t.m_w for t in run), m_b),
+            static=_static(max(t.parameters for t in run), bytes_per_param), count=len(run)))
+    return layers
+
+
+def _static(parameters: int, bytes_per_param: float) -> float:
+    value = parameters * bytes_per_param
+    return int(value) if float(value).is_integer() else value
+
+
+def resolve_device(name: str):
+    import torch
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ZboptError(f"--device {name!r}: give auto, cpu or cuda") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ZboptError("--device cuda: no CUDA device here; use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise ZboptError(f"--device {name!r}: give auto, cpu or cuda")
+    return device
+
+
+def resolve_dtype(name: str, device):
+    import torch
+    if name not in DTYPES:
+        raise ZboptError(f"--dtype {name!r}: choose one of {', '.join(DTYPES)}")
+    dtype = getattr(torch, name)
+    try:
+        a = torch.ones(4, 4, dtype=dtype, device=device, requires_grad=True)
+        (a @ a).sum().backward()
+    except RuntimeError:
+        raise ZboptError(f"--dtype {name} is not supported on {device}: use float32") from None
+    return dtype
+
+
+@contextmanager
+def threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads for the measurement (one by default: steadier on a shared CPU)."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def layer_inputs(model: ModelSpec) -> list[Any]:
+    """The input of every layer for one micro-batch (a forward without gradients)."""
+    import torch
+    inputs = []
+    with torch.no_grad():
+        x = model.make_input()
+        for layer in model.layers:
+            inputs.append(x)
+            try:
+                x = layer.module(x)
+            except Exception as err:  # noqa: BLE001 - a user's layer may fail in any way
+                raise ZboptError(f"layer {layer.name!r} failed on its input "
+                                 f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+                                 ) from None
+            if not isinstance(x, torch.Tensor):
+                raise ZboptError(f"layer {layer.name!r} returned {type(x).__name__}: every layer "
+                                 f"returns one tensor")
+    return inputs
+
+
+def profile(model: ModelSpec, warmup: int = 2, repeat: int = 10, device=None, thread_count: int = 1,
+            settings: dict[str, Any] | None = None,
+            progress: Callable[[str, int, int], None] | None = None) -> Profile:
+    """Measure every layer of `model` (already on `device`). `progress(layer name, done, total)`
+    is called after each repetition."""
+    import torch
+    if warmup < 0 or repeat < 1 or thread_count < 1:
+        raise ZboptError("warm-up must be >= 0, repeat and threads >= 1")
+    device = device or torch.device("cpu")
+    total, done = len(model.layers) * (warmup + repeat), 0
+    measured = []
+    with threads(thread_count):
+        torch.manual_seed(0)
+        inputs = layer_inputs(model)
+        for layer, x in zip(model.layers, inputs):
+            def tick(name=layer.name):
+                nonlocal done
+                done += 1
+                if progress is not None:
+                    progress(name, done, total)
+            try:
+                measured.append(measure_layer(layer.name, layer.group, layer.module, x, warmup, repeat,
+                                              device, tick))
+            except (TypeError, RuntimeError) as err:
+                raise ZboptError(f"layer {layer.name!r} cannot be measured "
+                                 f"({str(err).strip().splitlines()[0]})") from None
+    info = {"warmup": warmup, "repeat": repeat, "threads": thread_count, "device": str(device),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "machine": platform.machine(), "processor": platform.processor() or platform.machine()}
+    return Profile(name=model.name, naming=model.naming, layers=tuple(measured),
+                   settings={**(settings or {}), **info})
