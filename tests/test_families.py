@@ -1,7 +1,7 @@
 """Handwritten families against the seed articles' closed forms (comm = 0), and their errors."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zbopt.errors import ZboptError
@@ -105,3 +105,18 @@ def test_fewer_microbatches_than_devices(name):
     instance = Instance(devices=6, microbatches=2, t_f=2, t_b=3, t_w=1, comm=1)
     timeline = evaluate(instance, generate(name, instance))
     assert validate(instance, timeline.schedule) == []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=st.integers(1, 5), extra=st.integers(0, 8), costs=st.tuples(*[st.integers(0, 5)] * 3),
+       comm=st.sampled_from([0, 1]), cap=st.sampled_from(["1p", "1.5p", None]))
+def test_v_greedy_never_worse_than_zb_v(p, extra, costs, comm, cap):
+    if not sum(costs):
+        costs = (1, 1, 1)
+    t_f, t_b, t_w = costs
+    instance = Instance(devices=p, microbatches=p + extra, t_f=t_f, t_b=t_b, t_w=t_w, comm=comm,
+                        m_b=2, m_w=1, memory_cap=cap).with_placement("v")
+    zbv = evaluate(instance, generate("zb-v", instance))
+    if zbv.fits_cap:
+        greedy = evaluate(instance, generate("v-greedy", instance))
+        assert greedy.fits_cap and greedy.span <= zbv.span

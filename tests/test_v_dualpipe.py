@@ -171,7 +171,7 @@ def test_dualpipe_seed_example_p8_m20(costs, expected):
     t_f, t_b, t_w = costs
     instance = Instance(devices=8, microbatches=20, placement="dualpipe",
                         t_f=t_f, t_b=t_b, t_w=t_w)
-    tl = timeline("dualpipe", instance)
+    tl = timeline("dualpipe", instance, split_turn=False)  # the table reads the turn fused
     assert tl.span - tl.ideal == expected
     assert tl.makespan - tl.ideal == expected  # the seed's synchronous reading agrees
     assert set(tl.idle) == {expected}
@@ -187,7 +187,7 @@ def test_dualpipe_bubble_and_peak(p, costs):
     for m in (2 * p, 2 * p + 2, 4 * p + 6):
         instance = Instance(devices=p, microbatches=m, placement="dualpipe",
                             t_f=t_f, t_b=t_b, t_w=t_w, m_b=3, m_w=0)
-        tl = timeline("dualpipe", instance)
+        tl = timeline("dualpipe", instance, split_turn=False)
         assert validate(instance, tl.schedule) == []
         assert tl.span - tl.ideal == seed_bubble(p // 2, t_f, t_b, t_w)
         assert tl.peak_memory == (3 * (p + 1),) * p  # p + 1 stage activations
@@ -201,7 +201,7 @@ def test_dualpipev_bubble_and_peak(p, costs):
     for m in (2 * p, 2 * p + 1, 4 * p + 6):
         instance = Instance(devices=p, microbatches=m, placement="v",
                             t_f=t_f, t_b=t_b, t_w=t_w, m_b=3, m_w=0)
-        tl = timeline("dualpipev", instance)
+        tl = timeline("dualpipev", instance, split_turn=False)
         assert validate(instance, tl.schedule) == []
         assert tl.span - tl.ideal == seed_bubble(p, t_f, t_b, t_w)
         assert tl.peak_memory == (3 * (2 * p + 1),) * p  # PP + 1 stage activations
@@ -245,13 +245,28 @@ def test_split_turn_is_no_worse_and_valid():
             t_f, t_b, t_w = costs
             instance = Instance(devices=p, microbatches=2 * p + 4, placement="dualpipe",
                                 t_f=t_f, t_b=t_b, t_w=t_w)
-            split = timeline("dualpipe", instance, split_turn=True)
+            split = timeline("dualpipe", instance)
             assert validate(instance, split.schedule) == []
-            assert split.span <= timeline("dualpipe", instance).span
+            assert split.span <= timeline("dualpipe", instance, split_turn=False).span
     # DeepSeek's own order leaves less than the table's estimate when F, B, W differ
     instance = Instance(devices=8, microbatches=20, placement="dualpipe", t_f=2, t_b=3, t_w=1)
-    split = timeline("dualpipe", instance, split_turn=True)
+    split = timeline("dualpipe", instance)
     assert split.span - split.ideal < seed_bubble(4, 2, 3, 1)
+
+
+def test_dualpipev_is_deepseeks_order():
+    """DeepSeek's DualPipeV runs the last rank's first step-4 pair as two computations, F then
+    the full backward; with t = 3, 4, 2, comm 0, p=4, m=12 that order takes 240 (fused: 243)."""
+    instance = Instance(devices=4, microbatches=12, placement="v", t_f=3, t_b=4, t_w=2)
+    deepseek = timeline("dualpipev", instance)
+    assert deepseek.span == 240
+    assert timeline("dualpipev", instance, split_turn=False).span == 243
+    last = deepseek.schedule.orders[3]
+    # step 4 starts after the 2 forwards of step 2 ... on the turn: F of stage 3, then B+W of 4
+    first_pair = next(i for i, item in enumerate(last) if any(k == "B" for _, _, k in item))
+    assert last[first_pair - 1] == ((3, 4, "F"),)
+    assert last[first_pair] == ((4, 0, "B"), (4, 0, "W"))
+    assert all(len(item) == 3 for item in last[first_pair + 1:first_pair + 2])
 
 
 # ----- DualPipe and DualPipeV on random instances ---------------------------------------------
@@ -308,8 +323,9 @@ def test_seed_bubble_whenever_b_is_the_longest_pass(half, extra, t_b, df, dw, na
         p, half_ranks = half, half
         instance = Instance(devices=p, microbatches=2 * p + extra, placement="v",
                             t_f=t_f, t_b=t_b, t_w=t_w)
-    tl = timeline(name, instance)
+    tl = timeline(name, instance, split_turn=False)  # the table's reading: the turn fused
     assert tl.span - tl.ideal == seed_bubble(half_ranks, t_f, t_b, t_w)
+    assert timeline(name, instance).span <= tl.span  # DeepSeek's split turn never loses here
 
 
 # ----- preconditions --------------------------------------------------------------------------

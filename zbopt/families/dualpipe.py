@@ -35,15 +35,13 @@ then computes, and both results leave at its end; it lasts t_F + t_B + t_W less
 overlap = 1 hides the shorter one entirely).
 
 The turning device (h = n-1: dualpipe's two middle ranks, dualpipev's last rank) is special in
-DeepSeek's code: its first step-4 pair is not overlapped; it computes the F, then waits for the
-backward's input and computes the full backward, and sends both results after that. By default
-it stays one block here too (its results leave together, as in the runtime; the block also
-makes the F wait for the backward's input, and with overlap > 0 it is shortened, which the
-runtime does not do). `split_turn=True` runs it as two items instead, the F's result leaving at
-once: a more optimistic reading, never worse than the default in our tests with comm = 0
-(p=8, m=20, costs 2,3,1: bubble 19 instead of 21).
+DeepSeek's code: its first step-4 pair is not overlapped; it computes the F, then the full
+backward, as two items (the default, `split_turn=True`, DeepSeek's order). `split_turn=False`
+keeps that pair one overlapped block like the others instead (both results leave at its end
+and the F waits for the backward's input): never better in our tests with comm = 0 (dualpipev
+p=4, m=12, costs 3,4,2: span 240 split, 243 fused).
 
-Bubble: with comm = 0 and the default, the seed table's DualPipe bubble
+Bubble: with comm = 0 and `split_turn=False`, the seed table's DualPipe bubble
 (n-1)(F&B + B - 3W) (B = the full backward t_B + t_W, F&B = the pair's duration) is
 `span - ideal` of evaluate(): the longest device span less the busiest device's work
 (e.g. p=8, m=20: 6 for unit costs, 21 for t_F, t_B, t_W = 2, 3, 1). It comes out exactly
@@ -82,7 +80,7 @@ class Op:
 
 
 def eight_phase_program(half_ranks: int, position: int, per_phase: int,
-                        split_turn: bool = False) -> list[Op]:
+                        split_turn: bool = True) -> list[Op]:
     """The ops of the device at `position` (0..half_ranks-1) with `per_phase` micro-batches.
 
     split_turn: run the turning device's first step-4 pair as two items (see module doc).
@@ -158,7 +156,7 @@ def _check_enough_microbatches(name: str, per_phase: int, half_ranks: int, need:
 
 @register("dualpipe", "dualpipe",
           "DualPipe (DeepSeek-V3): two directions, overlapped F&B pairs, 2x parameters")
-def dualpipe(instance: Instance, split_turn: bool = False) -> Schedule:
+def dualpipe(instance: Instance, split_turn: bool = True) -> Schedule:
     p, m = instance.devices, instance.microbatches
     if p % 2:
         raise ZboptError(f"dualpipe needs an even number of devices, got {p}: "
@@ -181,7 +179,7 @@ def dualpipe(instance: Instance, split_turn: bool = False) -> Schedule:
 
 @register("dualpipev", "v",
           "DualPipeV: DualPipe cut in half on the V placement, one parameter copy")
-def dualpipev(instance: Instance, split_turn: bool = False) -> Schedule:
+def dualpipev(instance: Instance, split_turn: bool = True) -> Schedule:
     p, m = instance.devices, instance.microbatches
     _check_enough_microbatches("dualpipev", m, p,
                                f"microbatches >= 2 * devices = {2 * p}, got {m}")

@@ -1,21 +1,30 @@
-"""ZB-V: the Zero Bubble paper's handcrafted V-shape schedule (placement "v").
+"""ZB-V: the Zero Bubble authors' V-shape scheduler (placement "v"); V-Min and V-Half blocks.
 
 Device d holds the "down" stage d and the "up" stage 2p-1-d, so a micro-batch starts and ends
-its pass through the model on device 0 and its backward starts on device 0 too. Per device d,
-over n = max(m, 2p-1) micro-batches (the pattern needs 2p-1 of them to reach its steady state;
-passes of micro-batches >= m are then dropped, which keeps the order valid since dependencies
-never cross micro-batches):
+its pass through the model on device 0. `zb-v` is the authors' ZB-V scheduler: a simulation
+that places passes device by device in rounds, timing each as soon as its device and inputs
+allow, with every device's activations kept within 1F1B's peak (2p stage activations, cap
+"1p"):
 
-  warm-up    2(p-d)-1 down F; d times (up F, down F); p-d times (up F, up B, up W)
-  steady     until every F ran: down F (while any is left), down B, down W, up F, up B, up W
-  cool-down  d times (down B, up B); p-d times (down B, the oldest deferred down W);
-             then the deferred up W passes, then the remaining down W passes
+  warm-up    one down F on every device; then, from the last device back to the first,
+             down F passes on devices 0..d while device d has room for its 2d+2 later
+             forwards and the next F would end before its up F's input arrives; then its up F;
+             then down/up F in alternation (devices p-1..d) until device d has started as many
+             forwards as device d-1 and at least one more up F
+  rounds     2m rounds; in each, every device first runs one B (of the up stage when the down
+             stage has no B left or its input has arrived, else of the down stage), then one F
+             (the up stage's when its input has arrived, else the down stage's); a pending W
+             (oldest first) goes before the pass when the pass would wait for at least a W's
+             time, or memory needs it, or, optionally (fill_b, fill_f), when the device's wait
+             would exceed what the worst device has waited so far
+  drain      every pending W
 
-Every device keeps at most 2p forwards in flight (its peak activation is 2p stage activations,
-p times the activation of all its layers: 1F1B's peak on device 0, cap "1p"), and with
-t_F = t_B = t_W, comm = 0 and m >= 2p-1 the order has no bubble at all: `span == ideal` in
-evaluate() (span = each device from its first to its last pass, the paper's objective). The
-order is fixed; any other costs are timed as they come by the evaluator.
+The rounds are run with the four combinations of fill_b and fill_f and, for each, repeated with
+the previous run's per-device waits as an allowance while the worst wait keeps shrinking; the
+order with the smallest worst wait wins (the first on a tie). With t_F = t_B = t_W and comm = 0
+it has no bubble: `span == ideal` in evaluate(). The rounds plan with one cost per pass kind
+(`uniform_twin`: medians over devices, as the authors' runtime feeds its scheduler) and each
+device's own activations; evaluate() then times the order with the instance's own costs.
 
 V-Min and V-Half (Qi et al., "Pipeline Parallelism with Controllable Memory", 2024) come from
 that paper's building-block view: lay out one micro-batch's passes on a grid of unit slots
@@ -42,53 +51,244 @@ equal costs: other costs keep the memory but may stretch the timing.
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass
+
+from ..errors import ZboptError
 from ..instance import Instance
+from ..passes import Pass, dependencies, duration, format_pass, lag, memory_delta, neighbours
 from ..registry import register
 from ..schedule import Schedule
 
-
-def zbv_device_order(p: int, d: int, n: int) -> list[tuple[str, str]]:
-    """Device d's order for n micro-batches as (kind, "down" | "up") pairs, in order.
-
-    Which micro-batch each pass takes follows from counting (see `number_passes`).
-    """
-    order: list[tuple[str, str]] = [("F", "down")] * (2 * (p - d) - 1)
-    order += [("F", "up"), ("F", "down")] * d
-    order += [("F", "up"), ("B", "up"), ("W", "up")] * (p - d)
-    down_forwards = 2 * (p - d) - 1 + d
-    for _ in range(n - p):  # steady state: each round adds one up F, ending with n of them
-        if down_forwards < n:
-            order.append(("F", "down"))
-            down_forwards += 1
-        order += [("B", "down"), ("W", "down"), ("F", "up"), ("B", "up"), ("W", "up")]
-    order += [("B", "down"), ("B", "up")] * d
-    order += [("B", "down"), ("W", "down")] * (p - d)
-    order += [("W", "up")] * d
-    order += [("W", "down")] * d
-    return order
+# The simulation's pass slots: F of the down and up stage, B and W of the up and down stage
+# (the backward leaves the V the way the forward entered it).
+_LEGS = {"F": ("down", "up"), "B": ("up", "down"), "W": ("up", "down")}
 
 
-def number_passes(order: list[tuple[str, str]],
-                  stages: dict[str, int]) -> list[tuple[int, int, str]]:
-    """Passes (stage, micro-batch, kind): each kind of each stage takes micro-batches in order."""
-    counters: dict[tuple[str, str], int] = {}
-    passes = []
-    for kind, leg in order:
-        j = counters.get((kind, leg), 0)
-        counters[(kind, leg)] = j + 1
-        passes.append((stages[leg], j, kind))
-    return passes
+@dataclass(frozen=True)
+class _Outcome:
+    orders: tuple[tuple[Pass, ...], ...]
+    worst_wait: float
+    waits: tuple[float, ...]
 
 
-@register("zb-v", "v", "ZB-V: handcrafted V-shape zero bubble at 1F1B's peak memory")
+class _VRounds:
+    """One run of the authors' ZB-V rounds (see the module doc) on `instance`."""
+
+    def __init__(self, instance: Instance, plan: Instance, fill_f: bool, fill_b: bool,
+                 allowance: tuple[float, ...] | None) -> None:
+        p, m = instance.devices, instance.microbatches
+        # `plan` times the passes (one cost per kind); `instance` holds the memory
+        self.instance, self.plan, self.p, self.m = instance, plan, p, m
+        self.fill_f, self.fill_b = fill_f, fill_b
+        self.allowance = allowance
+        self.top_allowance = max(allowance) if allowance else -1.0
+        self.links = neighbours(instance)
+        self.stage = [{"down": d, "up": 2 * p - 1 - d} for d in range(p)]
+        unit = [(instance.m_b[d] + instance.m_b[2 * p - 1 - d]) / 2 for d in range(p)]
+        self.unit = unit
+        self.max_mem = [2 * p * u for u in unit]  # 1F1B's peak: p times both chunks' activation
+        self.count: list[dict[tuple[str, str], int]] = [{} for _ in range(p)]
+        self.end: dict[Pass, float] = {}
+        self.clock = [0.0] * p
+        self.mem = [0.0] * p
+        self.wait = [0.0] * p
+        self.pending_w: list[deque[Pass]] = [deque() for _ in range(p)]
+        self.orders: list[list[Pass]] = [[] for _ in range(p)]
+        # where the reference reads a missing input's arrival, it reads the end of the down
+        # stage's last W on the last device instead (-1 until that pass ran); kept for fidelity
+        self.sentinel: Pass = (p - 1, m - 1, "W")
+
+    # ----- bookkeeping ---------------------------------------------------------------------
+
+    def n(self, d: int, kind: str, leg: str) -> int:
+        return self.count[d].get((kind, leg), 0)
+
+    def pass_of(self, d: int, kind: str, leg: str) -> Pass:
+        return (self.stage[d][leg], self.n(d, kind, leg), kind)
+
+    def ended(self, p: Pass) -> float:
+        return self.end.get(p, -1.0)
+
+    def worst(self, d: int = -1) -> float:
+        top = max([0.0, *self.wait])
+        if d >= 0 and self.allowance is not None:
+            top = max(top, self.top_allowance - self.allowance[d])
+        return top
+
+    def put(self, d: int, kind: str, leg: str) -> None:
+        instance = self.instance
+        p = self.pass_of(d, kind, leg)
+        if p[1] >= self.m:
+            raise ZboptError(f"zb-v: the authors' rounds run out of micro-batches on device {d} "
+                             f"(m={self.m}, p={self.p}): raise microbatches")
+        ready = self.clock[d]
+        for q in dependencies(instance, p, self.links):
+            if q not in self.end:
+                raise ZboptError(f"zb-v: the authors' rounds would run {format_pass(p)} before "
+                                 f"{format_pass(q)} here (p={self.p}, m={self.m}): raise "
+                                 f"microbatches or use v-greedy")
+            ready = max(ready, self.end[q] + lag(instance, q, p))
+        if self.n(d, "F", "down") > 0:
+            self.wait[d] += ready - self.clock[d]
+        self.end[p] = self.clock[d] = ready + duration(self.plan, p)
+        self.mem[d] += memory_delta(instance, p)
+        self.orders[d].append(p)
+        if kind == "B":
+            self.pending_w[d].append((p[0], p[1], "W"))
+        self.count[d][(kind, leg)] = self.n(d, kind, leg) + 1
+
+    def put_w(self, d: int) -> None:
+        stage, _, _ = self.pending_w[d].popleft()
+        self.put(d, "W", "down" if stage == d else "up")
+
+    def w_cost(self, d: int) -> float:
+        return duration(self.plan, self.pending_w[d][0])
+
+    def fill(self, d: int, source: Pass | None, optional: bool) -> None:
+        """Pending W passes before a pass whose input `source` arrives late (see module doc)."""
+        comm = self.instance.comm
+        while self.pending_w[d] and source is not None \
+                and self.ended(source) + comm >= self.clock[d] + self.w_cost(d):
+            self.put_w(d)
+        arrival = self.ended(source if source is not None else self.sentinel)
+        if self.pending_w[d] and arrival + comm - self.clock[d] > self.worst(d) - self.wait[d] \
+                and optional:
+            self.put_w(d)
+
+    def make_room(self, d: int, delta: float) -> None:
+        while self.mem[d] + delta > self.max_mem[d] + 1e-9 * max(1.0, self.max_mem[d]) \
+                and self.pending_w[d]:
+            self.put_w(d)
+
+    # ----- phases ----------------------------------------------------------------------------
+
+    def run(self) -> _Outcome:
+        self.warm_up()
+        for _ in range(2 * self.m):
+            self.backward_round()
+            self.forward_round()
+        for d in range(self.p):
+            while self.pending_w[d]:
+                self.put_w(d)
+        return _Outcome(tuple(tuple(o) for o in self.orders), self.worst(), tuple(self.wait))
+
+    def warm_up(self) -> None:
+        p, m, comm = self.p, self.m, self.instance.comm
+        for d in range(p):
+            self.put(d, "F", "down")
+        for d in reversed(range(p)):
+            if d < p - 1:
+                arrival = self.ended((self.stage[d + 1]["up"], 0, "F")) + comm
+                f_cost = duration(self.plan, self.pass_of(d, "F", "down"))
+                while self.mem[d] + self.unit[d] * (2 + 2 * d) <= self.max_mem[d] \
+                        and self.clock[d] + f_cost <= arrival and self.n(d, "F", "down") < m:
+                    for j in range(d + 1):
+                        self.put(j, "F", "down")
+            self.put(d, "F", "up")
+        leg = 0
+        for d in range(1, p):
+            def started(x: int) -> int:
+                return self.n(x, "F", "down") + self.n(x, "F", "up")
+            while started(d) < started(d - 1) \
+                    or self.n(d, "F", "up") <= self.n(d - 1, "F", "up") < m:
+                for j in range(p - 1, d - 1, -1):
+                    if self.n(j, "F", _LEGS["F"][leg]) < m:
+                        self.put(j, "F", _LEGS["F"][leg])
+                leg = 1 - leg
+
+    def backward_round(self) -> None:
+        p, m = self.p, self.m
+        for d in range(p):
+            worst_b = max(memory_delta(self.instance, (s, 0, "B")) for s in self.stage[d].values())
+            self.make_room(d, worst_b)
+        up_first, down_first = [], []
+        for d in range(p):
+            if self.n(d, "B", "down") >= self.n(d, "B", "up"):
+                up_first.append(d)
+            elif d == p - 1:
+                down_first.append(d)
+            else:
+                source = (self.stage[d + 1]["down"], self.n(d, "B", "down"), "B")
+                if source in self.end or self.n(d, "B", "up") >= m:
+                    down_first.append(d)
+                else:
+                    up_first.append(d)
+        for d, leg in [(d, "down") for d in reversed(down_first)] + [(d, "up") for d in up_first]:
+            source = None
+            if leg == "down" and d < p - 1:
+                source = (self.stage[d + 1]["down"], self.n(d, "B", "down"), "B")
+            if leg == "up" and d > 0:
+                source = (self.stage[d - 1]["up"], self.n(d, "B", "up"), "B")
+            self.fill(d, source, optional=leg == "down" or self.fill_b)
+            self.put(d, "B", leg)
+
+    def forward_round(self) -> None:
+        p, m = self.p, self.m
+        for d in range(p):
+            ups, downs = self.n(d, "F", "up"), self.n(d, "F", "down")
+            if ups >= m:
+                continue
+            if ups >= downs:
+                leg = "down"
+            elif d == p - 1 or (self.stage[d + 1]["up"], ups, "F") in self.end:
+                leg = "up"
+            elif downs < m and (d == 0 or (self.stage[d - 1]["down"], downs, "F") in self.end):
+                leg = "down"
+            else:
+                continue
+            self.make_room(d, memory_delta(self.instance, self.pass_of(d, "F", leg)))
+            source = None
+            if leg == "down" and d > 0:
+                source = (self.stage[d - 1]["down"], downs, "F")
+            if leg == "up" and d < p - 1:
+                source = (self.stage[d + 1]["up"], ups, "F")
+            self.fill(d, source, optional=self.fill_f)
+            self.put(d, "F", leg)
+
+
+def _refined(instance: Instance, plan: Instance, fill_f: bool, fill_b: bool) -> _Outcome:
+    """Rerun with the last run's waits as the allowance while the worst wait keeps shrinking."""
+    best = _VRounds(instance, plan, fill_f, fill_b, None).run()
+    while True:
+        nxt = _VRounds(instance, plan, fill_f, fill_b, best.waits).run()
+        if not nxt.worst_wait < best.worst_wait:
+            return best
+        best = nxt
+
+
+def _upper_median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def uniform_twin(instance: Instance) -> Instance:
+    """The costs the rounds plan with: one per pass kind, each the (upper) median over devices
+    of the device's mean over its two stages, as the authors feed their scheduler measured
+    costs; the real costs then time the order in evaluate()."""
+    p = instance.devices
+
+    def mid(values: tuple) -> float:
+        return _upper_median([(values[d] + values[2 * p - 1 - d]) / 2 for d in range(p)])
+
+    costs = {k: mid(getattr(instance, k)) for k in ("t_f", "t_b", "t_w")}
+    if not sum(costs.values()):  # every median zero: the means still rank the kinds
+        costs = {k: sum(getattr(instance, k)) / (2 * p) for k in costs}
+    return Instance(devices=p, microbatches=instance.microbatches, placement="v",
+                    comm=instance.comm, **costs)
+
+
+@register("zb-v", "v", "ZB-V: the Zero Bubble authors' V-shape scheduler at 1F1B's peak memory")
 def zb_v(instance: Instance) -> Schedule:
-    p, m = instance.devices, instance.microbatches
-    n = max(m, 2 * p - 1)
-    orders = []
-    for d in range(p):
-        passes = number_passes(zbv_device_order(p, d, n), {"down": d, "up": 2 * p - 1 - d})
-        orders.append([x for x in passes if x[1] < m])
-    return Schedule.build(orders)
+    if instance.placement != "v":
+        raise ZboptError(f"zb-v runs on placement 'v', the instance is {instance.placement!r}")
+    twin = uniform_twin(instance)
+    best: _Outcome | None = None
+    for fill_b in (True, False):
+        for fill_f in (True, False):
+            outcome = _refined(instance, twin, fill_f, fill_b)
+            if best is None or outcome.worst_wait < best.worst_wait:
+                best = outcome
+    return Schedule.build(best.orders)
 
 
 # Slots per device and micro-batch in the building-block grid: F, B and W of its two stages.
