@@ -113,6 +113,7 @@ def run(args) -> int:
     if args.json:
         print_json([r.to_dict() for r in rows])
         return 0
+    from ..report.verdict import placement_text
     out = console()
     cap = instance.cap
     time_unit = f" ({instance.time_unit})" if instance.time_unit else ""
@@ -136,50 +137,10 @@ def run(args) -> int:
         if not r.applies:
             what = "no schedule" if r.kind == "solver" else "does not apply"
             out.print(f"[dim]{r.method}: {what}: {r.message}[/]")
+    from ..report.verdict import verdict
     for line in verdict(instance, rows):
-        out.print(line)
+        out.print(line.replace("verdict:", "[bold]verdict:[/]", 1), markup=True)
     return 0
-
-
-def placement_text(result) -> str:
-    inst = result.instance
-    return inst.placement + (f"/{inst.chunks}" if inst.placement == "interleaved" else "")
-
-
-def verdict(instance, rows) -> list[str]:
-    """What to use: the best schedule that fits the cap, the best on the instance's own
-    placement, and what a solver proved (with its scope)."""
-    from ..compare import best_of
-    unit = f" {instance.time_unit}" if instance.time_unit else ""
-    best = best_of(rows)
-    lines = []
-    if best is None:
-        fitting_peak = min((max(r.timeline.peak_memory) for r in rows if r.applies), default=None)
-        need = "" if fitting_peak is None else f" (the lowest peak of any method is {fmt(fitting_peak)})"
-        lines.append(f"[bold]verdict:[/] no schedule fits the memory cap{need}: raise it with "
-                     f"--mem, e.g. --mem 2p")
-        return lines
-    lines.append(f"[bold]verdict:[/] use {best.method} ({placement_text(best)} placement): span "
-                 f"{fmt(best.span)}{unit}, bubble rate {best.bubble_rate:.2%}, fits the cap")
-    own = best_of(rows, placement=instance.placement)
-    if own is not None and own is not best:
-        lines.append(f"on the instance's own placement ({instance.placement}): {own.method}, "
-                     f"span {fmt(own.span)}{unit}, bubble rate {own.bubble_rate:.2%}")
-    elif own is None:
-        lines.append(f"on the instance's own placement ({instance.placement}): no schedule fits "
-                     f"the cap")
-    for r in rows:
-        if r.kind != "solver" or not r.applies:
-            continue
-        scope = f"among {r.instance.placement} schedules of single passes"
-        if r.status == "optimal":
-            lines.append(f"{r.method}: span {fmt(r.span)}{unit} is optimal {scope} (it meets "
-                         f"the {r.bound_name} lower bound)")
-        else:
-            gap = "-" if r.gap is None else f"{r.gap:.2%}"
-            lines.append(f"{r.method}: span {fmt(r.span)}{unit} is within {gap} of the optimum "
-                         f"{scope} ({r.status}, lower bound {fmt(r.lower_bound)}{unit})")
-    return lines
 
 
 def _named(result):

@@ -25,17 +25,22 @@ from .gantt import (
     IDLE_COLOUR,
     KIND_COLOURS,
     KIND_NAMES,
+    is_overlapped,
     label_colour,
     number,
-    pass_boxes,
     pass_colour,
     plot_schedule,
     plot_stacked,
 )
+from .verdict import verdict
 
-# The order of the per-pass arrays in the page's JSON (timeline.js unpacks them by name).
-PASS_FIELDS = ("device", "stage", "mb", "kind", "start", "end", "x0", "x1", "band", "bands",
-               "item_start", "item_end", "item_size", "colour", "ink", "step")
+# The columns of a timeline's passes in the page's JSON (timeline.js reads them by name), in
+# the devices' execution order: "gap" is a pass's start less the previous pass's end on its
+# device (0 for back-to-back passes, so mostly one digit), "dur" its end less its start. The
+# colour, label ink, device and path step of a pass follow from its stage and kind, so they are
+# sent once per stage and kind; box geometry follows from the blocks (see timeline_data).
+PASS_FIELDS = ("stage", "mb", "kind", "gap", "dur")
+KIND_INDEX = {"F": 0, "B": 1, "W": 2}
 
 
 def _asset(name: str) -> str:
@@ -60,31 +65,89 @@ def path_step(instance: Instance, stage: int, kind: str) -> int:
 
 
 def timeline_data(timeline: Timeline, name: str, xmax: float) -> dict:
-    """What timeline.js draws for one method: every pass as an array in PASS_FIELDS order."""
+    """What timeline.js draws for one method.
+
+    passes: one column per PASS_FIELDS entry (kind as one string, a letter per pass), in the
+    devices' execution order; stage_device, colour, ink and step: per stage (and kind);
+    blocks: every multi-pass item as [start, end, overlapped (0/1), pass indices...] (an
+    overlapped F&B block draws its passes as stacked bands over the whole block);
+    memory: per device the evaluator's step curve as [time steps, level steps], each the
+    difference from the point before (from 0 for the first)."""
     instance = timeline.instance
-    rows = []
-    for box in pass_boxes(timeline):
-        box = dict(box, colour=pass_colour(timeline, box["stage"], box["kind"]),
-                   ink=label_colour(timeline, box["stage"], box["kind"]),
-                   step=path_step(instance, box["stage"], box["kind"]))
-        rows.append([_compact(box[f]) if isinstance(box[f], float) else box[f]
-                     for f in PASS_FIELDS])
+    columns: dict[str, list] = {f: [] for f in PASS_FIELDS}
+    blocks = []
+    for d, order in enumerate(timeline.schedule.orders):
+        previous = 0
+        for item, (t0, t1) in zip(order, timeline.item_times[d]):
+            first = len(columns["stage"])
+            for stage, mb, kind in item:
+                p = (stage, mb, kind)
+                start, end = _compact(timeline.start[p]), _compact(timeline.end[p])
+                columns["stage"].append(stage)
+                columns["mb"].append(mb)
+                columns["kind"].append(kind)
+                columns["gap"].append(start - previous)
+                columns["dur"].append(end - start)
+                previous = end
+            if len(item) > 1:
+                blocks.append([_compact(t0), _compact(t1), int(is_overlapped(item)),
+                               *range(first, first + len(item))])
+    columns["kind"] = "".join(columns["kind"])
+    for key in ("stage", "mb", "gap", "dur"):
+        columns[key] = _coded(columns[key])
+    stages = range(instance.num_stages)
     cap = instance.cap
     top = max([*timeline.peak_memory, *(cap or ())])
     return {"method": name, "devices": instance.devices, "makespan": _compact(timeline.makespan),
-            "xmax": _compact(xmax), "time_unit": instance.time_unit, "passes": rows,
-            "memory": [[[_compact(t), _compact(level)] for t, level in curve]
+            "xmax": _compact(xmax), "time_unit": instance.time_unit, "passes": columns,
+            "blocks": blocks,
+            "stage_device": [instance.device_of(s) for s in stages],
+            "colour": [[pass_colour(timeline, s, k) for s in stages] for k in "FBW"],
+            "ink": [[label_colour(timeline, s, k) for s in stages] for k in "FBW"],
+            "step": [[path_step(instance, s, k) for s in stages] for k in "FBW"],
+            "memory": [[_coded(_steps(t for t, _ in curve)),
+                        _coded(_steps(level for _, level in curve))]
                        for curve in timeline.memory_curve],
             "peak": [_compact(x) for x in timeline.peak_memory],
             "cap": [_compact(x) for x in cap] if cap is not None else None,
             "memory_top": _compact(top)}
 
 
-def _png(figure, dpi: int = 80) -> str:
-    # a lower resolution than the chart files: the report stays a few MB for many methods
+CODE = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _coded(values: list) -> list | dict:
+    """A column with few distinct values as {"values": [...], "code": "0120..."} (one character
+    per entry: the index of its value), else the list itself; timeline.js decodes both."""
+    distinct = sorted(set(values), key=values.index)
+    if len(distinct) > len(CODE) or len(values) < 8:
+        return list(values)
+    index = {v: CODE[i] for i, v in enumerate(distinct)}
+    return {"values": distinct, "code": "".join(index[v] for v in values)}
+
+
+def _steps(values) -> list:
+    """Differences from the previous value (the first from 0): small numbers in the JSON."""
+    out, previous = [], 0
+    for value in values:
+        value = _compact(value)
+        out.append(value - previous)
+        previous = value
+    return out
+
+
+def _png(figure, dpi: int = 72, colours: int = 32) -> str:
+    """The figure as a base64 PNG with a palette of `colours`: a chart has few colours, so this
+    keeps every chart in the report at a fifth of a true-colour PNG's size."""
+    from PIL import Image
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    small = image.quantize(colors=colours, method=Image.Quantize.MEDIANCUT,
+                           dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    small.save(out, format="PNG", optimize=True)
+    return base64.b64encode(out.getvalue()).decode("ascii")
 
 
 def _e(x) -> str:
@@ -103,20 +166,25 @@ def comparison_table(rows: Sequence[Result]) -> str:
     applied = sorted((r for r in rows if r.applies), key=lambda r: r.timeline.span)
     fitting = [r for r in applied if r.timeline.fits_cap]
     best = min((r.timeline.span for r in fitting), default=None)
-    head = ("<tr><th>method</th><th>kind</th><th>placement</th><th>makespan</th><th>span</th>"
-            "<th>ideal</th><th>bubble rate</th><th>peak memory (max)</th><th>cap (max)</th>"
-            "<th>fits cap</th><th>gap to bound</th></tr>")
+    first = applied[0].instance if applied else None
+    t = f" ({_e(first.time_unit)})" if first is not None and first.time_unit else ""
+    m = f" ({_e(first.memory_unit)})" if first is not None and first.memory_unit else ""
+    head = (f"<tr><th>method</th><th>kind</th><th>placement</th><th>status</th>"
+            f"<th>makespan{t}</th><th>span{t}</th><th>ideal{t}</th><th>bubble rate</th>"
+            f"<th>peak memory{m} (max)</th><th>cap{m} (max)</th><th>fits cap</th>"
+            f"<th>gap to bound</th></tr>")
     body = []
     for r in applied:
         tl = r.timeline
         placement = r.instance.placement + (f"/{r.instance.chunks}"
                                             if r.instance.placement == "interleaved" else "")
         fits = "yes" if tl.fits_cap else '<span class="over">no</span>'
-        # a re-placed method's "kp" cap resolves on its own placement, so it can differ per row
+        # a row made on another instance (a caller's own) shows the cap it was judged by
         cap = "unlimited" if tl.instance.cap is None else number(max(tl.instance.cap))
         css = ' class="best"' if tl.fits_cap and tl.span == best else ""
         body.append(
             f"<tr{css}><td>{_e(r.method)}</td><td>{_e(r.kind)}</td><td>{_e(placement)}</td>"
+            f"<td>{_e(r.status)}</td>"
             f'<td class="num">{number(tl.makespan)}</td><td class="num">{number(tl.span)}</td>'
             f'<td class="num">{number(tl.ideal)}</td><td class="num">{tl.bubble_rate:.2%}</td>'
             f'<td class="num">{number(max(tl.peak_memory))}</td>'
@@ -127,12 +195,12 @@ def comparison_table(rows: Sequence[Result]) -> str:
         if not r.applies:
             why = "no schedule" if r.kind == "solver" else "does not apply"
             body.append(f'<tr class="na"><td>{_e(r.method)}</td><td>{_e(r.kind)}</td>'
-                        f'<td colspan="9">{why}: {_e(r.message)}</td></tr>')
+                        f'<td colspan="10">{why}: {_e(r.message)}</td></tr>')
     note = ('<p class="sub">Sorted by span; the bold row is the best that fits the memory cap. '
             'span = max over devices of (last end - first start); bubble rate = '
             '(span - ideal) / span; gap to bound = (span - the best lower bound of '
-            'zbopt.bounds) / span, for schedules within the cap. A cap given as a multiple of '
-            'p ("1p") is resolved on each method\'s own placement.</p>')
+            'zbopt.bounds) / span, for schedules within the cap. Every method is judged against '
+            'the same absolute cap per device, resolved on the instance as written.</p>')
     return f"<table>{head}{''.join(body)}</table>{note}"
 
 
@@ -170,8 +238,7 @@ def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
     timelines = [_named(r) for r in applied]
     title = title or f"zbopt report: {instance.name or 'instance'}"
     xmax = max((t.makespan for t in timelines), default=1.0)
-    data = {"fields": list(PASS_FIELDS),
-            "timelines": [timeline_data(t, r.method, xmax) for t, r in zip(timelines, applied)]}
+    data = {"timelines": [timeline_data(t, r.method, xmax) for t, r in zip(timelines, applied)]}
     # "</" inside a script element would end it early
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     parts = [
@@ -182,7 +249,9 @@ def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
         f'<p class="sub">p={instance.devices}, m={instance.microbatches}, placement '
         f'{_e(instance.placement)}, generated by zbopt on '
         f'{datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}</p>',
-        "<h2>Comparison</h2>", comparison_table(rows),
+        "<h2>Comparison</h2>",
+        "".join(f'<p class="verdict">{_e(line)}</p>' for line in verdict(instance, rows)),
+        comparison_table(rows),
         "<h2>Instance</h2>", instance_table(instance),
     ]
     if timelines:
@@ -190,7 +259,9 @@ def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
                   '<p class="sub">Hover a pass for its stage, micro-batch, kind, start and end; '
                   'click it to highlight its micro-batch\'s path through the devices. Under each '
                   'device: its memory level over time, the dashed line its cap. All methods '
-                  'share one time axis.</p>', _legend()]
+                  'share one time axis unless "own time axis" is ticked; zoom with the + and '
+                  '&minus; buttons or Ctrl + mouse wheel, drag to pan when zoomed in.</p>',
+                  _legend()]
         for i, (t, r) in enumerate(zip(timelines, applied)):
             parts.append(f'<h3 id="method-{i}">{_e(r.method)}: span {number(t.span)}, bubble '
                          f'{t.bubble_rate:.1%}, peak memory {number(max(t.peak_memory))}'
