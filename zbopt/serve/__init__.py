@@ -1,0 +1,3 @@
+"""`zbopt serve`: an interactive schedule explorer in the browser (FastAPI + uvicorn, the
+optional extra `serve`). app.py is the web app, api.py what it computes, events.py the step
+control's states, jobs.py the background solves; static/ the page."""

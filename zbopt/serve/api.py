@@ -1,0 +1,365 @@
+"""What the explorer's server computes, without HTTP: the page's settings parsed into an
+Instance and a method, the evaluated Result with the timeline data the page draws, the
+comparison rows and the download files.
+
+Every number comes from zbopt: registry.run / compare for the schedules (so evaluate() times
+them), the report's timeline_data for the drawing, events.step_states for the step control.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from ..commands._common import parse_cap
+from ..compare import compare
+from ..errors import ZboptError
+from ..instance import PLACEMENTS, Instance
+from ..registry import get_method, methods, prepare, run, solver_names
+from ..report.gantt import label_colour, pass_boxes, pass_colour
+from ..report.html import path_step, render_report
+from ..result import Result
+from .events import step_states
+
+# setting -> the label the page shows next to its control
+LABELS = {
+    "schedule": "schedule", "placement": "placement", "devices": "devices",
+    "microbatches": "micro-batches", "chunks": "chunks", "group_size": "group size",
+    "t_f": "t_f", "t_b": "t_b", "t_w": "t_w", "comm": "comm", "m_b": "m_b", "m_w": "m_w",
+    "memory_cap": "memory cap",
+}
+INTEGER_RANGES = {"devices": (1, 64), "microbatches": (1, 1024), "chunks": (0, 16),
+                  "group_size": (0, 1024)}
+COST_FIELDS = ("t_f", "t_b", "t_w", "m_b", "m_w")
+# the most passes one view may hold: beyond it the page could not draw it in time
+MAX_PASSES = 60_000
+SOLVE_TIME_LIMIT = (0.1, 600.0)
+
+
+class SettingError(ZboptError):
+    """A ZboptError that names the setting to change (the page shows it next to that control)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One view: a method on the instance as written. `chunks` re-places a contiguous
+    instance for interleaved methods (0: the method's default); `group_size` 0: the default."""
+
+    schedule: str
+    placement: str
+    devices: int
+    microbatches: int
+    chunks: int
+    group_size: int
+    t_f: Any
+    t_b: Any
+    t_w: Any
+    comm: float
+    m_b: Any
+    m_w: Any
+    memory_cap: Any
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_text(x) for x in value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _uniform(values: tuple) -> Any:
+    return values[0] if len(set(values)) == 1 else list(values)
+
+
+def defaults(base: Instance) -> dict[str, str]:
+    """The page's initial control values (as text) for the served instance."""
+    cap = base.memory_cap
+    return {
+        "schedule": "zb-h1" if base.placement == "contiguous" else _first_method(base.placement),
+        "placement": base.placement,
+        "devices": str(base.devices), "microbatches": str(base.microbatches),
+        "chunks": str(base.chunks if base.placement == "interleaved" else 2),
+        "group_size": "0",
+        **{k: _text(_uniform(getattr(base, k))) for k in COST_FIELDS},
+        "comm": _text(base.comm),
+        "memory_cap": "none" if cap is None else _text(cap),
+    }
+
+
+def _first_method(placement: str) -> str:
+    return next(n for n, m in methods("schedule").items() if m.placement == placement)
+
+
+def _integer(field: str, raw: Any) -> int:
+    low, high = INTEGER_RANGES[field]
+    label = LABELS[field]
+    try:
+        value = int(str(raw).strip()) if not isinstance(raw, int) else raw
+    except ValueError:
+        raise SettingError(field, f"{label} must be a whole number, got {raw!r}") from None
+    if isinstance(value, bool) or not low <= value <= high:
+        raise SettingError(field, f"{label} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _number(field: str, raw: Any) -> float:
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        value = raw
+    else:
+        text = str(raw).strip()
+        try:
+            value = float(text)
+        except ValueError:
+            raise SettingError(field, f"{LABELS[field]} must be a number, got {raw!r}") from None
+        value = int(value) if value.is_integer() and "." not in text and "e" not in text.lower() \
+            else value
+    if not math.isfinite(value) or value < 0:
+        raise SettingError(field, f"{LABELS[field]} must be a finite number >= 0, got {raw!r}")
+    return value
+
+
+def _numbers(field: str, raw: Any) -> Any:
+    """A number, or one number per stage (a list, or text separated by commas or spaces)."""
+    if isinstance(raw, (list, tuple)):
+        parts = list(raw)
+    else:
+        parts = [x for x in re.split(r"[,\s]+", str(raw).strip()) if x]
+    if not parts:
+        raise SettingError(field, f"{LABELS[field]} is empty: give a number (or one per stage)")
+    values = [_number(field, x) for x in parts]
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def parse_settings(params: Mapping[str, Any], base: Instance) -> Settings:
+    """Settings from a request's parameters (text or JSON values); missing ones take the served
+    instance's values. Unknown or malformed parameters raise SettingError."""
+    unknown = sorted(set(params) - set(LABELS))
+    if unknown:
+        raise SettingError(unknown[0], f"unknown parameter(s) {', '.join(unknown)}: use "
+                                       f"{', '.join(LABELS)}")
+    given = {**defaults(base), **{k: v for k, v in params.items()}}
+    schedule = str(given["schedule"]).strip()
+    if schedule not in methods("schedule"):
+        raise SettingError("schedule", f"unknown schedule {schedule!r}: choose one of "
+                                       f"{', '.join(sorted(methods('schedule')))}")
+    placement = str(given["placement"]).strip()
+    if placement not in PLACEMENTS:
+        raise SettingError("placement", f"unknown placement {placement!r}: use one of "
+                                        f"{', '.join(PLACEMENTS)}")
+    cap_text = str(given["memory_cap"]).strip()
+    if not cap_text:
+        raise SettingError("memory_cap", "memory cap is empty: give a number, '1p', '1.5p' or "
+                                         "'none'")
+    if isinstance(given["memory_cap"], (int, float, list, tuple)):
+        cap = given["memory_cap"]
+    elif "," in cap_text:  # one cap per device
+        cap = list(_numbers("memory_cap", cap_text))
+    else:
+        cap = parse_cap(cap_text)
+    return Settings(
+        schedule=schedule, placement=placement,
+        devices=_integer("devices", given["devices"]),
+        microbatches=_integer("microbatches", given["microbatches"]),
+        chunks=_integer("chunks", given["chunks"]),
+        group_size=_integer("group_size", given["group_size"]),
+        comm=_number("comm", given["comm"]), memory_cap=cap,
+        **{k: _numbers(k, given[k]) for k in COST_FIELDS})
+
+
+# the setting a zbopt message is about, by the first name it mentions (checked in this order)
+_MENTIONS = (("group size", "group_size"), ("memory_cap", "memory_cap"),
+             ("memory cap", "memory_cap"), ("m_w", "m_w"), ("m_b", "m_b"), ("t_f", "t_f"),
+             ("t_b", "t_b"), ("t_w", "t_w"), ("comm", "comm"), ("chunks", "chunks"),
+             ("microbatches", "microbatches"), ("micro-batches", "microbatches"),
+             ("devices", "devices"), ("placement", "placement"))
+
+
+def field_of(message: str, default: str = "schedule") -> str:
+    for words, field in _MENTIONS:
+        if words in message:
+            return field
+    return default
+
+
+def instance_of(settings: Settings, base: Instance) -> Instance:
+    """The instance as written: the served instance with the page's settings."""
+    static = base.static_memory
+    try:
+        return replace(base, devices=settings.devices, microbatches=settings.microbatches,
+                       placement=settings.placement,
+                       chunks=settings.chunks if settings.placement == "interleaved" else 0,
+                       t_f=settings.t_f, t_b=settings.t_b, t_w=settings.t_w, comm=settings.comm,
+                       m_b=settings.m_b, m_w=settings.m_w, memory_cap=settings.memory_cap,
+                       static_memory=static[0] if len(set(static)) == 1 else list(static))
+    except ZboptError as err:
+        raise SettingError(field_of(str(err), "devices"), str(err)) from None
+
+
+def _method_params(name: str, settings: Settings) -> dict:
+    generate = get_method(name, "schedule").generate
+    if settings.group_size and "group_size" in inspect.signature(generate).parameters:
+        return {"group_size": settings.group_size}
+    return {}
+
+
+def target_instance(name: str, instance: Instance, chunks: int) -> Instance:
+    """What `zbopt simulate --chunks` runs a method on: a contiguous instance re-placed with
+    `chunks` for an interleaved method."""
+    method = get_method(name, "schedule")
+    if chunks and method.placement == "interleaved" and instance.placement == "contiguous":
+        if chunks < 2:
+            raise SettingError("chunks", f"interleaved methods need chunks >= 2, got {chunks}")
+        return instance.with_placement("interleaved", chunks)
+    return instance
+
+
+def _check_size(instance: Instance) -> None:
+    if instance.num_passes > MAX_PASSES:
+        raise SettingError("microbatches", f"{instance.num_passes:,} passes is more than the "
+                                           f"explorer draws ({MAX_PASSES:,}): lower devices, "
+                                           f"micro-batches or chunks")
+
+
+def evaluate_settings(settings: Settings, base: Instance) -> Result:
+    """The Result of the chosen method, as `zbopt simulate` computes it; SettingError (naming
+    the control) when the settings are invalid or the method does not apply."""
+    instance = instance_of(settings, base)
+    name = settings.schedule
+    target = target_instance(name, instance, settings.chunks)
+    try:
+        placed = prepare(get_method(name, "schedule"), target)
+    except ZboptError:  # the method does not apply: run() says why below
+        placed = target
+    _check_size(placed)
+    result = run(name, target, **_method_params(name, settings))
+    if not result.applies:
+        field = "group_size" if "group size" in result.message else "schedule"
+        raise SettingError(field, f"{name} does not apply: {result.message}")
+    return result
+
+
+def compare_settings(settings: Settings, base: Instance, names: list[str] | None = None
+                     ) -> list[Result]:
+    """Every schedule method (or `names`) on the instance as written, through compare(); the
+    page's group size is used for the methods that take one."""
+    instance = instance_of(settings, base)
+    _check_size(instance)
+    rows = []
+    for name in names if names is not None else list(methods("schedule")):
+        params = _method_params(name, settings)
+        if params:
+            rows.append(run(name, target_instance(name, instance, settings.chunks), **params))
+        else:
+            rows.extend(compare(instance, [name], chunks=settings.chunks))
+    return rows
+
+
+PASS_FIELDS = ("device", "stage", "mb", "kind", "start", "end", "x0", "x1", "band", "bands",
+               "item_start", "item_end", "item_size", "step")
+
+
+def _compact(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else round(float(x), 6)
+
+
+def drawing(result: Result) -> dict:
+    """The timeline as the page draws it: every pass (PASS_FIELDS, times from evaluate() via
+    the report's pass_boxes), a colour per stage and kind, the memory curve and cap per device."""
+    timeline = result.timeline
+    instance = timeline.instance
+    rows = []
+    for box in pass_boxes(timeline):
+        box["step"] = path_step(instance, box["stage"], box["kind"])
+        rows.append([_compact(box[f]) if isinstance(box[f], float) else box[f]
+                     for f in PASS_FIELDS])
+    palette = [{k: [pass_colour(timeline, s, k), label_colour(timeline, s, k)] for k in "FBW"}
+               for s in range(instance.num_stages)]
+    cap = instance.cap
+    return {"method": result.method, "devices": instance.devices, "fields": list(PASS_FIELDS),
+            "passes": rows, "palette": palette, "time_unit": instance.time_unit,
+            "memory_unit": instance.memory_unit,
+            "makespan": _compact(timeline.makespan), "span": _compact(timeline.span),
+            "device_span": [[_compact(a), _compact(b)] for a, b in timeline.device_span],
+            "memory": [[[_compact(t), _compact(level)] for t, level in curve]
+                       for curve in timeline.memory_curve],
+            "peak": [_compact(x) for x in timeline.peak_memory],
+            "cap": [_compact(x) for x in cap] if cap is not None else None,
+            "memory_top": _compact(max([*timeline.peak_memory, *(cap or ())]))}
+
+
+def view_document(result: Result) -> dict:
+    """What the page draws for one Result: the Result document, the placed instance, the
+    timeline (per pass start/end per device, memory per device) and the step states."""
+    return {"result": result.to_dict(), "instance": result.instance.to_dict(),
+            "timeline": drawing(result), "events": step_states(result.timeline)}
+
+
+def solve_arguments(params: Mapping[str, Any]) -> tuple[str, float]:
+    """(solver, time limit) from a solve request; SettingError when out of range."""
+    solver = str(params.get("solver", "cpsat"))
+    if solver not in solver_names():
+        raise SettingError("solver", f"unknown solver {solver!r}: use one of "
+                                     f"{', '.join(solver_names())}")
+    low, high = SOLVE_TIME_LIMIT
+    raw = params.get("time_limit", 10)
+    try:
+        limit = float(raw)
+    except (TypeError, ValueError):
+        raise SettingError("time_limit", f"time limit must be a number of seconds, got "
+                                         f"{raw!r}") from None
+    if not (math.isfinite(limit) and low <= limit <= high):
+        raise SettingError("time_limit", f"time limit must be between {low:g} and {high:g} "
+                                         f"seconds, got {raw!r}")
+    return solver, limit
+
+
+def method_list() -> list[dict]:
+    """Every schedule method: name, kind, placement, description, whether it takes a group size."""
+    out = []
+    for name, method in methods("schedule").items():
+        takes = "group_size" in inspect.signature(method.generate).parameters
+        out.append({"name": name, "kind": method.kind, "placement": method.placement,
+                    "description": method.description, "group_size": takes})
+    return out
+
+
+# ----- downloads -----------------------------------------------------------------------------
+
+def _slug(result: Result) -> str:
+    inst = result.instance
+    return re.sub(r"[^A-Za-z0-9.-]+", "-", f"{result.method}-p{inst.devices}-m{inst.microbatches}")
+
+
+def schedule_file_text(result: Result) -> tuple[str, str]:
+    """(file name, zbopt.schedule/1 JSON) of a Result's schedule."""
+    from ..export.schedule_file import render, schedule_document
+    doc = schedule_document(result.timeline, result if result.kind == "solver" else None)
+    return f"{_slug(result)}.json", render(doc)
+
+
+def torch_csv_text(result: Result) -> tuple[str, str]:
+    """(file name, PyTorch CSV) of a Result's schedule; ZboptError where torch has no form."""
+    from ..export.torch_csv import csv_text, torch_rows
+    try:
+        rows = torch_rows(result.instance, result.timeline.schedule)
+    except ZboptError as err:
+        raise SettingError("download", str(err)) from None
+    return f"{_slug(result)}.csv", csv_text(rows)
+
+
+def report_text(instance: Instance, rows: list[Result], shown: Result) -> tuple[str, str]:
+    """(file name, self-contained HTML report) of the comparison rows and the shown result
+    (charts left out: the interactive timelines carry the same data and render in a second)."""
+    if not any(r.method == shown.method and r.kind == shown.kind for r in rows):
+        rows = [*rows, shown]
+    title = f"zbopt report: {instance.name or 'explorer'} p={instance.devices} " \
+            f"m={instance.microbatches}"
+    return f"{_slug(shown)}-report.html", render_report(instance, rows, title, charts=False)

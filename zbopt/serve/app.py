@@ -1,0 +1,209 @@
+"""The explorer's web app (FastAPI): the page, its static files and the JSON API of docs/api.md.
+
+Every answer is computed by zbopt (see api.py); bad parameters get HTTP 422 with the project's
+one-line message and the setting it is about: {"error": "...", "field": "devices"}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+import threading
+from importlib import resources
+from typing import Any, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import ZboptError
+from ..instance import PLACEMENTS, Instance, default_instance_path, load_instance
+from ..registry import methods, solver_names
+from ..result import Result
+from . import api
+from .jobs import Jobs, Refused
+
+STATIC = resources.files("zbopt.serve").joinpath("static")
+_PAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(json.dumps(data, separators=(",", ":"), allow_nan=False), status_code=status,
+                    media_type="application/json")
+
+
+def _error(message: str, field: str = "", status: int = 422) -> Response:
+    body = {"error": " ".join(str(message).split())}
+    if field:
+        body["field"] = field
+    return _json(body, status)
+
+
+def create_app(instance: Optional[Instance] = None, max_solves: int = 2) -> FastAPI:
+    """The app serving `instance` (default: the shipped paper instance) as the page's start."""
+    base = instance if instance is not None else load_instance(default_instance_path())
+    app = FastAPI(title="zbopt explorer", docs_url=None, redoc_url=None,
+                  openapi_url="/api/openapi.json")
+    jobs = Jobs(max_solves)
+    # the registry imports every backend (ortools, pulp, highspy): warm it up off the start path
+    threading.Thread(target=methods, daemon=True, name="zbopt-registry").start()
+
+    @functools.lru_cache(maxsize=64)
+    def evaluated(settings: api.Settings) -> bytes:
+        result = api.evaluate_settings(settings, base)
+        return json.dumps(api.view_document(result), separators=(",", ":"),
+                          allow_nan=False).encode()
+
+    @functools.lru_cache(maxsize=16)
+    def compared(settings: api.Settings) -> tuple[Result, ...]:
+        return tuple(api.compare_settings(settings, base))
+
+    def settings_of(request: Request, extra: tuple[str, ...] = ()) -> api.Settings:
+        params = {k: v for k, v in request.query_params.items() if k not in extra}
+        return api.parse_settings(params, base)
+
+    def shown_result(request: Request) -> Result:
+        """The result a download is about: a finished solve (?job=) or the settings' method."""
+        ident = request.query_params.get("job")
+        if ident:
+            job = jobs.get(ident)
+            if job is None or job.result is None or not job.result.applies:
+                raise api.SettingError("job", f"no finished solve {ident!r} with a schedule: "
+                                              f"press Solve again")
+            return job.result
+        return api.evaluate_settings(settings_of(request, ("job",)), base)
+
+    @app.exception_handler(ZboptError)
+    async def zbopt_error(request: Request, err: ZboptError) -> Response:
+        field = getattr(err, "field", "") or api.field_of(str(err), "")
+        return _error(str(err), field, 409 if isinstance(err, Refused) else 422)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError) -> Response:
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ())[1:]) or "request"
+        return _error(f"{where}: {first.get('msg', 'invalid request')}", where)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> Response:
+        return _error(str(err.detail), status=err.status_code)
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, err: Exception) -> Response:
+        return _error(f"internal error: {type(err).__name__}: {err}", status=500)
+
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> HTMLResponse:
+        return HTMLResponse(STATIC.joinpath("index.html").read_text(encoding="utf-8"))
+
+    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+
+    @app.get("/api/settings")
+    def settings() -> Response:
+        """The controls: their labels, the served instance's values, methods and solvers."""
+        return _json({"defaults": api.defaults(base), "labels": api.LABELS,
+                      "ranges": {k: list(v) for k, v in api.INTEGER_RANGES.items()},
+                      "placements": list(PLACEMENTS), "methods": api.method_list(),
+                      "solvers": list(solver_names()),
+                      "time_limit": list(api.SOLVE_TIME_LIMIT), "max_passes": api.MAX_PASSES,
+                      "instance": base.to_dict()})
+
+    @app.get("/api/evaluate")
+    def evaluate(request: Request) -> Response:
+        return Response(evaluated(settings_of(request)), media_type="application/json")
+
+    @app.get("/api/compare")
+    async def compare(request: Request) -> Response:
+        settings = settings_of(request)
+        rows = await run_in_threadpool(compared, settings)
+        return _json([r.to_dict() for r in rows])
+
+    @app.post("/api/solve")
+    async def solve(request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise api.SettingError("request", "the request body must be a JSON object of "
+                                              "settings, page, solver and time_limit")
+        body = dict(body)
+        page = str(body.pop("page", ""))
+        if not _PAGE_ID.match(page):
+            raise api.SettingError("page", "page must be 1-64 letters, digits, '-' or '_'")
+        solver, limit = api.solve_arguments({k: body.pop(k) for k in ("solver", "time_limit")
+                                             if k in body})
+        settings = api.parse_settings(body, base)
+        shown = await run_in_threadpool(api.evaluate_settings, settings, base)
+        job = jobs.start(page, shown.instance, solver, limit, shown.method)
+        return _json(job.snapshot(), 202)
+
+    def job_of(ident: str):
+        job = jobs.get(ident)
+        if job is None:
+            raise api.SettingError("job", f"no solve {ident!r} on this server: press Solve again")
+        return job
+
+    def final(job) -> dict:
+        out = job.snapshot()
+        if job.result is not None:
+            out["result"] = job.result.to_dict()
+            if job.result.applies:
+                out["view"] = api.view_document(job.result)
+        return out
+
+    @app.get("/api/solve/{ident}")
+    def solve_state(ident: str) -> Response:
+        job = job_of(ident)
+        return _json(final(job) if job.done.is_set() else job.snapshot())
+
+    @app.get("/api/solve/{ident}/events")
+    async def solve_events(ident: str, request: Request) -> StreamingResponse:
+        """Server-sent events: "progress" (incumbent, bound, gap) as they improve, then "done"
+        with the Result document and the solved schedule's view."""
+        job = job_of(ident)
+
+        async def stream():
+            seen = -1
+            while True:
+                if await request.is_disconnected():
+                    return
+                if job.done.is_set():
+                    data = await run_in_threadpool(final, job)
+                    yield f"event: done\ndata: {json.dumps(data, allow_nan=False)}\n\n"
+                    return
+                snapshot = job.snapshot()
+                if snapshot["version"] != seen:
+                    seen = snapshot["version"]
+                    yield f"event: progress\ndata: {json.dumps(snapshot)}\n\n"
+                await asyncio.sleep(0.15)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    def download(name: str, text: str, media: str) -> Response:
+        return Response(text, media_type=media,
+                        headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+    @app.get("/api/download/schedule")
+    def download_schedule(request: Request) -> Response:
+        return download(*api.schedule_file_text(shown_result(request)), "application/json")
+
+    @app.get("/api/download/torch-csv")
+    def download_csv(request: Request) -> Response:
+        return download(*api.torch_csv_text(shown_result(request)), "text/csv")
+
+    @app.get("/api/download/report")
+    def download_report(request: Request) -> Response:
+        settings = settings_of(request, ("job",))
+        shown = shown_result(request)
+        rows = list(compared(settings))
+        name, text = api.report_text(api.instance_of(settings, base), rows, shown)
+        return download(name, text, "text/html")
+
+    return app

@@ -1,0 +1,692 @@
+/* zbopt explorer: the page's behaviour. Every number comes from the server (zbopt's evaluator,
+ * compare and solve); this file only draws the documents it gets and asks for new ones. */
+(function () {
+  "use strict";
+
+  var FIELDS = ["schedule", "placement", "devices", "microbatches", "chunks", "group_size",
+                "t_f", "t_b", "t_w", "comm", "m_b", "m_w", "memory_cap"];
+  var KIND_NAMES = { F: "forward", B: "backward (input gradient)", W: "backward (weight gradient)" };
+  var L = { left: 74, right: 14, top: 4, row: 22, memory: 18, gap: 7, axis: 30 };
+  var BARS = { width: 190, left: 8 };
+
+  var state = {
+    page: Math.random().toString(36).slice(2) + Date.now().toString(36),
+    setup: null, doc: null, job: null, zoom: 1, cursor: -1, timer: null, highlight: null,
+    evalController: null, compareController: null, evalTimer: null, compareTimer: null,
+    source: null, solving: false, rows: []
+  };
+
+  function $(id) { return document.getElementById(id); }
+
+  function fmt(x, digits) {
+    if (x === null || x === undefined) { return "–"; }
+    return Number(x).toLocaleString("en-US", { maximumFractionDigits: digits === undefined ? 3 : digits });
+  }
+
+  function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(2) + "%"; }
+
+  function esc(text) {
+    return String(text).replace(/[&<>"']/g, function (c) {
+      return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
+    });
+  }
+
+  function query() {
+    var params = new URLSearchParams();
+    FIELDS.forEach(function (f) {
+      var node = $("f-" + f);
+      if (!node.disabled) { params.set(f, node.value); }
+    });
+    return params.toString();
+  }
+
+  function settingsObject() {
+    var out = {};
+    FIELDS.forEach(function (f) { var n = $("f-" + f); if (!n.disabled) { out[f] = n.value; } });
+    return out;
+  }
+
+  // ----- errors next to the controls -----------------------------------------------------------
+
+  function clearErrors() {
+    document.querySelectorAll("#settings .error").forEach(function (p) { p.textContent = ""; });
+    document.querySelectorAll("#settings .invalid").forEach(function (n) {
+      n.classList.remove("invalid");
+      n.removeAttribute("aria-invalid");
+    });
+  }
+
+  function showError(field, message) {
+    var box = $("e-" + field);
+    if (!box) { box = $("page-error"); }
+    box.textContent = message;
+    var input = $("f-" + field);
+    if (input) {
+      input.classList.add("invalid");
+      input.setAttribute("aria-invalid", "true");
+    }
+  }
+
+  async function readError(response) {
+    try {
+      var body = await response.json();
+      return { field: body.field || "", message: body.error || response.statusText };
+    } catch (e) {
+      return { field: "", message: "the server answered " + response.status };
+    }
+  }
+
+  // ----- evaluate ------------------------------------------------------------------------------
+
+  function scheduleEvaluate(delay) {
+    clearTimeout(state.evalTimer);
+    state.evalTimer = setTimeout(evaluate, delay === undefined ? 120 : delay);
+  }
+
+  async function evaluate() {
+    if (state.evalController) { state.evalController.abort(); }
+    var controller = new AbortController();
+    state.evalController = controller;
+    $("busy").hidden = false;
+    var q = query();
+    try {
+      var response = await fetch("/api/evaluate?" + q, { signal: controller.signal });
+      if (controller !== state.evalController) { return; }
+      clearErrors();
+      if (!response.ok) {
+        var err = await readError(response);
+        showError(err.field, err.message);
+        document.body.setAttribute("data-state", "invalid");
+        document.querySelector(".timeline-panel").classList.add("stale");
+        $("showing").textContent = state.doc ? state.doc.result.method +
+          " (the last valid settings)" : "nothing yet";
+        return;
+      }
+      var doc = await response.json();
+      if (controller !== state.evalController) { return; }
+      $("page-error").textContent = "";
+      document.querySelector(".timeline-panel").classList.remove("stale");
+      state.job = null;
+      show(doc);
+      document.body.setAttribute("data-state", "ready");
+      scheduleCompare();
+    } catch (e) {
+      if (e.name !== "AbortError") { $("page-error").textContent = "the server did not answer: " + e.message; }
+    } finally {
+      if (controller === state.evalController) {
+        $("busy").hidden = true;
+        state.evalController = null;
+      }
+    }
+  }
+
+  function show(doc) {
+    state.doc = doc;
+    decodeEvents(doc);
+    showMetrics(doc.result);
+    var r = doc.result;
+    $("showing").textContent = r.method + (r.kind === "solver" ? " (solved: " + r.status + ")" : "") +
+      " on placement " + r.placement + (r.placement === "interleaved" ? " with " + r.chunks + " chunks" : "");
+    state.highlight = null;
+    drawTimeline();
+    setCursor(-1);
+    markCompareRow();
+    document.body.setAttribute("data-view", String(Number(document.body.getAttribute("data-view") || 0) + 1));
+  }
+
+  function showMetrics(r) {
+    var unit = r.time_unit ? ' <span class="u">' + esc(r.time_unit) + "</span>" : "";
+    var munit = r.memory_unit ? ' <span class="u">' + esc(r.memory_unit) + "</span>" : "";
+    var peak = r.peak_memory ? Math.max.apply(null, r.peak_memory) : null;
+    var cap = r.memory_cap ? Math.max.apply(null, r.memory_cap) : null;
+    var values = {
+      span: [r.span, fmt(r.span) + unit], makespan: [r.makespan, fmt(r.makespan) + unit],
+      bubble: [r.bubble_rate, pct(r.bubble_rate)],
+      peak: [peak, fmt(peak) + munit + (r.fits_cap === false ? ' <span class="u">over the cap</span>' : "")],
+      cap: [cap, cap === null ? "unlimited" : fmt(cap) + munit],
+      bound: [r.lower_bound, r.lower_bound === null ? "–" : fmt(r.lower_bound) + unit +
+              (r.bound_name ? '<span class="why">' + esc(r.bound_name.replace(/_/g, " ")) + "</span>" : "")],
+      gap: [r.gap, pct(r.gap)], status: [r.status, r.status]
+    };
+    Object.keys(values).forEach(function (k) {
+      var node = $("m-" + k);
+      node.innerHTML = values[k][1];
+      node.setAttribute("data-value", values[k][0] === null ? "" : String(values[k][0]));
+    });
+    $("m-peak").classList.toggle("over", r.fits_cap === false);
+  }
+
+  // ----- the timeline --------------------------------------------------------------------------
+
+  function rowY(d) { return L.top + d * (L.row + L.memory + L.gap); }
+
+  function unpack(tl) {
+    if (tl.unpacked) { return tl.unpacked; }
+    var fields = tl.fields;
+    tl.unpacked = tl.passes.map(function (row, i) {
+      var q = { index: i };
+      fields.forEach(function (f, k) { q[f] = row[k]; });
+      q.name = q.stage + q.kind + q.mb;
+      return q;
+    });
+    return tl.unpacked;
+  }
+
+  function drawTimeline() {
+    var doc = state.doc;
+    if (!doc) { return; }
+    var tl = doc.timeline, box = $("timeline");
+    var passes = unpack(tl);
+    var width = Math.max(box.clientWidth - 2, 480) * state.zoom;
+    var span = tl.makespan || 1;
+    var scale = (width - L.left - L.right) / span;
+    state.scale = scale;
+    var height = rowY(tl.devices) + L.axis;
+    var out = ['<svg xmlns="http://www.w3.org/2000/svg" class="tl" width="' + width + '" height="' +
+               height + '" role="img" aria-label="timeline of ' + esc(tl.method) + '">'];
+    for (var d = 0; d < tl.devices; d++) {
+      var y = rowY(d);
+      out.push('<rect class="idle" x="' + L.left + '" y="' + y + '" width="' + (span * scale).toFixed(2) +
+               '" height="' + L.row + '"/>');
+      out.push('<text class="dev" x="' + (L.left - 6) + '" y="' + (y + L.row / 2 + 4) + '">device ' + d + '</text>');
+    }
+    // memory strips: the evaluator's step curve under each device, its cap dashed
+    var top = tl.memory_top || 1;
+    tl.memory.forEach(function (curve, d) {
+      var y0 = rowY(d) + L.row + 2, h = L.memory - 4, bottom = y0 + h;
+      var yOf = function (level) { return (bottom - h * level / top).toFixed(2); };
+      var parts = ["M" + L.left + "," + bottom];
+      curve.forEach(function (p, i) {
+        var x = (L.left + p[0] * scale).toFixed(2);
+        if (i > 0) { parts.push("L" + x + "," + yOf(curve[i - 1][1])); }
+        parts.push("L" + x + "," + yOf(p[1]));
+      });
+      var end = (L.left + span * scale).toFixed(2);
+      parts.push("L" + end + "," + yOf(curve[curve.length - 1][1]) + "L" + end + "," + bottom + "Z");
+      out.push('<path class="mem" data-device="' + d + '" d="' + parts.join("") + '"><title>device ' + d +
+               ' memory: peak ' + fmt(tl.peak[d]) + (tl.cap ? " / cap " + fmt(tl.cap[d]) : "") + '</title></path>');
+      if (tl.cap) {
+        out.push('<line class="cap" x1="' + L.left + '" x2="' + end + '" y1="' + yOf(tl.cap[d]) +
+                 '" y2="' + yOf(tl.cap[d]) + '"/>');
+      }
+    });
+    passes.forEach(function (q) {
+      var bh = L.row / q.bands, y = rowY(q.device) + q.band * bh;
+      var x = L.left + q.x0 * scale, w = Math.max((q.x1 - q.x0) * scale, 0.5);
+      var colours = tl.palette[q.stage][q.kind];
+      out.push('<rect class="p" data-i="' + q.index + '" data-mb="' + q.mb + '" data-pass="' + q.name +
+               '" x="' + x.toFixed(2) + '" y="' + y.toFixed(2) + '" width="' + w.toFixed(2) + '" height="' +
+               bh.toFixed(2) + '" fill="' + colours[0] + '"/>');
+      var label = String(q.mb);
+      if (w >= 6.5 * label.length + 3 && bh >= 10) {
+        out.push('<text class="lbl" x="' + (x + w / 2).toFixed(2) + '" y="' + (y + bh / 2 + 3.5).toFixed(2) +
+                 '" fill="' + colours[1] + '">' + label + '</text>');
+      }
+    });
+    // time axis
+    var axisY = rowY(tl.devices) + 2, step = niceStep(span, Math.max(4, Math.round(width / 110)));
+    out.push('<line class="axis" x1="' + L.left + '" x2="' + (L.left + span * scale) + '" y1="' + axisY + '" y2="' + axisY + '"/>');
+    for (var t = 0; t <= span + 1e-9; t += step) {
+      var tx = L.left + t * scale;
+      out.push('<line class="axis" x1="' + tx + '" x2="' + tx + '" y1="' + axisY + '" y2="' + (axisY + 4) + '"/>');
+      out.push('<text class="tick" x="' + tx + '" y="' + (axisY + 15) + '">' + fmt(t) + '</text>');
+    }
+    out.push('<g class="path"></g>');
+    out.push('<rect class="future" x="' + L.left + '" y="0" width="0" height="' + (axisY - 1) + '"/>');
+    out.push('<line class="cursor" x1="' + L.left + '" x2="' + L.left + '" y1="0" y2="' + (axisY + 4) + '"/>');
+    out.push("</svg>");
+    var keep = box.scrollLeft / Math.max(box.scrollWidth, 1);
+    box.innerHTML = out.join("");
+    box.scrollLeft = keep * box.scrollWidth;
+    state.svg = box.querySelector("svg");
+    state.rects = state.svg.querySelectorAll("rect.p");
+    $("zoom-level").textContent = Math.round(state.zoom * 100) + "%";
+    drawBars();
+    placeCursor();
+    if (state.highlight !== null) { highlight(state.highlight); }
+  }
+
+  function niceStep(range, ticks) {
+    var raw = range / ticks, power = Math.pow(10, Math.floor(Math.log10(raw)));
+    var steps = [1, 2, 2.5, 5, 10];
+    for (var i = 0; i < steps.length; i++) { if (steps[i] * power >= raw) { return steps[i] * power; } }
+    return 10 * power;
+  }
+
+  // ----- hover, highlight, zoom ----------------------------------------------------------------
+
+  function passAt(target) {
+    if (!target || !target.getAttribute) { return null; }
+    var i = target.getAttribute("data-i");
+    return i === null ? null : unpack(state.doc.timeline)[Number(i)];
+  }
+
+  function hover(e) {
+    var q = passAt(e.target), tip = $("tooltip");
+    if (!q) { tip.style.display = "none"; tip.removeAttribute("data-pass"); return; }
+    var unit = state.doc.timeline.time_unit ? " " + state.doc.timeline.time_unit : "";
+    var lines = ["<b>" + q.name + "</b> on device " + q.device,
+                 "stage " + q.stage + " · micro-batch " + q.mb + " · " + q.kind + " " + KIND_NAMES[q.kind],
+                 "start " + fmt(q.start) + " · end " + fmt(q.end) + unit + " (" + fmt(q.end - q.start) + unit + ")"];
+    if (q.item_size > 1) {
+      lines.push((q.bands > 1 ? "overlapped block " : "fused block ") + fmt(q.item_start) + "–" + fmt(q.item_end) + unit);
+    }
+    tip.innerHTML = lines.join("<br>");
+    tip.setAttribute("data-pass", q.name);
+    tip.style.display = "block";
+    var b = tip.getBoundingClientRect(), x = e.clientX + 14, y = e.clientY + 14;
+    if (x + b.width > window.innerWidth) { x = Math.max(0, e.clientX - b.width - 8); }
+    if (y + b.height > window.innerHeight) { y = Math.max(0, e.clientY - b.height - 8); }
+    tip.style.left = x + "px";
+    tip.style.top = y + "px";
+  }
+
+  function clearHighlight() {
+    state.highlight = null;
+    if (!state.svg) { return; }
+    state.svg.classList.remove("dim");
+    state.svg.removeAttribute("data-highlight");
+    state.svg.querySelectorAll("rect.p.hl").forEach(function (r) { r.classList.remove("hl"); });
+    state.svg.querySelector("g.path").innerHTML = "";
+    $("hl-status").textContent = "Hover a pass for its times; click it to highlight its micro-batch. Ctrl + wheel zooms.";
+  }
+
+  function highlight(mb) {
+    clearHighlight();
+    state.highlight = mb;
+    state.svg.classList.add("dim");
+    state.svg.setAttribute("data-highlight", mb);
+    var mine = unpack(state.doc.timeline).filter(function (q) { return q.mb === mb; });
+    mine.forEach(function (q) { state.rects[q.index].classList.add("hl"); });
+    var path = mine.filter(function (q) { return q.step >= 0; }).sort(function (a, b) { return a.step - b.step; });
+    var points = path.map(function (q) {
+      var bh = L.row / q.bands;
+      return (L.left + (q.x0 + q.x1) / 2 * state.scale).toFixed(1) + "," +
+             (rowY(q.device) + q.band * bh + bh / 2).toFixed(1);
+    });
+    state.svg.querySelector("g.path").innerHTML = '<polyline points="' + points.join(" ") + '"/>';
+    var last = mine.reduce(function (a, q) { return Math.max(a, q.end); }, 0);
+    $("hl-status").textContent = "micro-batch " + mb + ": devices " +
+      path.map(function (q) { return q.device; }).join(" → ") + ", done at " + fmt(last) +
+      " (click it again to clear)";
+  }
+
+  function click(e) {
+    var q = passAt(e.target);
+    if (!q || state.highlight === q.mb) { clearHighlight(); return; }
+    highlight(q.mb);
+  }
+
+  function zoomTo(z) {
+    state.zoom = Math.min(Math.max(z, 1), 64);
+    drawTimeline();
+  }
+
+  // ----- the step control ----------------------------------------------------------------------
+
+  function decodeEvents(doc) {
+    var ev = doc.events, p = doc.timeline.devices, n = ev.time.length;
+    var flight = new Float64Array(n * p), pending = new Float64Array(n * p);
+    var f = new Float64Array(p), w = new Float64Array(p);
+    for (var k = 0; k < n; k++) {
+      ev.changes[k].forEach(function (c) { f[c[0]] = c[1]; w[c[0]] = c[2]; });
+      flight.set(f, k * p);
+      pending.set(w, k * p);
+    }
+    state.flight = flight;
+    state.pending = pending;
+    var top = 0;
+    ev.peak_in_flight.forEach(function (x, d) { top = Math.max(top, x, ev.peak_pending_w[d]); });
+    state.barTop = top || 1;
+    $("cursor").max = String(n - 1);
+  }
+
+  function drawBars() {
+    var doc = state.doc, p = doc.timeline.devices;
+    var height = rowY(p) + L.axis;
+    var out = ['<svg xmlns="http://www.w3.org/2000/svg" width="' + BARS.width + '" height="' + height + '" class="bars-svg">'];
+    for (var d = 0; d < p; d++) {
+      var y = rowY(d);
+      out.push('<g class="bar" data-device="' + d + '">' +
+               '<rect class="track" x="' + BARS.left + '" y="' + y + '" width="' + (BARS.width - 60) + '" height="' + (L.row + L.memory) + '"/>' +
+               '<rect class="flight" x="' + BARS.left + '" y="' + (y + 2) + '" width="0" height="' + (L.row - 4) + '"/>' +
+               '<rect class="pending" x="' + BARS.left + '" y="' + (y + L.row + 1) + '" width="0" height="' + (L.memory - 4) + '"/>' +
+               '<line class="peak" y1="' + y + '" y2="' + (y + L.row + L.memory) + '"/>' +
+               '<text class="val-f" x="' + (BARS.width - 48) + '" y="' + (y + L.row / 2 + 4) + '"></text>' +
+               '<text class="val-w" x="' + (BARS.width - 48) + '" y="' + (y + L.row + L.memory / 2 + 2) + '"></text></g>');
+    }
+    out.push('<text class="bars-title" x="' + BARS.left + '" y="' + (rowY(p) + 16) + '">in flight · pending W</text>');
+    out.push("</svg>");
+    $("bars").innerHTML = out.join("");
+  }
+
+  function setCursor(k) {
+    var n = state.doc ? state.doc.events.time.length : 0;
+    state.cursor = Math.max(-1, Math.min(k, n - 1));
+    $("cursor").value = String(state.cursor);
+    placeCursor();
+  }
+
+  function placeCursor() {
+    var doc = state.doc;
+    if (!doc || !state.svg) { return; }
+    var ev = doc.events, p = doc.timeline.devices, k = state.cursor;
+    var t = k < 0 ? 0 : ev.time[k];
+    var x = L.left + t * state.scale, end = L.left + doc.timeline.makespan * state.scale;
+    var line = state.svg.querySelector("line.cursor"), future = state.svg.querySelector("rect.future");
+    line.setAttribute("x1", x);
+    line.setAttribute("x2", x);
+    line.style.display = k < 0 ? "none" : "";
+    // what has not started yet is washed out while stepping; before the first step all shows
+    future.setAttribute("x", x);
+    future.setAttribute("width", k < 0 ? 0 : Math.max(0, end - x));
+    state.svg.setAttribute("data-cursor", String(k));
+    var usable = BARS.width - 60, top = state.barTop;
+    document.querySelectorAll("#bars g.bar").forEach(function (g, d) {
+      var f = k < 0 ? 0 : state.flight[k * p + d], w = k < 0 ? 0 : state.pending[k * p + d];
+      g.setAttribute("data-in-flight", String(f));
+      g.setAttribute("data-pending-w", String(w));
+      g.querySelector("rect.flight").setAttribute("width", (usable * f / top).toFixed(2));
+      g.querySelector("rect.pending").setAttribute("width", (usable * w / top).toFixed(2));
+      var peak = BARS.left + usable * ev.peak_in_flight[d] / top;
+      var pk = g.querySelector("line.peak");
+      pk.setAttribute("x1", peak);
+      pk.setAttribute("x2", peak);
+      g.querySelector("text.val-f").textContent = fmt(f, 2);
+      g.querySelector("text.val-w").textContent = fmt(w, 2) + " W";
+    });
+    var unit = doc.timeline.time_unit ? " " + doc.timeline.time_unit : "";
+    $("cursor-label").textContent = k < 0 ? "before the first event (" + ev.time.length + " events)" :
+      "event " + (k + 1) + " of " + ev.time.length + " · t = " + fmt(t) + unit;
+    if (k < 0) {
+      $("event-text").textContent = "Step moves the cursor to the next moment a pass starts or ends; the bars show each device's activations in flight (F done, B not yet) and pending W (B done, W not yet), the tick its peak.";
+    } else {
+      var parts = ev.ended[k].map(function (e) { return e[1] + " ends on device " + e[0]; })
+        .concat(ev.started[k].map(function (e) { return e[1] + " starts on device " + e[0]; }));
+      $("event-text").textContent = "t = " + fmt(t) + unit + ": " + parts.join(", ");
+    }
+  }
+
+  function stop() {
+    clearInterval(state.timer);
+    state.timer = null;
+    $("play").textContent = "play";
+  }
+
+  function play() {
+    if (state.timer) { stop(); return; }
+    var n = state.doc.events.time.length;
+    if (state.cursor >= n - 1) { setCursor(-1); }
+    var every = Math.max(16, Math.min(250, 12000 / n));
+    $("play").textContent = "pause";
+    state.timer = setInterval(function () {
+      if (state.cursor >= n - 1) { stop(); return; }
+      setCursor(state.cursor + 1);
+    }, every);
+  }
+
+  // ----- comparison ------------------------------------------------------------------------------
+
+  function scheduleCompare() {
+    clearTimeout(state.compareTimer);
+    state.compareTimer = setTimeout(loadCompare, 250);
+  }
+
+  async function loadCompare() {
+    if (state.compareController) { state.compareController.abort(); }
+    var controller = new AbortController();
+    state.compareController = controller;
+    $("compare-status").textContent = "computing…";
+    try {
+      var response = await fetch("/api/compare?" + query(), { signal: controller.signal });
+      if (!response.ok) {
+        var err = await readError(response);
+        $("compare-status").textContent = err.message;
+        return;
+      }
+      var rows = await response.json();
+      if (controller !== state.compareController) { return; }
+      state.rows = rows;
+      drawCompare(rows);
+      $("compare-status").textContent = "";
+    } catch (e) {
+      if (e.name !== "AbortError") { $("compare-status").textContent = "the server did not answer: " + e.message; }
+    }
+  }
+
+  function drawCompare(rows) {
+    var applied = rows.filter(function (r) { return r.applies; })
+      .sort(function (a, b) { return a.span - b.span; });
+    var best = applied.filter(function (r) { return r.fits_cap; })
+      .reduce(function (a, r) { return Math.min(a, r.span); }, Infinity);
+    var html = applied.map(function (r) {
+      var placement = r.placement + (r.placement === "interleaved" ? "/" + r.chunks : "");
+      var peak = Math.max.apply(null, r.peak_memory);
+      return '<tr class="row' + (r.fits_cap && r.span === best ? " best" : "") + '" data-method="' + esc(r.method) +
+        '" tabindex="0"><td>' + esc(r.method) + "</td><td>" + esc(r.kind) + "</td><td>" + esc(placement) +
+        '</td><td class="num">' + fmt(r.span) + '</td><td class="num">' + pct(r.bubble_rate) +
+        '</td><td class="num">' + fmt(peak) + "</td><td>" + (r.fits_cap ? "yes" : '<span class="over">no</span>') +
+        '</td><td class="num">' + pct(r.gap) + "</td></tr>";
+    });
+    rows.filter(function (r) { return !r.applies; }).forEach(function (r) {
+      html.push('<tr class="na"><td>' + esc(r.method) + "</td><td>" + esc(r.kind) +
+                '</td><td colspan="6">does not apply: ' + esc(r.message) + "</td></tr>");
+    });
+    document.querySelector("#compare-table tbody").innerHTML = html.join("");
+    markCompareRow();
+  }
+
+  function markCompareRow() {
+    var shown = state.doc && !state.job ? state.doc.result.method : null;
+    document.querySelectorAll("#compare-table tr.row").forEach(function (tr) {
+      tr.classList.toggle("shown", tr.getAttribute("data-method") === shown);
+    });
+  }
+
+  function pickRow(tr) {
+    if (!tr || !tr.classList.contains("row")) { return; }
+    $("f-schedule").value = tr.getAttribute("data-method");
+    syncControls();
+    evaluate();
+  }
+
+  // ----- solve ---------------------------------------------------------------------------------
+
+  async function solve() {
+    var status = $("solve-status");
+    ["solver", "time_limit"].forEach(function (f) { $("e-" + f).textContent = ""; });
+    var body = settingsObject();
+    body.page = state.page;
+    body.solver = $("f-solver").value;
+    body.time_limit = $("f-time_limit").value;
+    var response;
+    try {
+      response = await fetch("/api/solve", { method: "POST", headers: { "Content-Type": "application/json" },
+                                               body: JSON.stringify(body) });
+    } catch (e) {
+      status.textContent = "the server did not answer: " + e.message;
+      return;
+    }
+    if (!response.ok) {
+      var err = await readError(response);
+      if (response.status === 409) {
+        status.textContent = "Solve refused: " + err.message;
+        status.setAttribute("data-status", "refused");
+      } else {
+        showError(err.field, err.message);
+        status.textContent = "Solve not started: " + err.message;
+        status.setAttribute("data-status", "invalid");
+      }
+      return;
+    }
+    var job = await response.json();
+    state.solving = true;
+    $("solve").disabled = true;
+    status.setAttribute("data-status", "running");
+    status.textContent = "solving " + job.shown + "'s instance (placement " + job.placement + ") with " +
+      job.solver + ", up to " + fmt(job.time_limit) + " s…";
+    $("solve-progress").textContent = "";
+    if (state.source) { state.source.close(); }
+    var source = new EventSource("/api/solve/" + job.job + "/events");
+    state.source = source;
+    source.addEventListener("progress", function (e) {
+      var s = JSON.parse(e.data), p = s.progress || {};
+      $("solve-progress").textContent = (p.phase || "starting") + " · " + fmt(s.elapsed, 1) + " s" +
+        (p.incumbent !== undefined && p.incumbent !== null ? " · incumbent " + fmt(p.incumbent) : "") +
+        (p.bound !== undefined && p.bound !== null ? " · bound " + fmt(p.bound) : "") +
+        (p.gap !== undefined && p.gap !== null ? " · gap " + pct(p.gap) : "");
+    });
+    source.addEventListener("done", function (e) {
+      source.close();
+      state.source = null;
+      state.solving = false;
+      $("solve").disabled = false;
+      var s = JSON.parse(e.data);
+      status.setAttribute("data-status", s.status || "error");
+      if (s.error) {
+        status.textContent = "Solve failed: " + s.error;
+        return;
+      }
+      var r = s.result;
+      status.textContent = r.method + ": " + r.status + (r.span !== null ? " · span " + fmt(r.span) : "") +
+        (r.lower_bound !== null ? " · bound " + fmt(r.lower_bound) : "") + " · gap " + pct(r.gap) +
+        " · " + fmt(r.runtime, 1) + " s" + (r.message ? " — " + r.message : "");
+      if (s.view) {
+        show(s.view);
+        state.job = s.job;
+        markCompareRow();
+      }
+    });
+    source.onerror = function () {
+      if (state.source === source && source.readyState === EventSource.CLOSED) {
+        state.solving = false;
+        $("solve").disabled = false;
+        status.textContent = "lost the connection to the solve";
+      }
+    };
+  }
+
+  // ----- downloads -----------------------------------------------------------------------------
+
+  async function download(what) {
+    var box = $("e-download");
+    box.textContent = "";
+    var q = query() + (state.job ? "&job=" + encodeURIComponent(state.job) : "");
+    var response;
+    try {
+      response = await fetch("/api/download/" + what + "?" + q);
+    } catch (e) {
+      box.textContent = "the server did not answer: " + e.message;
+      return;
+    }
+    if (!response.ok) {
+      box.textContent = (await readError(response)).message;
+      return;
+    }
+    var name = (response.headers.get("Content-Disposition") || "").replace(/.*filename="([^"]+)".*/, "$1");
+    var url = URL.createObjectURL(await response.blob());
+    var a = document.createElement("a");
+    a.href = url;
+    a.download = name || what;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(function () { URL.revokeObjectURL(url); }, 10000);
+  }
+
+  // ----- controls ------------------------------------------------------------------------------
+
+  function methodInfo(name) {
+    return state.setup.methods.filter(function (m) { return m.name === name; })[0];
+  }
+
+  // which controls matter: chunks for interleaved (the instance's or a re-placed one), group
+  // size for the methods that take one; the others are disabled, not hidden
+  function syncControls() {
+    var method = methodInfo($("f-schedule").value), placement = $("f-placement").value;
+    var interleaved = placement === "interleaved" || (placement === "contiguous" && method && method.placement === "interleaved");
+    $("f-chunks").disabled = !interleaved;
+    $("f-group_size").disabled = !(method && method.group_size);
+    $("h-chunks").textContent = (interleaved ? "chunks per device for the interleaved placement" :
+      "chunks: only for interleaved placements") + (method && method.group_size ?
+      "; group size N ≥ devices, dividing micro-batches (0: N = devices)" : "; group size: interleaved-1f1b only");
+    $("h-schedule").textContent = method ? method.description : "";
+    $("f-group_size").min = "0";
+    $("f-group_size").max = $("f-microbatches").value || "1024";
+  }
+
+  function fillControls(setup) {
+    var select = $("f-schedule");
+    var groups = {};
+    setup.methods.forEach(function (m) {
+      var key = m.kind === "heuristic" ? "heuristics" : "handwritten families";
+      (groups[key] = groups[key] || []).push(m);
+    });
+    select.innerHTML = Object.keys(groups).map(function (g) {
+      return '<optgroup label="' + g + '">' + groups[g].map(function (m) {
+        return '<option value="' + esc(m.name) + '">' + esc(m.name) + " (" + esc(m.placement) + ")</option>";
+      }).join("") + "</optgroup>";
+    }).join("");
+    $("f-placement").innerHTML = setup.placements.map(function (p) {
+      return '<option value="' + p + '">' + p + "</option>";
+    }).join("");
+    $("f-solver").innerHTML = setup.solvers.map(function (s) {
+      return '<option value="' + s + '">' + s + "</option>";
+    }).join("");
+    if (setup.solvers.indexOf("cpsat") >= 0) { $("f-solver").value = "cpsat"; }
+    FIELDS.forEach(function (f) { $("f-" + f).value = setup.defaults[f]; });
+    var inst = setup.instance;
+    $("instance-name").textContent = (inst.name || "instance") + " · every number from zbopt's evaluator";
+    $("time-unit").textContent = inst.time_unit ? "(" + inst.time_unit + ")" : "";
+    $("memory-unit").textContent = inst.memory_unit ? "(" + inst.memory_unit + ")" : "";
+    syncControls();
+  }
+
+  async function init() {
+    var response = await fetch("/api/settings");
+    state.setup = await response.json();
+    fillControls(state.setup);
+    var form = $("settings");
+    form.addEventListener("input", function (e) {
+      var field = e.target.name;
+      if (field && $("e-" + field)) { $("e-" + field).textContent = ""; }
+      syncControls();
+      scheduleEvaluate(e.target.tagName === "SELECT" ? 0 : 150);
+    });
+    form.addEventListener("submit", function (e) { e.preventDefault(); });
+    var box = $("timeline");
+    box.addEventListener("mouseover", hover);
+    box.addEventListener("mousemove", hover);
+    box.addEventListener("mouseleave", function () { $("tooltip").style.display = "none"; });
+    box.addEventListener("click", click);
+    box.addEventListener("wheel", function (e) {
+      if (!e.ctrlKey) { return; }
+      e.preventDefault();
+      zoomTo(state.zoom * (e.deltaY < 0 ? 1.25 : 0.8));
+    }, { passive: false });
+    $("zoom-in").addEventListener("click", function () { zoomTo(state.zoom * 1.5); });
+    $("zoom-out").addEventListener("click", function () { zoomTo(state.zoom / 1.5); });
+    $("zoom-fit").addEventListener("click", function () { zoomTo(1); });
+    $("reset").addEventListener("click", function () { stop(); setCursor(-1); });
+    $("step").addEventListener("click", function () { stop(); setCursor(state.cursor + 1); });
+    $("play").addEventListener("click", play);
+    $("cursor").addEventListener("input", function (e) { stop(); setCursor(Number(e.target.value)); });
+    $("solve").addEventListener("click", solve);
+    document.querySelectorAll("[data-download]").forEach(function (b) {
+      b.addEventListener("click", function () { download(b.getAttribute("data-download")); });
+    });
+    var table = document.querySelector("#compare-table tbody");
+    table.addEventListener("click", function (e) { pickRow(e.target.closest("tr")); });
+    table.addEventListener("keydown", function (e) { if (e.key === "Enter") { pickRow(e.target.closest("tr")); } });
+    var resized = null;
+    window.addEventListener("resize", function () {
+      clearTimeout(resized);
+      resized = setTimeout(drawTimeline, 150);
+    });
+    window.zbopt = state;  // for the curious (and the browser tests)
+    await evaluate();
+    document.body.setAttribute("data-ready", "1");
+  }
+
+  init().catch(function (e) { $("page-error").textContent = "the page could not start: " + e.message; });
+})();
