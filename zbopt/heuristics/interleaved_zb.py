@@ -1,0 +1,75 @@
+"""Zero-bubble greedy for the interleaved placement (device d holds stages d, d + p, ...).
+
+The list scheduler of zb-greedy and v-greedy (_engine.py) run on v chunks with split B and W:
+a device runs a ready B, else a ready F that fits under the cap, else a W that fills a gap or
+frees memory. A micro-batch's first-chunk F on a device reserves room for its later chunks'
+F there, so a started micro-batch always finishes its forward and the greedy fits every cap
+that admits a schedule (all chunks' activations of one micro-batch on each device). A grid
+over its choices (B or F first, how W fills, which chunk first, how much room is reserved) is
+judged by evaluate(); the smallest span within the cap wins.
+
+Registered names: `interleaved-zb` (the instance's cap, unlimited if none) and
+`interleaved-zb-1p` (cap 1p whatever the instance says). Both take `memory_cap=`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ZboptError
+from ..instance import Instance
+from ..registry import register
+from ..schedule import Schedule
+from . import _engine
+from ._search import _UNSET, best_of, capped_instance
+from .v_greedy import MIN_POLICIES, grid
+from .zb_greedy import SIMULATION_BUDGET
+
+
+def min_interleaved_cap(instance: Instance) -> list[float]:
+    """Per device, the least cap any schedule needs: a micro-batch's forward passes every
+    chunk of the device before its first backward can run there."""
+    return [instance.static_memory[d] + sum(instance.m_b[s] for s in instance.stages_of(d))
+            for d in range(instance.devices)]
+
+
+def interleaved_schedule(instance: Instance, method: str) -> Schedule:
+    if instance.placement != "interleaved":
+        raise ZboptError(f"{method} runs on placement 'interleaved', the instance is "
+                         f"{instance.placement!r}")
+    need = min_interleaved_cap(instance)
+
+    def needed() -> str:
+        return (f"an interleaved schedule holds every chunk's activation of a micro-batch at "
+                f"once: memory_cap of at least {max(need):g} would fit")
+
+    if instance.cap is not None and any(c + 1e-9 < n for c, n in zip(instance.cap, need)):
+        raise ZboptError(f"{method}: no schedule fits the memory cap {instance.memory_cap!r}; "
+                         f"{needed()}")
+    top = _engine._Topology(instance)
+    policies = grid(instance)
+    if len(policies) * instance.num_passes > SIMULATION_BUDGET:
+        policies = policies[:max(MIN_POLICIES, SIMULATION_BUDGET // instance.num_passes)]
+    candidates = [lambda pol=pol: _engine.run(instance, instance.cap, pol, top)
+                  for pol in policies]
+    return best_of(instance, candidates, method, needed)
+
+
+@register("interleaved-zb", "interleaved",
+          "Interleaved zero bubble: greedy F/B/W order over v chunks under the instance's cap",
+          kind="heuristic", chunks=2)
+def interleaved_zb(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
+    return interleaved_schedule(capped_instance(instance, memory_cap, "interleaved-zb"),
+                                "interleaved-zb")
+
+
+@register("interleaved-zb-1p", "interleaved",
+          "Interleaved zero bubble at cap 1p (1F1B's activation memory), or the least that fits",
+          kind="heuristic", chunks=2)
+def interleaved_zb_1p(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
+    if memory_cap is _UNSET:
+        unit = instance.devices * instance.activation_unit
+        memory_cap = [max(unit + instance.static_memory[d], need)
+                      for d, need in enumerate(min_interleaved_cap(instance))]
+    return interleaved_schedule(capped_instance(instance, memory_cap, "interleaved-zb-1p"),
+                                "interleaved-zb-1p")
