@@ -110,20 +110,49 @@ class LayeredModel:
     def __post_init__(self) -> None:
         if not self.layers:
             raise ZboptError("a layered model needs at least one layer")
+        if isinstance(self.memory_cap, list):
+            object.__setattr__(self, "memory_cap", tuple(self.memory_cap))
         object.__setattr__(self, "expanded", tuple(
             replace(layer, count=1, name=layer.name if layer.count == 1 else f"{layer.name}.{i}")
             for layer in self.layers for i in range(layer.count)))
-        # validates devices, placement, chunks, comm, overlap and the cap's shape
+        # validates devices, microbatches, placement, chunks, comm and overlap
         self._instance_for([1.0] * self.num_parts, [0.0] * self.num_parts,
                            [0.0] * self.devices, cap=None)
         if self.num_parts > len(self.expanded):
             raise ZboptError(f"{self.num_parts} stages but only {len(self.expanded)} layers: "
                              f"every stage needs at least one layer; use fewer devices or "
                              f"chunks")
-        if isinstance(self.memory_cap, str):
-            raise ZboptError(f"memory_cap {self.memory_cap!r}: a layered model's cap is "
-                             f"absolute per device (what the accelerator holds, static "
-                             f"memory included), not a multiple of p")
+        if sum(x.t_f + x.t_b + x.t_w for x in self.expanded) <= 0:
+            raise ZboptError("every layer's t_f, t_b and t_w are zero: give the layers their "
+                             "times")
+        seen: set[str] = set()
+        for layer in self.expanded:
+            if layer.name in seen:
+                raise ZboptError(f"two layers are named {layer.name!r}: a layer's name is its "
+                                 f"module name, so each names one layer")
+            seen.add(layer.name)
+        self._check_cap()
+        for key in ("name", "time_unit", "memory_unit"):
+            if not isinstance(getattr(self, key), str):
+                raise ZboptError(f"{key} must be a string, got {getattr(self, key)!r}")
+
+    def _check_cap(self) -> None:
+        cap = self.memory_cap
+        if cap is None:
+            return
+        if isinstance(cap, str):
+            raise ZboptError(f"memory_cap {cap!r}: a layered model's cap is absolute per device "
+                             f"(what the accelerator holds, static memory included), not a "
+                             f"multiple of p")
+        values = cap if isinstance(cap, (list, tuple)) else (cap,)
+        if isinstance(cap, (list, tuple)) and len(cap) != self.devices:
+            raise ZboptError(f"memory_cap lists {len(cap)} values but there are {self.devices} "
+                             f"devices: give one number, or one per device")
+        for x in values:
+            if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) \
+                    or x <= 0:
+                raise ZboptError(f"memory_cap must be a positive number (or one per device), "
+                                 f"got {x!r}")
 
     @property
     def num_stages(self) -> int:

@@ -142,8 +142,9 @@ class _Search:
         gap = None
         if incumbent is not None and math.isfinite(incumbent) and incumbent > 0:
             gap = max(0.0, (incumbent - self.bound) / incumbent)
+        bound = self.bound if math.isfinite(self.bound) else None
         self.progress({"phase": phase, "elapsed": self.elapsed(), "incumbent": incumbent,
-                       "bound": self.bound if math.isfinite(self.bound) else None, "gap": gap, "scheduled": len(self.cache), **fields})
+                       "bound": bound, "gap": gap, "scheduled": len(self.cache), **fields})
 
     def placed(self, placement: str) -> LayeredModel:
         if placement == self.model.placement:

@@ -1,0 +1,110 @@
+"""zbopt estimate: layered models from a transformers config, without hardware."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zbopt.cli import main
+from zbopt.errors import ZboptError
+from zbopt.estimate import Accelerator, estimate_layers, estimate_model, shape_from_config
+from zbopt.instance import load_instance
+from zbopt.layers import load_model
+
+PAPER = Path(__file__).resolve().parents[1] / "instances" / "paper"
+
+
+def _config(tmp_path, name="config.json", **data) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("hidden, heads, layers, instance", [
+    (2304, 24, 22, "zb-1.5b-p8-m24.toml"),
+    (4096, 32, 30, "zb-6.2b-p8-m24.toml"),
+])
+def test_paper_configs_reproduce_the_paper_activations(tmp_path, hidden, heads, layers, instance):
+    """The paper's GPT models at sequence 1024: a block's m_b and m_w in units of s*b bytes are
+    the paper instances' per-layer values."""
+    config = _config(tmp_path, model_type="gpt2", n_embd=hidden, n_head=heads, n_layer=layers,
+                     n_positions=1024, vocab_size=50257)
+    sequence, microbatch = 1024, 2
+    block = estimate_layers(shape_from_config(config), microbatch, sequence, Accelerator())[1]
+    paper = load_instance(PAPER / instance)
+    assert block.count == layers
+    assert block.m_b / (sequence * microbatch) == paper.m_b[0]
+    assert block.m_w / (sequence * microbatch) == paper.m_w[0]
+
+
+def test_llama2_7b_parameter_count_gives_static_memory(tmp_path):
+    """Llama-2-7B has 6,738,415,616 parameters; static memory is 16 bytes for each."""
+    config = _config(tmp_path, model_type="llama", hidden_size=4096, num_attention_heads=32,
+                     num_hidden_layers=32, intermediate_size=11008, vocab_size=32000,
+                     hidden_act="silu")
+    shape = shape_from_config(config)
+    layers = estimate_layers(shape, 1, 4096, Accelerator())
+    total = sum(x.static * x.count for x in layers)
+    assert total == 16 * 6_738_415_616
+    eight = estimate_layers(shape, 1, 4096, Accelerator(), optimizer_bytes=8)
+    assert sum(x.static * x.count for x in eight) == 8 * 6_738_415_616
+
+
+def test_times_follow_flops_and_the_accelerator(tmp_path):
+    config = _config(tmp_path, model_type="llama", hidden_size=1024, num_attention_heads=16,
+                     num_hidden_layers=4, intermediate_size=4096, vocab_size=32000,
+                     hidden_act="silu")
+    shape = shape_from_config(config)
+    slow = estimate_layers(shape, 1, 512, Accelerator(peak_flops=1e14, efficiency=0.5))
+    fast = estimate_layers(shape, 1, 512, Accelerator(peak_flops=2e14, efficiency=0.5))
+    two = estimate_layers(shape, 2, 512, Accelerator(peak_flops=1e14, efficiency=0.5))
+    block, head = slow[1], slow[2]
+    assert fast[1].t_f == pytest.approx(block.t_f / 2, rel=1e-3)
+    assert two[1].t_f == pytest.approx(2 * block.t_f, rel=1e-3)
+    assert block.t_b > block.t_f > block.t_w > 0  # attention has no weights: B carries twice it
+    # the output layer: 2 h V FLOPs per token and pass
+    assert head.t_f == pytest.approx(2 * 1024 * 32000 * 512 / (0.5e14) * 1e6, rel=1e-3)
+    assert slow[0].t_f == 0 and slow[0].t_b == 0
+
+
+def test_model_carries_comm_and_cap(tmp_path):
+    config = _config(tmp_path, model_type="gpt2", n_embd=768, n_head=12, n_layer=12)
+    model = estimate_model(shape_from_config(config), 4, 1024,
+                           Accelerator(hbm_bytes=40e9, link_bandwidth=50e9), devices=4,
+                           microbatches=8)
+    assert model.memory_cap == 40_000_000_000
+    assert model.comm == pytest.approx(2 * 768 * 4 * 1024 / 50e9 * 1e6, abs=1e-3)
+    assert [x.name for x in model.expanded][:2] == ["tok_embeddings", "layers.0"]
+    assert model.expanded[-1].name == "norm+output"
+
+
+@pytest.mark.parametrize("data, fragment", [
+    ({"model_type": "bert", "hidden_size": 64, "num_attention_heads": 4}, "not a decoder-only"),
+    ({"model_type": "t5"}, "not a decoder-only"),
+    ({"hidden_size": 64}, "no model_type"),
+])
+def test_not_a_decoder_config(tmp_path, data, fragment):
+    with pytest.raises(ZboptError, match=fragment):
+        shape_from_config(_config(tmp_path, **data))
+
+
+def test_bad_accelerator_figures():
+    with pytest.raises(ZboptError, match="efficiency"):
+        Accelerator(efficiency=1.5)
+    with pytest.raises(ZboptError, match="peak-flops"):
+        Accelerator(peak_flops=0)
+
+
+def test_cli_writes_a_layered_file_and_refuses_to_overwrite(tmp_path, capsys):
+    config = _config(tmp_path, model_type="gpt2", n_embd=256, n_head=4, n_layer=6)
+    out = tmp_path / "model.toml"
+    assert main(["estimate", str(config), "--seq-len", "256", "--devices", "2",
+                 "--microbatches", "4", "--out", str(out)]) == 0
+    model = load_model(out)
+    assert model.num_layers == 8 and model.devices == 2
+    assert main(["estimate", str(config), "--out", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err
+    bad = _config(tmp_path, "bert.json", model_type="bert")
+    assert main(["estimate", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a decoder-only" in err and "\n" not in err

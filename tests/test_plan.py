@@ -1,0 +1,192 @@
+"""zbopt plan: the bound over all partitions, the baselines, the search, the plan file."""
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from zbopt.bounds import best_lower_bound
+from zbopt.cli import main
+from zbopt.compare import best_of
+from zbopt.errors import ZboptError
+from zbopt.export.schedule_file import read_schedule_file
+from zbopt.layers import Layer, LayeredModel, load_model
+from zbopt.plan import even_split, plan, torchtitan_split
+from zbopt.plan.bound import (
+    INF,
+    argmin_partition,
+    count_below,
+    least_bound,
+    partitions_below,
+    segment_bounds,
+)
+from zbopt.plan.search import schedule_methods
+from zbopt.registry import run
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "instances" / "models" / "blocks16-p4.toml"
+
+
+def _partitions(n: int, parts: int):
+    for cuts in itertools.combinations(range(1, n), parts - 1):
+        bounds = (0, *cuts, n)
+        yield tuple(bounds[k + 1] - bounds[k] for k in range(parts))
+
+
+def _random_model(rng: random.Random) -> LayeredModel:
+    n = rng.randint(3, 7)
+    layers = []
+    for k in range(n):
+        m_b = rng.choice([0, 1, 2, 3])
+        layers.append(Layer(f"l{k}", t_f=rng.choice([0, 1, 2, 3.5]), t_b=rng.choice([1, 2, 3]),
+                            t_w=rng.choice([0, 1, 2]), m_b=m_b, m_w=rng.choice([0, m_b]),
+                            static=rng.choice([0, 1, 4])))
+    return LayeredModel(layers=tuple(layers), devices=rng.randint(1, min(4, n)),
+                        microbatches=rng.randint(1, 6), comm=rng.choice([0, 0.5]),
+                        memory_cap=rng.choice([None, 5, 8, 12, 20]))
+
+
+def test_segment_bound_is_the_bound_of_every_partition():
+    """The DP's per-partition bound equals zbopt.bounds' best bound of the partition's instance,
+    so the least bound over all partitions, the counts and the listing below a threshold hold."""
+    rng = random.Random(7)
+    for _ in range(25):
+        model = _random_model(rng)
+        table = segment_bounds(model)
+        values = {}
+        for sizes in _partitions(model.num_layers, model.devices):
+            try:
+                instance = model.instance(sizes)
+            except ZboptError:  # the cap cannot hold this split
+                assert table.partition_bound(sizes) == INF
+                continue
+            ref = best_lower_bound(instance)[1]
+            assert table.partition_bound(sizes) == pytest.approx(ref, rel=1e-12, abs=1e-12)
+            values[sizes] = ref
+        assert least_bound(table) == pytest.approx(min(values.values(), default=INF))
+        if not values:
+            continue
+        assert table.partition_bound(argmin_partition(table)) == pytest.approx(least_bound(table))
+        threshold = sorted(values.values())[len(values) // 2] + 1e-9
+        below = {s for s, v in values.items() if v < threshold}
+        assert count_below(table, threshold) == len(below)
+        assert set(partitions_below(table, threshold)) == below
+
+
+@pytest.mark.slow  # importing torchtitan takes seconds
+def test_baselines_match_torchtitan_rule():
+    titan = pytest.importorskip("torchtitan.distributed.pipeline_parallel")
+    for blocks, stages in [(32, 8), (16, 4), (80, 16), (30, 8), (22, 4), (6, 2)]:
+        layers = (Layer("tok_embeddings", 1, 1, 1), Layer("layers", 1, 1, 1, count=blocks),
+                  Layer("norm+output", 1, 1, 1))
+        model = LayeredModel(layers=layers, devices=stages, microbatches=stages)
+        names = titan._generate_llm_fqn_per_model_part(stages, blocks, 1, 1)
+        # torchtitan lists norm and the output layer apart; here they are one layer
+        expected = tuple(len([n for n in part if n != "norm"]) for part in names)
+        assert torchtitan_split(model) == expected
+        even = even_split(model)
+        counts = [even[0] - 1, *even[1:-1], even[-1] - 1]  # blocks per stage
+        assert sum(counts) == blocks and max(counts) - min(counts) <= 1
+        assert counts == sorted(counts, reverse=True)
+
+
+def test_even_split_without_end_modules():
+    model = LayeredModel(layers=(Layer("layers", 1, 1, 1, count=10),), devices=4, microbatches=4)
+    assert even_split(model) == (3, 3, 2, 2) == torchtitan_split(model)
+
+
+def _small_model(cap) -> LayeredModel:
+    layers = (Layer("emb", t_f=1, t_b=0, t_w=2, m_b=1, m_w=1, static=6),
+              Layer("layers", t_f=4, t_b=4, t_w=3, m_b=3, m_w=1, static=4, count=6),
+              Layer("head", t_f=9, t_b=9, t_w=9, m_b=5, m_w=1, static=6))
+    return LayeredModel(layers=layers, devices=3, microbatches=6, comm=1, memory_cap=cap)
+
+
+@pytest.mark.parametrize("cap", [None, 40, 30])
+def test_plan_is_no_worse_than_every_split_with_every_heuristic(cap):
+    model = _small_model(cap)
+    spans, bounds = [], []
+    for sizes in _partitions(model.num_layers, model.devices):
+        try:
+            instance = model.instance(sizes)
+        except ZboptError:
+            continue
+        best = best_of(run(name, instance) for name in schedule_methods("contiguous"))
+        if best is not None:
+            spans.append(best.span)
+        bounds.append(best_lower_bound(instance)[1])
+    result = plan(model, time_limit=3)
+    assert result.result.span <= min(spans) + 1e-9
+    # the bound over all partitions is below every partition's bound, and below the plan
+    assert result.result.lower_bound <= min(bounds) + 1e-9 or result.result.status == "optimal"
+    assert result.result.lower_bound <= result.result.span + 1e-9
+    assert result.result.fits()
+    assert sum(result.split.sizes) == model.num_layers
+    stages = result.stages
+    assert [name for stage in stages for name in stage] == [x.name for x in model.expanded]
+
+
+def test_plan_beats_the_even_split_on_the_example():
+    model = load_model(EXAMPLE)
+    result = plan(model, time_limit=5)
+    gain = result.gain()
+    assert gain["even"] > 0.2 and gain["torchtitan"] > 0.05
+    assert result.result.status == "optimal"
+    assert result.baselines["even"].sizes == (5, 4, 4, 5)
+
+
+def test_v_placement_plan_has_valid_bound():
+    model = _small_model(None)
+    result = plan(model, placements=("v",), time_limit=3)
+    assert result.split.placement == "v" and len(result.split.sizes) == 6
+    assert result.result.instance.placement == "v"
+    assert result.result.lower_bound <= result.result.span + 1e-9
+    total = sum(x.t_f + x.t_b + x.t_w for x in model.expanded) * model.microbatches
+    assert result.result.lower_bound >= total / model.devices - 1e-9
+
+
+def test_infeasible_cap_names_device_and_shortfall(capsys):
+    assert main(["plan", str(EXAMPLE), "--mem", "6000", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "device" in err and "raise memory_cap" in err
+    with pytest.raises(ZboptError, match=r"needs (\d|\.)+ more on device \d"):
+        plan(load_model(EXAMPLE).with_settings(memory_cap=6000), time_limit=1)
+
+
+def test_plan_file_is_a_schedule_file_with_the_partition(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(EXAMPLE), "--time-limit", "5", "--json", "--quiet",
+                 "--out", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for key in ("method", "status", "span", "lower_bound", "gap", "partition", "baselines", "gain"):
+        assert key in data
+    loaded = read_schedule_file(out)
+    assert loaded.meta["partition"]["sizes"] == data["partition"]["sizes"]
+    assert loaded.meta["partition"]["stages"][0][0] == "tok_embeddings"
+    assert math.isclose(loaded.evaluate().span, data["span"])
+    assert main(["evaluate", str(out)]) == 0
+    capsys.readouterr()
+    # a partition edited by hand no longer gives the stored instance
+    doc = json.loads(out.read_text())
+    doc["partition"]["sizes"] = [4, 5, 4, 5]
+    doc["partition"].pop("stages")
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    with pytest.raises(ZboptError, match="re-plan"):
+        read_schedule_file(edited)
+    assert main(["plan", str(EXAMPLE), "--out", str(out), "--quiet"]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--placements", "zigzag"], "--placements"),
+    (["--mem", "1p"], "absolute"),
+    (["--devices", "30"], "stages but only 18 layers"),
+    (["--time-limit", "0"], "time limit"),
+])
+def test_bad_plan_arguments(capsys, argv, fragment):
+    assert main(["plan", str(EXAMPLE), "--quiet", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and "\n" not in err
