@@ -12,7 +12,7 @@
   var state = {
     page: Math.random().toString(36).slice(2) + Date.now().toString(36),
     setup: null, doc: null, job: null, zoom: 1, cursor: -1, timer: null, highlight: null,
-    evalController: null, compareController: null, evalTimer: null, compareTimer: null,
+    evalController: null, compareController: null, evalTimer: null, compareTimer: null, busy: false,
     source: null, solving: false, rows: []
   };
 
@@ -80,10 +80,13 @@
 
   function scheduleEvaluate(delay) {
     clearTimeout(state.evalTimer);
-    state.evalTimer = setTimeout(evaluate, delay === undefined ? 120 : delay);
+    state.busy = true;
+    state.evalTimer = setTimeout(function () { state.evalTimer = null; evaluate(); },
+                                 delay === undefined ? 120 : delay);
   }
 
   async function evaluate() {
+    state.busy = true;
     if (state.evalController) { state.evalController.abort(); }
     var controller = new AbortController();
     state.evalController = controller;
@@ -116,6 +119,7 @@
       if (controller === state.evalController) {
         $("busy").hidden = true;
         state.evalController = null;
+        state.busy = state.evalTimer !== null;  // settings changed again meanwhile
       }
     }
   }
@@ -142,8 +146,8 @@
     var values = {
       span: [r.span, fmt(r.span) + unit], makespan: [r.makespan, fmt(r.makespan) + unit],
       bubble: [r.bubble_rate, pct(r.bubble_rate)],
-      peak: [peak, fmt(peak) + munit + (r.fits_cap === false ? ' <span class="u">over the cap</span>' : "")],
-      cap: [cap, cap === null ? "unlimited" : fmt(cap) + munit],
+      peak: [peak, fmt(peak) + munit + '<span class="why">' + (cap === null ? "no cap" :
+             (r.fits_cap === false ? "over the cap " : "cap ") + fmt(cap)) + "</span>"],
       bound: [r.lower_bound, r.lower_bound === null ? "–" : fmt(r.lower_bound) + unit +
               (r.bound_name ? '<span class="why">' + esc(r.bound_name.replace(/_/g, " ")) + "</span>" : "")],
       gap: [r.gap, pct(r.gap)], status: [r.status, r.status]
@@ -154,6 +158,7 @@
       node.setAttribute("data-value", values[k][0] === null ? "" : String(values[k][0]));
     });
     $("m-peak").classList.toggle("over", r.fits_cap === false);
+    $("m-peak").setAttribute("data-cap", cap === null ? "" : String(cap));
   }
 
   // ----- the timeline --------------------------------------------------------------------------
@@ -548,7 +553,10 @@
         return;
       }
       var r = s.result;
-      status.textContent = r.method + ": " + r.status + (r.span !== null ? " · span " + fmt(r.span) : "") +
+      // optimality has a scope (the placement solved on) and a proof (the bound that meets it)
+      var scope = r.status === "optimal" ? " among " + r.placement + " schedules (proved by the " +
+        String(r.bound_name).replace(/_/g, " ") + " bound)" : "";
+      status.textContent = r.method + ": " + r.status + scope + (r.span !== null ? " · span " + fmt(r.span) : "") +
         (r.lower_bound !== null ? " · bound " + fmt(r.lower_bound) : "") + " · gap " + pct(r.gap) +
         " · " + fmt(r.runtime, 1) + " s" + (r.message ? " — " + r.message : "");
       if (s.view) {

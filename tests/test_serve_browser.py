@@ -1,0 +1,224 @@
+"""The explorer page in headless Chromium (Playwright driving the system chromium) against a
+real `zbopt serve` subprocess on 127.0.0.1: every expected number is computed through zbopt."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+sync_api = pytest.importorskip("playwright.sync_api")
+
+from test_serve import UNIT, Server  # noqa: E402
+
+from zbopt.cli import main  # noqa: E402
+from zbopt.errors import ZboptError  # noqa: E402
+from zbopt.instance import Instance, load_instance  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve-browser")
+    path = folder / "unit.toml"
+    path.write_text(UNIT)
+    server = Server(path)
+    try:
+        yield server, path, folder
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        try:
+            chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        except Exception as err:  # noqa: BLE001 (a chromium that cannot start: skip, say why)
+            pytest.skip(f"chromium does not start: {err}")
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, served):
+    server, _, _ = served
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server.url)
+    page.wait_for_selector("body[data-ready='1']", timeout=30000)
+    page.errors = errors
+    yield page
+    context.close()
+
+
+def view_count(page) -> int:
+    return int(page.locator("body").get_attribute("data-view") or 0)
+
+
+def set_controls(page, values: dict[str, str]) -> None:
+    """Set controls by their visible labels and wait for the redrawn view."""
+    for label, value in values.items():
+        control = page.get_by_label(label, exact=True)
+        if control.evaluate("n => n.tagName") == "SELECT":
+            control.select_option(value)
+        else:
+            control.fill(value)
+    page.wait_for_function("() => !window.zbopt.busy", timeout=30000)
+
+
+def metric(page, label: str) -> str:
+    return page.get_by_label(label, exact=True).get_attribute("data-value")
+
+
+def simulate_span(instance_path: Path, folder: Path, **changes) -> float:
+    """The span `zbopt simulate --json` prints for the served instance with `changes`."""
+    schedule = changes.pop("schedule")
+    path = folder / f"expected-{schedule}.toml"
+    path.unlink(missing_ok=True)
+    Instance(**{**load_instance(instance_path).to_dict(), **changes}).save(path)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["simulate", str(path), "--schedule", schedule, "--json"]) == 0
+    return json.loads(out.getvalue())["span"]
+
+
+def test_page_loads_with_every_control_and_metric(page):
+    for label in ("schedule", "placement", "devices", "micro-batches", "chunks", "group size",
+                  "t_f", "t_b", "t_w", "comm", "memory cap"):
+        assert page.get_by_label(label, exact=True).is_visible(), label
+    for label in ("span", "makespan", "bubble rate", "peak memory", "lower bound", "gap"):
+        assert page.get_by_label(label, exact=True).is_visible(), label
+    assert page.locator("#timeline rect.p").count() == 3 * 4 * 8  # every pass of the unit instance
+    assert page.locator("#timeline path.mem").count() == 4  # a memory curve per device
+    assert page.errors == []
+
+
+def test_settings_show_the_span_zbopt_simulate_prints(page, served):
+    _, path, folder = served
+    set_controls(page, {"schedule": "zb-h1", "devices": "6", "micro-batches": "12", "t_f": "2",
+                        "t_b": "3", "t_w": "1", "comm": "0"})
+    expected = simulate_span(path, folder, schedule="zb-h1", devices=6, microbatches=12, t_f=2,
+                             t_b=3, t_w=1, comm=0)
+    assert float(metric(page, "span")) == expected
+    assert page.get_by_label("span", exact=True).inner_text().startswith(f"{expected:,.0f}")
+    assert page.locator("#timeline rect.p").count() == 3 * 6 * 12
+    page.screenshot(path=str(folder / "explorer.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_step_moves_the_cursor_and_the_in_flight_bars(page, served):
+    server, _, _ = served
+    set_controls(page, {"schedule": "1f1b", "devices": "4", "micro-batches": "8"})
+    _, doc, _ = server.request("/api/evaluate?schedule=1f1b&devices=4&microbatches=8")
+    expected, flight, pending = [], [0] * 4, [0] * 4
+    for changes in doc["events"]["changes"]:
+        for d, f, w in changes:
+            flight[d], pending[d] = f, w
+        expected.append([[a, b] for a, b in zip(flight, pending)])
+
+    def bars():
+        return page.eval_on_selector_all("#bars g.bar", "gs => gs.map(g => ["
+                                         "Number(g.dataset.inFlight), Number(g.dataset.pendingW)])")
+
+    assert bars() == [[0, 0]] * 4
+    seen = []
+    for _ in range(6):
+        page.get_by_role("button", name="step", exact=True).click()
+        seen.append((int(page.locator("#timeline svg").get_attribute("data-cursor")), bars()))
+    assert [c for c, _ in seen] == list(range(6))
+    assert [b for _, b in seen] == expected[:6]  # the server's states, event by event
+    assert len({json.dumps(b) for _, b in seen}) > 1 and seen[-1][1] != [[0, 0]] * 4
+    x = float(page.locator("#timeline line.cursor").get_attribute("x1"))
+    assert x > float(page.locator("#timeline rect.idle").first.get_attribute("x"))
+    page.get_by_role("button", name="reset", exact=True).click()
+    assert page.locator("#timeline svg").get_attribute("data-cursor") == "-1"
+    assert bars() == [[0, 0]] * 4
+    page.get_by_role("button", name="play", exact=True).click()
+    page.wait_for_function("() => Number(document.querySelector('#timeline svg')"
+                           ".dataset.cursor) >= 3", timeout=10000)
+    page.get_by_role("button", name="pause", exact=True).click()
+    assert page.errors == []
+
+
+def test_an_invalid_value_shows_zbopts_message_next_to_the_control(page):
+    span_before = metric(page, "span")
+    set_controls(page, {"memory cap": "0.1p"})
+    with pytest.raises(ZboptError) as err:
+        Instance(devices=4, microbatches=8, t_f=1, t_b=2, t_w=1, m_b=2, m_w=1, memory_cap="0.1p")
+    box = page.locator("[data-field='memory_cap'] .error")
+    assert box.inner_text() == str(err.value)
+    assert page.get_by_label("memory cap", exact=True).get_attribute("aria-invalid") == "true"
+    # the page is not broken: the last valid view stays, greyed
+    assert metric(page, "span") == span_before
+    assert page.locator("#timeline rect.p").count() > 0
+    set_controls(page, {"memory cap": "2p", "devices": "0"})
+    assert page.locator("[data-field='devices'] .error").inner_text() == \
+        "devices must be between 1 and 64, got 0"
+    assert page.locator("[data-field='memory_cap'] .error").inner_text() == ""
+    set_controls(page, {"devices": "4"})
+    assert page.locator("[data-field='devices'] .error").inner_text() == ""
+    assert page.errors == []
+
+
+def test_hover_highlight_and_zoom(page):
+    target = page.locator("#timeline rect.p[data-pass='2B3']")
+    target.hover()
+    tip = page.locator("#tooltip")
+    assert tip.is_visible() and "2B3" in tip.inner_text() and "micro-batch 3" in tip.inner_text()
+    target.click()
+    lit = page.eval_on_selector_all("#timeline rect.p.hl", "rs => rs.map(r => r.dataset.pass)")
+    assert sorted(lit) == sorted(f"{s}{k}3" for s in range(4) for k in "FBW")
+    assert "micro-batch 3" in page.locator("#hl-status").inner_text()
+    width = float(page.locator("#timeline svg").get_attribute("width"))
+    page.get_by_role("button", name="+", exact=True).click()
+    assert float(page.locator("#timeline svg").get_attribute("width")) == pytest.approx(
+        1.5 * width, rel=0.01)
+    assert page.locator("#timeline rect.p.hl").count() == 12  # the highlight survives a zoom
+    page.get_by_role("button", name="fit", exact=True).click()
+    assert float(page.locator("#timeline svg").get_attribute("width")) == pytest.approx(width, rel=0.02)
+
+
+def test_clicking_a_comparison_row_shows_that_method(page):
+    page.wait_for_selector("#compare-table tr.row", timeout=60000)
+    row = page.locator("#compare-table tr.row[data-method='zb-h2']")
+    span = row.locator("td").nth(3).inner_text()
+    row.click()
+    page.wait_for_function("() => document.querySelector('#m-span').dataset.value && "
+                           "document.querySelector('#showing').innerText.startsWith('zb-h2')",
+                           timeout=30000)
+    assert page.get_by_label("schedule", exact=True).input_value() == "zb-h2"
+    assert page.get_by_label("span", exact=True).inner_text().startswith(span)
+
+
+def test_solve_finishes_with_a_status_and_shows_the_schedule(page, served):
+    _, _, folder = served
+    page.get_by_label("time limit (s)").fill("2")
+    page.get_by_role("button", name="Solve").click()
+    status = page.locator("#solve-status")
+    page.wait_for_function("() => ['optimal', 'feasible', 'infeasible', 'error'].includes("
+                           "document.querySelector('#solve-status').dataset.status)",
+                           timeout=90000)
+    assert status.get_attribute("data-status") in ("optimal", "feasible")
+    assert metric(page, "status") == status.get_attribute("data-status")
+    assert "solved" in page.locator("#showing").inner_text()
+    assert float(metric(page, "lower bound")) <= float(metric(page, "span"))
+    with page.expect_download() as download:
+        page.get_by_role("button", name="schedule file").click()
+    saved = folder / "solved.json"
+    download.value.save_as(saved)
+    assert json.loads(saved.read_text())["solver"]["status"] == status.get_attribute(
+        "data-status")
+    page.screenshot(path=str(folder / "solved.png"), full_page=True)
+    assert page.errors == []
