@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import re
@@ -305,25 +306,115 @@ def page_data(page: str) -> dict:
     return json.loads(match.group(1))
 
 
-def test_report_embeds_the_evaluated_times_of_every_pass():
-    rows = compare(UNIT, ["1f1b", "zb-h1", "dualpipe", "interleaved-1f1b"])
-    page = render_report(UNIT, rows, charts=False)
+def decoded(column) -> list:
+    """A column of the page's JSON: a list, or {"values", "code"} with one character each."""
+    if isinstance(column, list):
+        return column
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return [column["values"][alphabet.index(c)] for c in column["code"]]
+
+
+def page_passes(drawn: dict) -> list[dict]:
+    """Every pass of one embedded timeline with its absolute start and end (running sums of
+    gaps and durations per device, as timeline.js reads them)."""
+    cols = {k: decoded(v) if k != "kind" else list(v) for k, v in drawn["passes"].items()}
+    out, device, previous = [], None, 0
+    for i in range(len(cols["stage"])):
+        d = drawn["stage_device"][cols["stage"][i]]
+        if d != device:
+            device, previous = d, 0
+        start = previous + cols["gap"][i]
+        end = start + cols["dur"][i]
+        previous = end
+        out.append({"stage": cols["stage"][i], "mb": cols["mb"][i], "kind": cols["kind"][i],
+                    "device": d, "start": start, "end": end})
+    return out
+
+
+def page_memory(drawn: dict) -> list[list[tuple]]:
+    curves = []
+    for times, levels in drawn["memory"]:
+        t = level = 0
+        curve = []
+        for dt, dl in zip(decoded(times), decoded(levels)):
+            t, level = t + dt, level + dl
+            curve.append((t, level))
+        curves.append(curve)
+    return curves
+
+
+@pytest.mark.parametrize("instance", [UNIT, Instance(devices=3, microbatches=6, t_f=1.5, t_b=2.25,
+                                                     t_w=0.7, comm=0.1, m_b=3, m_w=1,
+                                                     memory_cap="2p")])
+def test_report_embeds_the_evaluated_times_of_every_pass(instance):
+    rows = compare(instance, ["1f1b", "zb-h1", "dualpipe", "interleaved-1f1b"])
+    page = render_report(instance, rows, charts=False)
     data = page_data(page)
     by_method = {t["method"]: t for t in data["timelines"]}
-    assert set(by_method) == {r.method for r in rows}
+    assert set(by_method) == {r.method for r in rows if r.applies}
     for row in rows:
-        passes = [dict(zip(data["fields"], p)) for p in by_method[row.method]["passes"]]
+        if not row.applies:
+            continue
+        drawn = by_method[row.method]
+        passes = page_passes(drawn)
         assert len(passes) == row.instance.num_passes
+        assert set(drawn["passes"]) == set(PASS_FIELDS)
+        seen = set()
         for q in passes:
             p = (q["stage"], q["mb"], q["kind"])
-            assert (q["start"], q["end"]) == (row.timeline.start[p], row.timeline.end[p])
+            seen.add(p)
+            assert q["start"] == pytest.approx(row.timeline.start[p], abs=1e-9)
+            assert q["end"] == pytest.approx(row.timeline.end[p], abs=1e-9)
             assert q["device"] == row.instance.device_of(q["stage"])
-        drawn = by_method[row.method]
-        assert [[tuple(point) for point in curve] for curve in drawn["memory"]] == \
-            [list(curve) for curve in row.timeline.memory_curve]
-        assert drawn["cap"] == list(row.timeline.instance.cap)
+            k = "FBW".index(q["kind"])
+            assert drawn["step"][k][q["stage"]] == path_step(row.instance, q["stage"], q["kind"])
+        assert len(seen) == row.instance.num_passes
+        curves = page_memory(drawn)
+        assert [len(c) for c in curves] == [len(c) for c in row.timeline.memory_curve]
+        for got, want in zip(curves, row.timeline.memory_curve):
+            flat = [x for point in want for x in point]
+            assert [x for point in got for x in point] == pytest.approx(flat, abs=1e-9)
+        assert drawn["cap"] == pytest.approx(list(row.timeline.instance.cap))
         assert drawn["memory_top"] >= max(max(drawn["cap"]), max(row.timeline.peak_memory))
-    assert tuple(data["fields"]) == PASS_FIELDS
+        # every multi-pass block names its passes and its times
+        for block in drawn["blocks"]:
+            members = [passes[i] for i in block[3:]]
+            assert len(members) > 1 and len({m["device"] for m in members}) == 1
+            assert block[0] <= min(m["start"] for m in members) + 1e-9
+
+
+def test_coded_columns_round_trip():
+    from zbopt.report.html import _coded
+    values = [5, 5, 7, 0, 5, -3] * 3
+    assert decoded(_coded(values)) == values
+    many = list(range(100))
+    assert _coded(many) == many  # too many distinct values to code in one character
+
+
+@pytest.mark.slow
+def test_default_report_is_under_a_megabyte_with_every_chart():
+    from zbopt.instance import default_instance_path, load_instance
+    instance = load_instance(default_instance_path())
+    rows = compare(instance)
+    applied = [r for r in rows if r.applies]
+    page = render_report(instance, rows)
+    assert len(page.encode("utf-8")) <= 1_000_000
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) == len(applied) + 1  # one per method and the stacked chart
+    for encoded in images:
+        image = imread(io.BytesIO(base64.b64decode(encoded)))
+        assert image.shape[0] > 200 and image.shape[1] > 500
+    assert page.count('class="zb-timeline"') == len(applied)
+
+
+def test_report_states_the_verdict_and_units():
+    instance = Instance(devices=4, microbatches=8, t_f=1, t_b=1, t_w=1, m_b=2, m_w=1,
+                        memory_cap="1p", time_unit="ms", memory_unit="GB", name="u")
+    rows = compare(instance, ["1f1b", "zb-h1", "zb-v", "gpipe"])
+    page = render_report(instance, rows, charts=False)
+    best = min((r for r in rows if r.fits()), key=lambda r: r.span)
+    assert f"verdict: use {best.method} ({best.placement} placement): span {best.span:g} ms" in page
+    assert "<th>span (ms)</th>" in page and "<th>peak memory (GB) (max)</th>" in page
 
 
 def test_report_is_self_contained():

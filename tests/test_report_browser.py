@@ -1,22 +1,13 @@
-"""The HTML report in headless Chromium, driven over the DevTools protocol (stdlib only).
+"""The HTML report in headless Chromium (the system's, driven by Playwright).
 
-Chromium's --remote-debugging-pipe speaks CDP as NUL-terminated JSON on file descriptors 3
-(commands in) and 4 (replies and events out), so no websocket or client library is needed.
 The tests load the report from a file, watch for script errors and network requests, take a
-screenshot, and move/click the real mouse over passes to check the tooltip and the highlight.
+screenshot, move/click the real mouse over passes to check the tooltip and the highlight, and
+zoom, pan and switch a timeline to its own time axis.
 """
 
 from __future__ import annotations
 
-import base64
-import fcntl
-import json
-import os
-import queue
 import shutil
-import subprocess
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -27,140 +18,57 @@ from zbopt.instance import Instance
 from zbopt.report.html import write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(CHROMIUM is None, reason="headless chromium is not installed")]
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio"]
-
 
 class Browser:
-    """A minimal CDP client over chromium's debugging pipe: one page, events kept in order."""
+    """One page of the system chromium; page errors, console errors and requests recorded."""
 
-    def __init__(self, profile: Path):
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        # move the child's ends above fd 4 so the dup2 to 3 and 4 cannot clobber them;
-        # close-on-exec, so only the dup2'd copies (3, 4) reach chromium
-        high_r = fcntl.fcntl(to_child_r, fcntl.F_DUPFD_CLOEXEC, 10)
-        high_w = fcntl.fcntl(from_child_w, fcntl.F_DUPFD_CLOEXEC, 10)
-        os.close(to_child_r)
-        os.close(from_child_w)
+    def __init__(self, width: int = 1300, height: int = 900, parent: "Browser | None" = None):
+        self.parent = parent
+        if parent is None:
+            self.driver = playwright.sync_playwright().start()
+            self.browser = self.driver.chromium.launch(
+                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
+                                                "--disable-dev-shm-usage"])
+        else:  # another tab of the same browser (one Playwright per thread)
+            self.driver, self.browser = parent.driver, parent.browser
+        self.page = self.browser.new_page(viewport={"width": width, "height": height})
+        self.problems: list[str] = []
+        self.urls: list[str] = []
+        self.page.on("pageerror", lambda err: self.problems.append(str(err)))
+        self.page.on("console", lambda msg: msg.type == "error" and self.problems.append(msg.text))
+        self.page.on("request", lambda request: self.urls.append(request.url))
 
-        def wire():  # runs in the child before exec; dup2'd fds are inheritable
-            os.dup2(high_r, 3)
-            os.dup2(high_w, 4)
-
-        # not pass_fds: subprocess checks those before preexec_fn, when 3 and 4 may be closed;
-        # close_fds=False is safe since Python opens every other fd non-inheritable (PEP 446)
-        self.process = subprocess.Popen(
-            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe",
-             "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=wire, close_fds=False)
-        os.close(high_r)
-        os.close(high_w)
-        self.writer = os.fdopen(to_child_w, "wb", buffering=0)
-        self.reader = os.fdopen(from_child_r, "rb", buffering=0)
-        self.replies: dict[int, queue.Queue] = {}
-        self.events: list[dict] = []
-        self.lock = threading.Lock()
-        self.next_id = 0
-        threading.Thread(target=self._read, daemon=True).start()
-        self.session = None
-        target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target,
-                                 flatten=True)["sessionId"]
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            self.call(f"{domain}.enable")
-
-    def _read(self) -> None:
-        buffer = b""
-        while True:
-            chunk = self.reader.read(65536)
-            if not chunk:
-                return
-            buffer += chunk
-            while b"\0" in buffer:
-                raw, buffer = buffer.split(b"\0", 1)
-                message = json.loads(raw)
-                if "id" in message:
-                    self.replies.setdefault(message["id"], queue.Queue()).put(message)
-                else:
-                    with self.lock:
-                        self.events.append(message)
-
-    def call(self, method: str, timeout: float = 30, **params) -> dict:
-        self.next_id += 1
-        ident = self.next_id
-        box = self.replies.setdefault(ident, queue.Queue())
-        message = {"id": ident, "method": method, "params": params}
-        if self.session is not None:
-            message["sessionId"] = self.session
-        self.writer.write(json.dumps(message).encode() + b"\0")
-        reply = box.get(timeout=timeout)
-        if "error" in reply:
-            raise RuntimeError(f"{method}: {reply['error']}")
-        return reply.get("result", {})
-
-    def wait_event(self, method: str, timeout: float = 30) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                for event in self.events:
-                    if event["method"] == method:
-                        return event
-            time.sleep(0.05)
-        raise TimeoutError(f"no {method} within {timeout} s")
+    def open(self, path: Path) -> None:
+        self.page.goto(path.resolve().as_uri())
+        self.page.wait_for_selector("body[data-ready='1']", timeout=20_000)
 
     def js(self, expression: str):
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True,
-                           awaitPromise=True)
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
-        return result["result"].get("value")
+        return self.page.evaluate(expression)
 
-    def mouse(self, kind: str, x: float, y: float, **extra) -> None:
-        self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, **extra)
+    def mouse(self, kind: str, x: float, y: float) -> None:
+        assert kind == "mouseMoved"
+        self.page.mouse.move(x, y)
 
     def click(self, x: float, y: float) -> None:
-        self.mouse("mouseMoved", x, y)
-        self.mouse("mousePressed", x, y, button="left", clickCount=1)
-        self.mouse("mouseReleased", x, y, button="left", clickCount=1)
+        self.page.mouse.click(x, y)
 
     def errors(self) -> list[str]:
-        """Uncaught exceptions, console errors and error log entries seen so far."""
-        found = []
-        with self.lock:
-            events = list(self.events)
-        for event in events:
-            params = event.get("params", {})
-            if event["method"] == "Runtime.exceptionThrown":
-                found.append(json.dumps(params["exceptionDetails"])[:500])
-            elif event["method"] == "Runtime.consoleAPICalled" and params["type"] == "error":
-                found.append(json.dumps(params["args"])[:500])
-            elif event["method"] == "Log.entryAdded" and params["entry"]["level"] == "error":
-                found.append(params["entry"]["text"])
-        return found
+        return list(self.problems)
 
     def requested_urls(self) -> list[str]:
-        with self.lock:
-            return [e["params"]["request"]["url"] for e in self.events
-                    if e["method"] == "Network.requestWillBeSent"]
+        return list(self.urls)
 
     def close(self) -> None:
-        try:
-            self.call("Browser.close", timeout=5)
-        except Exception:  # already gone: nothing to close
-            pass
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()  # our own child, by its handle
-            self.process.wait()
-        self.writer.close()
+        if self.parent is not None:
+            self.page.close()
+            return
+        self.browser.close()
+        self.driver.stop()
 
 
 UNIT = Instance(devices=4, microbatches=8, t_f=1, t_b=2, t_w=1, m_b=2, m_w=1, memory_cap="2p",
@@ -174,16 +82,9 @@ def loaded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("report")
     rows = compare(UNIT, METHODS)
     path = write_report(folder / "report.html", UNIT, rows)
-    browser = Browser(folder / "profile")
+    browser = Browser()
     try:
-        browser.call("Emulation.setDeviceMetricsOverride", width=1300, height=900,
-                     deviceScaleFactor=1, mobile=False)
-        browser.call("Page.navigate", url=path.resolve().as_uri())
-        browser.wait_event("Page.loadEventFired")
-        deadline = time.monotonic() + 20
-        while browser.js("document.body && document.body.getAttribute('data-ready')") != "1":
-            assert time.monotonic() < deadline, f"the page never got ready: {browser.errors()}"
-            time.sleep(0.1)
+        browser.open(path)
         yield browser, rows, folder
     finally:
         browser.close()
@@ -241,9 +142,8 @@ def test_memory_strips_are_as_tall_as_each_devices_peak(loaded):
 def test_screenshot_shows_the_timelines(loaded):
     browser, rows, folder = loaded
     browser.js("document.querySelector('.zb-timeline').scrollIntoView({block: 'start'})")
-    shot = base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"])
     path = folder / "screenshot.png"
-    path.write_bytes(shot)
+    browser.page.screenshot(path=str(path))
     import numpy as np
     from matplotlib.colors import to_rgb
     from matplotlib.image import imread
@@ -339,3 +239,142 @@ def test_highlight_in_dualpipe_follows_the_reverse_direction(loaded):
     assert " → ".join(map(str, devices + devices[::-1])) in status
     browser.click(x, y)
     assert browser.errors() == []
+
+
+def view_of(browser: Browser, which: int) -> list[float]:
+    text = browser.js(f"document.querySelectorAll('.zb-timeline')[{which}]"
+                      ".querySelector('svg').getAttribute('data-view')")
+    return [float(x) for x in text.split(",")]
+
+
+def pass_box(browser: Browser, which: int, pass_text: str) -> dict:
+    """A pass's rectangle in the SVG's own units (viewBox), not on screen."""
+    return browser.js(f"""(() => {{
+        const svg = document.querySelectorAll('.zb-timeline')[{which}].querySelector('svg');
+        const r = svg.querySelector('rect.zb-pass[data-pass="{pass_text}"]');
+        return {{x: +r.getAttribute('x'), width: +r.getAttribute('width')}};
+    }})()""")
+
+
+def press(browser: Browser, which: int, action: str) -> None:
+    browser.page.locator(".zb-timeline").nth(which).locator(f"button[data-action={action}]").click()
+
+
+def test_zoom_buttons_narrow_the_view_and_keep_passes_at_their_times(loaded):
+    browser, rows, _ = loaded
+    which, row = next((i, r) for i, r in enumerate(order_of(rows)) if r.method == "zb-h1")
+    xmax = max(r.timeline.makespan for r in rows if r.applies)
+    assert view_of(browser, which) == pytest.approx([0, xmax])
+    name = format_pass((0, 0, "F"))
+    before = pass_box(browser, which, name)
+    press(browser, which, "zoom-in")
+    t0, t1 = view_of(browser, which)
+    assert t1 - t0 == pytest.approx(xmax / 2)
+    after = pass_box(browser, which, name)
+    assert after["width"] == pytest.approx(2 * before["width"], rel=1e-6)
+    # a pass sits where its evaluated start is on the zoomed axis
+    left, width = 74, 1200 - 74 - 14
+    start = row.timeline.start[(0, 0, "F")]
+    assert after["x"] == pytest.approx(left + (start - t0) * width / (t1 - t0), abs=0.01)
+    assert "zoomed" in browser.js(f"document.querySelectorAll('.zb-timeline')[{which}]"
+                                  ".querySelector('.zb-range').innerText")
+    press(browser, which, "zoom-out")
+    assert view_of(browser, which) == pytest.approx([0, xmax])
+    press(browser, which, "zoom-out")  # never wider than the whole axis
+    assert view_of(browser, which) == pytest.approx([0, xmax])
+    assert browser.errors() == []
+
+
+def test_ctrl_wheel_zooms_at_the_mouse_and_dragging_pans(loaded):
+    browser, rows, _ = loaded
+    which = 1
+    xmax = max(r.timeline.makespan for r in rows if r.applies)
+    svg = browser.page.locator(".zb-timeline").nth(which).locator("svg")
+    svg.scroll_into_view_if_needed()
+    box = svg.bounding_box()
+    x, y = box["x"] + box["width"] * 0.6, box["y"] + 20
+    browser.page.mouse.move(x, y)
+    browser.page.keyboard.down("Control")
+    browser.page.mouse.wheel(0, -100)
+    browser.page.keyboard.up("Control")
+    browser.page.wait_for_timeout(100)
+    t0, t1 = view_of(browser, which)
+    assert t1 - t0 == pytest.approx(0.8 * xmax)
+    assert t0 > 0  # zoomed around the mouse, not the left edge
+    # a plain wheel leaves the view alone (it scrolls the page)
+    browser.page.mouse.wheel(0, -100)
+    assert view_of(browser, which) == pytest.approx([t0, t1])
+    svg.scroll_into_view_if_needed()
+    box = svg.bounding_box()
+    start = (box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    browser.page.mouse.move(*start)
+    browser.page.mouse.down()
+    browser.page.mouse.move(start[0] + 100, start[1], steps=5)
+    browser.page.mouse.up()
+    p0, p1 = view_of(browser, which)
+    assert p1 - p0 == pytest.approx(t1 - t0)
+    assert p0 < t0  # dragged right: earlier times come into view
+    press(browser, which, "reset")
+    assert view_of(browser, which) == pytest.approx([0, xmax])
+    assert browser.errors() == []
+
+
+def test_own_time_axis_fits_the_timeline_to_its_own_makespan(loaded):
+    browser, rows, _ = loaded
+    applied = order_of(rows)
+    xmax = max(r.timeline.makespan for r in applied)
+    which, row = min(enumerate(applied), key=lambda x: x[1].timeline.makespan)
+    assert row.timeline.makespan < xmax  # so the test bites
+    box = browser.page.locator(".zb-timeline").nth(which).locator("input.zb-own")
+    box.check()
+    assert view_of(browser, which) == pytest.approx([0, row.timeline.makespan])
+    last = max(row.timeline.end, key=row.timeline.end.get)
+    rect = pass_box(browser, which, format_pass(last))
+    assert rect["x"] + rect["width"] == pytest.approx(1200 - 14, abs=0.7)
+    # the other timelines keep the shared axis
+    others = [i for i in range(len(applied)) if i != which]
+    assert all(view_of(browser, i) == pytest.approx([0, xmax]) for i in others)
+    box.uncheck()
+    assert view_of(browser, which) == pytest.approx([0, xmax])
+    assert browser.errors() == []
+
+
+def test_highlight_survives_a_zoom(loaded):
+    browser, rows, _ = loaded
+    which, row = next((i, r) for i, r in enumerate(order_of(rows)) if r.method == "1f1b")
+    x, y = centre(rect_of(browser, which, format_pass((0, 1, "F"))))
+    browser.click(x, y)
+    press(browser, which, "zoom-in")
+    lit = browser.js(f"document.querySelectorAll('.zb-timeline')[{which}]"
+                     ".querySelectorAll('rect.zb-pass.zb-hl').length")
+    assert lit == sum(1 for p in row.timeline.start if p[1] == 1)
+    press(browser, which, "reset")
+    x, y = centre(rect_of(browser, which, format_pass((0, 1, "F"))))
+    browser.click(x, y)  # clears
+    assert browser.errors() == []
+
+
+def test_the_default_report_renders_every_timeline_and_chart(loaded, tmp_path):
+    from zbopt.instance import default_instance_path, load_instance
+    instance = load_instance(default_instance_path())
+    rows = compare(instance)
+    path = write_report(tmp_path / "default.html", instance, rows)
+    assert path.stat().st_size <= 1_000_000
+    browser = Browser(parent=loaded[0])
+    try:
+        browser.open(path)
+        counts = browser.js("[...document.querySelectorAll('.zb-timeline')].map("
+                            "c => c.querySelectorAll('rect.zb-pass').length)")
+        assert counts == [r.instance.num_passes for r in order_of(rows)]
+        images = browser.js("[...document.images].map(i => i.complete && i.naturalWidth > 400)")
+        assert len(images) == len(counts) + 1 and all(images)
+        # the page's passes are the evaluator's: every start and end of the best method
+        best = order_of(rows)[0]
+        got = browser.js("window.zbopt.timelines[0].passes.map(q => [q.stage, q.mb, q.kind,"
+                         " q.start, q.end])")
+        for stage, mb, kind, start, end in got:
+            assert (start, end) == (best.timeline.start[(stage, mb, kind)],
+                                    best.timeline.end[(stage, mb, kind)])
+        assert browser.errors() == []
+    finally:
+        browser.close()
