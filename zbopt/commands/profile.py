@@ -37,6 +37,10 @@ def register(sub) -> None:
                         help="recorded repetitions per layer; the file keeps the median (default 10)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads while measuring (default 1: steadier)")
+    parser.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",
+                        help="cpu: this thread's CPU time, which other processes on a shared CPU "
+                             "do not inflate (CPU, --threads 1); wall: elapsed time; auto "
+                             "(default): cpu where it applies, else wall")
     parser.add_argument("--bytes-per-param", type=float, default=16.0, metavar="N",
                         help="static memory per parameter: weights, gradients and optimizer "
                              "states (default 16: mixed-precision Adam)")
@@ -156,7 +160,8 @@ def _measure(model, args, device, settings):
         def progress(name: str, done: int, _total: int) -> None:
             bar.update(task, completed=done, description=name)
 
-        return profile(model, args.warmup, args.repeat, device, args.threads, settings, progress)
+        return profile(model, args.warmup, args.repeat, device, args.threads, settings, progress,
+                       clock=args.clock)
 
 
 def header(result, layered) -> str:
@@ -166,8 +171,8 @@ def header(result, layered) -> str:
         f"model {result.name}: layer names use {result.naming} module names",
         f"micro-batch {s['microbatch_size']} x {s['seq_len']} tokens, {s['dtype']} on {s['device']}, "
         f"{s['threads']} torch thread(s), torch {s['torch']}, {s['machine']}",
-        f"times: median of {s['repeat']} repetitions after {s['warmup']} warm-up, microseconds; F, B "
-        f"(stage_backward_input), W (stage_backward_weight)",
+        f"times: median of {s['repeat']} repetitions after {s['warmup']} warm-up, round-robin over the "
+        f"layers, {s['clock']} clock, microseconds; F, B (stage_backward_input), W (stage_backward_weight)",
         "m_b: bytes saved for backward by F; m_w: bytes still held after B (capped at m_b)",
         f"static: parameters x {s['bytes_per_param']:g} bytes",
         "per measured layer: name, F, B, W, full backward (median us), m_w as measured:",

@@ -22,7 +22,7 @@ import statistics
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -105,14 +105,21 @@ def _output_grad(y: torch.Tensor) -> torch.Tensor | None:
     return None if y.dim() == 0 else torch.randn_like(y)
 
 
-class _Clock:
-    def __init__(self, device: torch.device) -> None:
+CLOCKS = ("wall", "cpu")
+
+
+class Clock:
+    """`wall`: elapsed time (what a step takes; CUDA is synchronised first). `cpu`: this
+    thread's CPU time, which a shared CPU's other processes do not inflate (CPU, one thread)."""
+
+    def __init__(self, device: torch.device, kind: str = "wall") -> None:
         self.cuda = device.type == "cuda"
+        self.read = time.thread_time if kind == "cpu" else time.perf_counter
 
     def now(self) -> float:
         if self.cuda:
             torch.cuda.synchronize()
-        return time.perf_counter()
+        return self.read()
 
 
 def memory(module: nn.Module, x_in: Any) -> tuple[int, int]:
@@ -165,27 +172,31 @@ def _stage_output(y: Any) -> torch.Tensor:
     return y.clone() if y._is_view() else y
 
 
-def time_layer(module: nn.Module, x_in: Any, warmup: int, repeat: int, device: torch.device,
-               tick: Callable[[], None] | None = None) -> tuple[list[float], ...]:
-    """Lists of F, B, W and full-backward times (seconds) of `repeat` repetitions after
-    `warmup` unrecorded ones; `tick` is called once per repetition."""
-    clock = _Clock(device)
-    params = list(module.parameters())
-    t_f, t_b, t_w, t_full = [], [], [], []
-    grad = None
-    for i in range(warmup + repeat):
-        x = _fresh(x_in)
+class Repetition:
+    """One repetition of one layer: F, B (stage_backward_input), W (stage_backward_weight), then
+    F again and the full backward (stage_backward) as a peer; times in seconds."""
+
+    def __init__(self, module: nn.Module, x_in: Any, clock: Clock) -> None:
+        self.module, self.x_in, self.clock = module, x_in, clock
+        self.params = list(module.parameters())
+        self.grad: torch.Tensor | None = None
+        self.first = True
+
+    def run(self) -> tuple[float, float, float, float, float]:
+        clock, module = self.clock, self.module
+        x = _fresh(self.x_in)
         start = clock.now()
         y = module(x)
         forward = clock.now() - start
         y = _stage_output(y)
-        if grad is None:
-            grad = _output_grad(y)
+        if self.first:
+            self.grad, self.first = _output_grad(y), False
+        grad = self.grad
         if _needs_grad(x):
             start = clock.now()
-            _, groups = stage_backward_input([y], _nonscalar(grad), [x], iter(params))
+            _, groups = stage_backward_input([y], _nonscalar(grad), [x], iter(self.params))
             middle = clock.now()
-            stage_backward_weight(iter(params), groups)
+            stage_backward_weight(iter(self.params), groups)
             end = clock.now()
             backward_input, backward_weight = middle - start, end - middle
         else:  # the runtime's first stage: B is skipped, W is the full backward
@@ -193,32 +204,34 @@ def time_layer(module: nn.Module, x_in: Any, warmup: int, repeat: int, device: t
             stage_backward(y, grad, [x])
             backward_input, backward_weight = 0.0, clock.now() - start
         del y
-        x = _fresh(x_in)
+        x = _fresh(self.x_in)
         start = clock.now()
-        y = module(x)
+        y = _stage_output(module(x))
         forward_again = clock.now() - start
         start = clock.now()
         stage_backward(y, grad, [x])
         full = clock.now() - start
-        del y
-        if i >= warmup:
-            t_f += [forward, forward_again]
-            t_b.append(backward_input)
-            t_w.append(backward_weight)
-            t_full.append(full)
-        if tick is not None:
-            tick()
-    return t_f, t_b, t_w, t_full
+        return forward, backward_input, backward_weight, forward_again, full
+
+
+def to_times(name: str, group: str, module: nn.Module, m_b: int, m_w: int,
+             samples: list[tuple[float, float, float, float, float]]) -> LayerTimes:
+    """Recorded repetitions (seconds) as a LayerTimes in microseconds."""
+    us = lambda s: round(s * 1e6, 3)
+    unique = {id(p): p.numel() for p in module.parameters()}
+    return LayerTimes(
+        name=name, group=group, t_f=tuple(us(r[k]) for r in samples for k in (0, 3)),
+        t_b=tuple(us(r[1]) for r in samples), t_w=tuple(us(r[2]) for r in samples),
+        t_full=tuple(us(r[4]) for r in samples), m_b=m_b, m_w=m_w, parameters=sum(unique.values()))
 
 
 def measure_layer(name: str, group: str, module: nn.Module, x_in: Any, warmup: int, repeat: int,
-                  device: torch.device, tick: Callable[[], None] | None = None) -> LayerTimes:
-    """Times (microseconds) and memory of one layer; its gradients are cleared afterwards."""
+                  device: torch.device, clock: str = "wall") -> LayerTimes:
+    """Times (microseconds) and memory of one layer measured on its own; its gradients are
+    cleared afterwards."""
     m_b, m_w = memory(module, x_in)
-    samples = time_layer(module, x_in, warmup, repeat, device, tick)
+    repetition = Repetition(module, x_in, Clock(device, clock))
+    samples = [repetition.run() for _ in range(warmup + repeat)][warmup:]
     for p in module.parameters():
         p.grad = None
-    us = [tuple(round(s * 1e6, 3) for s in kind) for kind in samples]
-    unique = {id(p): p.numel() for p in module.parameters()}
-    return LayerTimes(name=name, group=group, t_f=us[0], t_b=us[1], t_w=us[2], t_full=us[3],
-                      m_b=m_b, m_w=m_w, parameters=sum(unique.values()))
+    return to_times(name, group, module, m_b, m_w, samples)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 
 from ..errors import ZboptError
 from ..layers import Layer, LayeredModel
-from .measure import LayerTimes, iqr, measure_layer, median
+from .measure import CLOCKS, Clock, LayerTimes, Repetition, iqr, median, memory, to_times
 from .models import ModelSpec
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -37,7 +37,7 @@ class Profile:
     def title(self) -> str:
         s = self.settings
         return (f"{self.name} b={s.get('microbatch_size')} s={s.get('seq_len')} {s.get('dtype')} "
-                f"{s.get('device')} {s.get('threads')} thread(s)")
+                f"{s.get('device')} {s.get('threads')} thread(s) {s.get('clock')} clock")
 
     def summary(self) -> list[dict[str, Any]]:
         """Per measured layer: medians, IQRs and the full backward peer (microseconds)."""
@@ -144,32 +144,54 @@ def layer_inputs(model: ModelSpec) -> list[Any]:
 
 def profile(model: ModelSpec, warmup: int = 2, repeat: int = 10, device=None, thread_count: int = 1,
             settings: dict[str, Any] | None = None,
-            progress: Callable[[str, int, int], None] | None = None) -> Profile:
-    """Measure every layer of `model` (already on `device`). `progress(layer name, done, total)`
-    is called after each repetition."""
+            progress: Callable[[str, int, int], None] | None = None, clock: str = "auto") -> Profile:
+    """Measure every layer of `model` (already on `device`). Repetitions go round-robin over the
+    layers (repetition 1 of every layer, then 2, ...), so a burst of load on a shared machine
+    lands on all layers alike rather than on whichever was being measured. `clock` "auto" is
+    this thread's CPU time on a CPU with one thread, else wall time. `progress(layer name,
+    done, total)` is called after each layer repetition."""
     import torch
     if warmup < 0 or repeat < 1 or thread_count < 1:
         raise ZboptError("warm-up must be >= 0, repeat and threads >= 1")
     device = device or torch.device("cpu")
+    if clock == "auto":
+        clock = "cpu" if device.type == "cpu" and thread_count == 1 else "wall"
+    if clock not in CLOCKS:
+        raise ZboptError(f"--clock {clock!r}: choose {' or '.join(CLOCKS)}")
+    if clock == "cpu" and (device.type != "cpu" or thread_count != 1):
+        raise ZboptError("--clock cpu counts this thread's CPU time: use it on the CPU with --threads 1")
     total, done = len(model.layers) * (warmup + repeat), 0
-    measured = []
     with threads(thread_count):
         torch.manual_seed(0)
         inputs = layer_inputs(model)
-        for layer, x in zip(model.layers, inputs):
-            def tick(name=layer.name):
-                nonlocal done
-                done += 1
-                if progress is not None:
-                    progress(name, done, total)
-            try:
-                measured.append(measure_layer(layer.name, layer.group, layer.module, x, warmup, repeat,
-                                              device, tick))
-            except (TypeError, RuntimeError) as err:
-                raise ZboptError(f"layer {layer.name!r} cannot be measured "
-                                 f"({str(err).strip().splitlines()[0]})") from None
+        timer = Clock(device, clock)
+        try:
+            memories = []
+            for layer, x in zip(model.layers, inputs):
+                current = layer.name
+                memories.append(memory(layer.module, x))
+            runs = [Repetition(layer.module, x, timer) for layer, x in zip(model.layers, inputs)]
+            samples: list[list] = [[] for _ in runs]
+            for i in range(warmup + repeat):
+                for k, (layer, run) in enumerate(zip(model.layers, runs)):
+                    current = layer.name
+                    result = run.run()
+                    if i >= warmup:
+                        samples[k].append(result)
+                    done += 1
+                    if progress is not None:
+                        progress(layer.name, done, total)
+        except (TypeError, RuntimeError) as err:
+            raise ZboptError(f"layer {current!r} cannot be measured "
+                             f"({str(err).strip().splitlines()[0]})") from None
+        finally:
+            for layer in model.layers:
+                for p in layer.module.parameters():
+                    p.grad = None
+    measured = tuple(to_times(layer.name, layer.group, layer.module, m_b, m_w, s)
+                     for layer, (m_b, m_w), s in zip(model.layers, memories, samples))
     info = {"warmup": warmup, "repeat": repeat, "threads": thread_count, "device": str(device),
-            "torch": torch.__version__, "python": platform.python_version(),
+            "clock": clock, "torch": torch.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "processor": platform.processor() or platform.machine()}
-    return Profile(name=model.name, naming=model.naming, layers=tuple(measured),
+    return Profile(name=model.name, naming=model.naming, layers=measured,
                    settings={**(settings or {}), **info})
