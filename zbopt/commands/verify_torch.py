@@ -1,46 +1,82 @@
-"""zbopt verify-torch FILE.json: run the schedule in real PyTorch processes and check the result."""
+"""zbopt verify-torch FILE.json: run a schedule or plan in real PyTorch processes and check it."""
 
 from __future__ import annotations
+
+import sys
 
 from ._common import console, print_json
 
 
 def register(sub) -> None:
     parser = sub.add_parser(
-        "verify-torch", help="run a schedule file in real PyTorch processes (CPU, gloo) and "
-                             "check loss and gradients against a single-process reference",
-        description="Exports the schedule as a PyTorch CSV, starts one process per device on "
-                    "the CPU (gloo), runs one training step of a tiny float64 model with "
-                    "_PipelineScheduleRuntime and compares the loss and every parameter "
-                    "gradient with a single-process run. Exit status 0: match, 1: mismatch, "
-                    "2: the schedule cannot be exported or torch rejects it.")
-    parser.add_argument("file", metavar="FILE.json", help="schedule file (zbopt.schedule/1)")
+        "verify-torch", help="run a schedule or plan file in real PyTorch processes (CPU, gloo): "
+                             "check loss and gradients, or time it against the prediction",
+        description="Starts one process per device on the CPU (gloo) and runs the schedule. "
+                    "--runtime torch (default): PyTorch's _PipelineScheduleRuntime on a tiny "
+                    "float64 model; --runtime torchtitan: torchtitan's own pipeline builder "
+                    "with the settings `zbopt export --torchtitan` writes and the plan's module "
+                    "split. Both compare the loss and every parameter gradient with a "
+                    "single-process run. --timed instead runs N timed steps and reports measured "
+                    "busy time per pass kind and step span against the prediction. Exit status "
+                    "0: match, 1: mismatch, 2: bad input or the schedule cannot run.")
+    parser.add_argument("file", metavar="FILE.json", help="schedule or plan file (zbopt.schedule/1)")
+    parser.add_argument("--runtime", choices=("torch", "torchtitan"), default="torch",
+                        help="which runtime builds the pipeline (default torch)")
     parser.add_argument("--atol", type=float, default=1e-6, help="tolerance (default 1e-6)")
-    parser.add_argument("--timeout", type=float, default=120.0,
+    parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds before a hanging run is declared failed")
-    parser.add_argument("--hidden", type=int, default=8, help="width of the tiny model")
+    parser.add_argument("--hidden", type=int, default=None,
+                        help="width of the stand-in model (default 8; --timed: 256)")
+    parser.add_argument("--microbatch-size", type=int, default=1, metavar="N",
+                        help="torchtitan micro-batch size (rows per micro-batch)")
+    parser.add_argument("--timed", action="store_true",
+                        help="time N steps with the plan's order against its predicted span")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    parser.add_argument("--rows", type=int, default=32,
+                        help="--timed: rows per micro-batch of the stand-in model (default 32)")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     parser.set_defaults(func=run)
+
+
+def _progress(text: str) -> None:
+    print(f"verify-torch: {text}", file=sys.stderr, flush=True)
 
 
 def run(args) -> int:
     from ..errors import ZboptError
     from ..export.schedule_file import read_schedule_file
-    from ..export.torch_runtime import verify_torch
 
-    if args.hidden < 1 or args.timeout <= 0 or args.atol < 0:
-        raise ZboptError("--hidden must be >= 1, --timeout > 0 and --atol >= 0")
+    hidden = args.hidden if args.hidden is not None else (256 if args.timed else 8)
+    if hidden < 1 or args.timeout <= 0 or args.atol < 0 or args.microbatch_size < 1:
+        raise ZboptError("--hidden and --microbatch-size must be >= 1, --timeout > 0 and "
+                         "--atol >= 0")
+    if args.steps < 1 or args.warmup < 0 or args.rows < 1:
+        raise ZboptError("--steps and --rows must be >= 1 and --warmup >= 0")
     loaded = read_schedule_file(args.file)
     loaded.evaluate()  # a deadlocking or malformed order is reported by our evaluator first
-    result = verify_torch(loaded.instance, loaded.schedule, atol=args.atol,
-                          timeout=args.timeout, hidden=args.hidden)
+    if args.timed:
+        if args.runtime != "torch":
+            raise ZboptError("--timed runs PyTorch's runtime: drop --runtime torchtitan")
+        return _run_timed(args, loaded, hidden)
+    _progress(f"starting {loaded.instance.devices} gloo processes ({args.runtime} runtime)")
+    if args.runtime == "torchtitan":
+        from ..export.titan_runtime import verify_titan
+        result = verify_titan(loaded, atol=args.atol, timeout=args.timeout, hidden=hidden,
+                              microbatch_size=args.microbatch_size)
+    else:
+        from ..export.titan_runtime import check_world
+        from ..export.torch_runtime import verify_torch
+        check_world(loaded.instance.devices)
+        result = verify_torch(loaded.instance, loaded.schedule, atol=args.atol,
+                              timeout=args.timeout, hidden=hidden)
     if args.json:
         print_json(result.as_dict())
     else:
         out = console()
         verdict = "[green]PASS[/]" if result.ok else "[red]FAIL[/]"
-        out.print(f"{verdict} {result.method or 'schedule'}: {result.ranks} ranks, "
-                  f"{result.num_stages} stages, {result.microbatches} micro-batches, "
+        out.print(f"{verdict} {result.method or 'schedule'} ({result.runtime}): {result.ranks} "
+                  f"ranks, {result.num_stages} stages, {result.microbatches} micro-batches, "
                   f"{result.seconds:.1f} s")
         if result.loss is not None:
             out.print(f"loss {result.loss:.12g} (reference {result.reference_loss:.12g}, max "
@@ -48,5 +84,54 @@ def run(args) -> int:
                       f"{result.max_grad_error:.3g} over {result.parameters} parameter tensors "
                       f"(atol {result.atol:g})")
         if result.message:
-            out.print(result.message)
+            out.print(result.message, markup=False)
+        for note in result.notes:
+            out.print(f"note: {note}", markup=False, soft_wrap=True)
     return 0 if result.ok else 1
+
+
+def _run_timed(args, loaded, hidden: int) -> int:
+    from ..export.fqn_model import FqnSpec
+    from ..export.plan_parts import plan_model, stage_layer_names
+    from ..export.timing import preset_of, time_plan
+    from ..export.torchtitan import split_fqns
+
+    instance = loaded.instance
+    layers = stage_layer_names(loaded)
+    if layers is None:
+        layers = [[f"layers.{s}"] for s in range(instance.num_stages)]
+    stage_fqns = [split_fqns(names) for names in layers]
+    spec = preset_of(plan_model(loaded), instance.microbatches)
+    if spec is not None and stage_layer_names(loaded) is not None:
+        model_line = (f"model: preset {spec.preset} as profiled (micro-batch {spec.microbatch_size}"
+                      f" x {spec.seq_len} tokens, {spec.dtype}), split as the plan says")
+    else:
+        spec = FqnSpec(fqns=tuple(f for part in stage_fqns for f in part),
+                       microbatches=instance.microbatches, hidden=hidden,
+                       rows_per_microbatch=args.rows, dtype="float32")
+        model_line = (f"model: stand-in MLP blocks (width {hidden}, {args.rows} rows per "
+                      f"micro-batch) at the plan's module names; the prediction is only "
+                      f"meaningful if the plan's costs were profiled on this model")
+    _progress(f"starting {instance.devices} gloo processes: {args.warmup} warm-up + "
+              f"{args.steps} timed steps")
+    timing = time_plan(instance, loaded.schedule, spec, stage_fqns, steps=args.steps,
+                       warmup=args.warmup, timeout=args.timeout, stage_layers=layers)
+    if args.json:
+        print_json(timing.as_dict())
+        return 0
+    from rich.table import Table
+    out = console()
+    out.print(f"{timing.method or 'schedule'}: {timing.devices} devices, {timing.microbatches} "
+              f"micro-batches, {timing.steps} timed steps (one thread per process)")
+    out.print(f"step span: measured {timing.measured_span * 1e3:.2f} ms (median; "
+              f"{min(timing.measured_spans) * 1e3:.2f}-{max(timing.measured_spans) * 1e3:.2f}), "
+              f"predicted {timing.predicted_span * 1e3:.2f} ms, error {timing.error:+.1%}")
+    table = Table("device", "kind", "measured ms", "predicted ms", "error")
+    for dev in timing.per_device:
+        for kind in sorted(set(dev.measured) | set(dev.predicted)):
+            got, want = dev.measured.get(kind, 0.0), dev.predicted.get(kind, 0.0)
+            error = f"{(got - want) / want:+.1%}" if want else "-"
+            table.add_row(str(dev.device), kind, f"{got * 1e3:.2f}", f"{want * 1e3:.2f}", error)
+    out.print(table)
+    out.print(model_line, markup=False, soft_wrap=True)
+    return 0

@@ -60,6 +60,8 @@ class VerifyResult:
     atol: float
     seconds: float
     message: str = ""
+    runtime: str = "torch"  # "torch": _PipelineScheduleRuntime; "torchtitan": its pipeline builder
+    notes: tuple[str, ...] = ()  # what the run could not exercise, and why
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -177,12 +179,13 @@ def _worker(rank: int, world: int, workdir: str, jobs: list[_Job], timeout: floa
         dist.destroy_process_group()
 
 
-def _run_processes(world: int, args: tuple, timeout: float) -> str:
-    """Spawn the ranks and wait; '' on success, else a one-line reason (hang, crash)."""
+def _run_processes(world: int, args: tuple, timeout: float, worker=None) -> str:
+    """Spawn the ranks of `worker` (default: one verify job list) and wait; '' on success,
+    else a one-line reason (hang, crash)."""
     import torch.multiprocessing as mp
     from torch.multiprocessing import ProcessRaisedException
 
-    context = mp.start_processes(_worker, args=args, nprocs=world, join=False,
+    context = mp.start_processes(worker or _worker, args=args, nprocs=world, join=False,
                                  start_method="spawn")
     deadline = time.monotonic() + timeout
     try:
@@ -218,17 +221,23 @@ class Comparison:
 
 def compare_outputs(spec: ModelSpec, per_rank: list[dict], atol: float) -> Comparison:
     """Compare the ranks' saved losses and gradients with `reference(spec)`."""
+    ref_losses, ref_grads = reference(spec)
+    return compare_with(ref_losses, ref_grads, spec.microbatches, per_rank, atol)
+
+
+def compare_with(ref_losses: list[float], ref_grads: dict[str, Any], microbatches: int,
+                 per_rank: list[dict], atol: float) -> Comparison:
+    """Compare the ranks' saved losses and gradients with a reference's."""
     import torch
 
-    ref_losses, ref_grads = reference(spec)
     losses = next((r["losses"] for r in per_rank if r["losses"] is not None), None)
     grads: dict[str, Any] = {}
     for result in per_rank:
         grads.update(result["grads"])
     problems = []
     loss_error = None
-    if losses is None or len(losses) != spec.microbatches:
-        problems.append(f"expected {spec.microbatches} micro-batch losses, got "
+    if losses is None or len(losses) != microbatches:
+        problems.append(f"expected {microbatches} micro-batch losses, got "
                         f"{0 if losses is None else len(losses)}")
     else:
         loss_error = max(abs(a - b) for a, b in zip(losses, ref_losses))

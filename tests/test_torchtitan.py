@@ -1,0 +1,210 @@
+"""torchtitan export (keys checked against the installed release), its runtime proof, --timed."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+
+from zbopt.cli import main
+from zbopt.errors import ZboptError
+from zbopt.export import torchtitan as titan
+from zbopt.export.schedule_file import read_schedule_file, write_schedule_file
+from zbopt.export.torch_csv import csv_text, torch_rows
+from zbopt.layers import LayeredModel
+from zbopt.registry import generate, get_method, prepare
+from zbopt.schedule import evaluate
+
+MODEL = {"devices": 2, "microbatches": 4, "time_unit": "ms", "layers": [
+    {"name": "tok_embeddings", "t_f": 1, "t_b": 1, "t_w": 1},
+    {"name": "layers", "t_f": 2, "t_b": 2, "t_w": 1, "count": 4},
+    {"name": "norm+lm_head", "t_f": 1, "t_b": 1, "t_w": 1}]}
+STAGES = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "layers.3", "norm+lm_head"]]
+
+
+def plan_file(tmp_path, method="zb-h1", model=MODEL, sizes=(3, 3), partition="stages",
+              name="plan.json"):
+    """A plan file: a schedule file plus the partition and the layered model."""
+    layered = LayeredModel.from_dict(model)
+    instance = layered.instance(sizes)
+    placed = prepare(get_method(method), instance)
+    groups = [[layer.name for layer in g] for g in layered.stage_layers(sizes)]
+    path = write_schedule_file(
+        tmp_path / name, evaluate(placed, generate(method, placed)),
+        partition={"sizes": list(sizes), "stages": groups}, model=layered.to_dict())
+    if partition == "sizes":  # a plan that lists only the sizes: the names come from the model
+        doc = json.loads(path.read_text())
+        del doc["partition"]["stages"]
+        path.write_text(json.dumps(doc))
+    return path
+
+
+def needs_torchtitan():
+    pytest.importorskip("torchtitan.config")
+
+
+# ----- keys against the installed release ------------------------------------------------------
+
+
+def test_every_key_zbopt_writes_exists_in_the_installed_torchtitan():
+    needs_torchtitan()
+    assert titan.installed_key_problems() == []
+    assert titan.installed_version() == titan.TORCHTITAN_PIN
+
+
+def test_the_fragment_builds_torchtitans_own_config_objects(tmp_path):
+    needs_torchtitan()
+    from torchtitan.config import ParallelismConfig, TrainingConfig
+    assert main(["export", str(plan_file(tmp_path)), "--torchtitan", str(tmp_path / "tt"),
+                 "--microbatch-size", "2"]) == 0
+    fragment = tomllib.loads((tmp_path / "tt" / "torchtitan.toml").read_text())
+    parallelism = ParallelismConfig(**fragment["parallelism"])  # an unknown key raises here
+    training = TrainingConfig(**fragment["training"])
+    assert parallelism.pipeline_parallel_degree == 2
+    assert parallelism.pipeline_parallel_schedule_csv == str(tmp_path / "tt" / "schedule.csv")
+    assert training.local_batch_size // parallelism.pipeline_parallel_microbatch_size == 4
+    assert parallelism.pipeline_parallel_microbatch_size == 2
+    assert parallelism.module_fqns_per_model_part == [
+        ["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "layers.3", "norm", "lm_head"]]
+
+
+def test_a_release_without_the_keys_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    needs_torchtitan()
+    sections = dict(titan.SECTIONS)
+    sections["parallelism"] = ("ParallelismConfig", sections["parallelism"][1] + ("pp_bogus",))
+    monkeypatch.setattr(titan, "SECTIONS", sections)
+    assert titan.installed_key_problems() == ["parallelism.pp_bogus"]
+    with pytest.raises(ZboptError, match="pp_bogus"):
+        titan.require_torchtitan()
+    assert main(["export", str(plan_file(tmp_path)), "--torchtitan", str(tmp_path / "tt")]) == 2
+    err = capsys.readouterr().err
+    assert "lacks parallelism.pp_bogus" in err and err.count("\n") == 1
+    assert not (tmp_path / "tt").exists()
+
+
+@pytest.mark.parametrize("method, placement", [("zb-h1", "contiguous"),
+                                               ("interleaved-1f1b", "interleaved"),
+                                               ("zb-v", "v")])
+def test_the_schedule_name_maps_stages_to_ranks_as_the_plan_does(method, placement):
+    needs_torchtitan()
+    from torchtitan.distributed.pipeline_parallel import _get_pp_rank_to_stage_indices_mapping
+
+    from zbopt.instance import Instance
+    chunks = 2 if placement == "interleaved" else 0
+    instance = Instance(devices=3, microbatches=6, t_f=1, t_b=1, t_w=1, placement=placement,
+                        chunks=chunks)
+    name = titan.schedule_class(instance)
+    for rank in range(3):
+        assert tuple(_get_pp_rank_to_stage_indices_mapping(rank, 3, name, instance.num_stages)) \
+            == tuple(instance.stages_of(rank))
+
+
+# ----- export ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("partition", ["stages", "sizes"])
+def test_export_plan_writes_csv_and_module_split(tmp_path, capsys, partition):
+    path = plan_file(tmp_path, partition=partition)
+    out = tmp_path / "tt"
+    assert main(["export", str(path), "--torchtitan", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "stage 1: layers.2 layers.3 norm lm_head" in printed
+    loaded = read_schedule_file(path)
+    assert (out / "schedule.csv").read_text() == csv_text(torch_rows(loaded.instance,
+                                                                     loaded.schedule))
+    fragment = tomllib.loads((out / "torchtitan.toml").read_text())
+    assert fragment["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
+    assert fragment["parallelism"]["module_fqns_per_model_part"][0] == STAGES[0]
+    assert fragment["training"]["local_batch_size"] == 4
+    assert json.loads((out / "schedule.csv.json").read_text())["n_microbatches"] == 4
+
+
+def test_export_schedule_without_partition_has_only_schedule_keys_and_a_note(tmp_path, capsys):
+    path = plan_file(tmp_path)
+    doc = json.loads(path.read_text())
+    del doc["partition"], doc["model"]
+    path.write_text(json.dumps(doc))
+    assert main(["export", str(path), "--torchtitan", str(tmp_path / "tt")]) == 0
+    assert "note: the plan has no partition" in capsys.readouterr().out
+    text = (tmp_path / "tt" / "torchtitan.toml").read_text()
+    assert "module_fqns_per_model_part =" not in text and "# the plan has no partition" in text
+    assert set(tomllib.loads(text)["parallelism"]) == {
+        "pipeline_parallel_degree", "pipeline_parallel_schedule",
+        "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size"}
+
+
+@pytest.mark.parametrize("layers, message", [
+    ([{"name": "model.layers", "t_f": 1, "t_b": 1, "t_w": 1, "count": 2}], "cannot be split"),
+    ([{"name": "a+a", "t_f": 1, "t_b": 1, "t_w": 1}, {"name": "b", "t_f": 1, "t_b": 1, "t_w": 1}],
+     "more than one stage"),
+])
+def test_module_names_torchtitan_cannot_split_are_refused(tmp_path, capsys, layers, message):
+    model = {**MODEL, "layers": layers}
+    if message == "more than one stage":
+        model["layers"] = [layers[0], {"name": "a", "t_f": 1, "t_b": 1, "t_w": 1}]
+    path = plan_file(tmp_path, model=model, sizes=(1, 1))
+    assert main(["export", str(path), "--torchtitan", str(tmp_path / "tt")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "tt").exists()
+
+
+def test_partition_that_does_not_match_the_schedule_is_refused(tmp_path, capsys):
+    path = plan_file(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["partition"]["stages"] = [sum(STAGES, [])]
+    path.write_text(json.dumps(doc))
+    assert main(["export", str(path), "--torchtitan", str(tmp_path / "tt")]) == 2
+    err = capsys.readouterr().err
+    assert "partition" in err and err.count("\n") == 1
+    assert not (tmp_path / "tt").exists()
+
+
+# ----- runtime proofs (real processes) ---------------------------------------------------------
+
+
+def test_more_devices_than_processes_is_refused(tmp_path, monkeypatch, capsys):
+    from zbopt.export import titan_runtime
+    monkeypatch.setattr(titan_runtime, "max_processes", lambda: 1)
+    path = plan_file(tmp_path)
+    for extra in ([], ["--runtime", "torchtitan"], ["--timed"]):
+        assert main(["verify-torch", str(path), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "at most 1 processes" in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_timed_refuses_torchtitan_runtime(tmp_path, capsys):
+    assert main(["verify-torch", str(plan_file(tmp_path)), "--timed", "--runtime",
+                 "torchtitan"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["zb-h1", "1f1b"])
+def test_torchtitan_builds_and_trains_the_plan_exactly(tmp_path, method):
+    needs_torchtitan()
+    pytest.importorskip("torch")
+    from zbopt.export.titan_runtime import verify_titan
+    result = verify_titan(read_schedule_file(plan_file(tmp_path, method=method)))
+    assert result.ok, result.message
+    assert result.runtime == "torchtitan" and result.max_grad_error <= 1e-6
+    assert result.parameters == 7 * 4  # 7 modules, two Linear layers each
+    assert any("_PipelineScheduleRuntime" in note for note in result.notes)
+
+
+@pytest.mark.slow
+def test_timed_run_reports_every_device_and_kind(tmp_path):
+    pytest.importorskip("torch")
+    from zbopt.export.fqn_model import FqnSpec
+    from zbopt.export.timing import time_plan
+    loaded = read_schedule_file(plan_file(tmp_path))
+    fqns = [titan.split_fqns(names) for names in STAGES]
+    spec = FqnSpec(fqns=tuple(f for part in fqns for f in part), microbatches=4, hidden=16,
+                   rows_per_microbatch=4, dtype="float32")
+    timing = time_plan(loaded.instance, loaded.schedule, spec, fqns, steps=2, warmup=1)
+    assert len(timing.measured_spans) == 2 and all(s > 0 for s in timing.measured_spans)
+    assert timing.predicted_span == pytest.approx(loaded.evaluate().span * 1e-3)
+    for dev in timing.per_device:
+        assert set(dev.measured) == {"F", "B", "W"}  # zb-h1 splits every backward
+        assert dev.predicted["F"] == pytest.approx(
+            4 * sum(loaded.instance.t_f[s] for s in loaded.instance.stages_of(dev.device)) * 1e-3)

@@ -1,0 +1,282 @@
+"""Predicted against measured: run a plan's order for N timed steps and compare with its costs.
+
+`time_plan(instance, schedule, spec)` exports the order as a torch CSV, starts one gloo process
+per device (one thread each) and runs `warmup` untimed then `steps` timed training steps of the
+stand-in model (zbopt.export.fqn_model) with `_PipelineScheduleRuntime`. Every compute action
+is timed where torch runs it (the stage's forward / backward-input / backward-weight calls), so
+each device reports its busy time per pass kind and the span of its actions. The measured span
+of a step is the Zero Bubble span (max over devices of last end - first start, one monotonic
+clock shared by the processes); the prediction is `evaluate()` on the instance's costs.
+The prediction is only as good as the costs: they must come from profiling the model that runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ZboptError
+from ..instance import Instance
+from ..schedule import Schedule, evaluate
+from .chrome_trace import time_scale
+from .torch_csv import csv_text, torch_check, torch_rows
+from .torch_runtime import _require_torch, _run_processes
+
+KINDS = ("F", "B", "W")
+# the title `zbopt profile` gives a layered model: "<preset> b=<B> s=<S> <dtype> <device> ..."
+_PROFILE_TITLE = re.compile(r"^(?P<preset>\S+) b=(?P<b>\d+) s=(?P<s>\d+) (?P<dtype>\w+) (?P<device>\w+)")
+
+
+@dataclass(frozen=True)
+class PresetSpec:
+    """The profiled preset model itself, rebuilt from its shipped config in every process."""
+
+    preset: str
+    microbatches: int
+    microbatch_size: int = 1
+    seq_len: int = 128
+    dtype: str = "float32"
+
+
+def preset_of(model: dict | None, microbatches: int) -> PresetSpec | None:
+    """The preset a plan's layered model was profiled from (by the title `zbopt profile`
+    writes), if zbopt ships it; None for any other model."""
+    if not isinstance(model, dict):
+        return None
+    match = _PROFILE_TITLE.match(str(model.get("name", "")))
+    if not match:
+        return None
+    try:
+        from ..profile.models import PRESETS
+    except ImportError:
+        return None
+    if match["preset"] not in PRESETS:
+        return None
+    return PresetSpec(match["preset"], microbatches, int(match["b"]), int(match["s"]),
+                      match["dtype"])
+
+
+def _scalar_loss(output, target):
+    return output  # the preset's last layer returns the loss itself
+
+
+def _stage_modules(job: "_TimedJob", mine: tuple[int, ...]):
+    """{stage: module}, the whole batch, the targets and the loss function of the job's model."""
+    import torch
+    from torch import nn
+
+    spec = job.spec
+    if isinstance(spec, PresetSpec):
+        from ..profile.models import preset_model
+        built = preset_model(spec.preset, spec.microbatch_size, spec.seq_len,
+                             getattr(torch, spec.dtype), torch.device("cpu"))
+        by_name = {layer.name: layer.module for layer in built.layers}
+        missing = [n for part in job.stage_layers for n in part if n not in by_name]
+        if missing:
+            raise ZboptError(f"the plan's layer {missing[0]!r} is not a layer of preset "
+                             f"{spec.preset}")
+        modules = {s: nn.Sequential(*(by_name[n] for n in job.stage_layers[s])) for s in mine}
+        one = built.make_input()
+        x = torch.cat([one] * spec.microbatches)
+        y = torch.zeros(spec.microbatches, 1)
+        return modules, x, y, _scalar_loss
+    from .fqn_model import FqnModel, build_batch, mse, split
+    model = FqnModel(spec)
+    x, y = build_batch(spec)
+    return {s: split(model, job.stage_fqns[s]) for s in mine}, x, y, mse
+
+
+@dataclass(frozen=True)
+class _TimedJob:
+    csv_path: str
+    spec: Any  # FqnSpec (stand-in) or PresetSpec (the profiled model)
+    stage_fqns: tuple[tuple[str, ...], ...]
+    stage_layers: tuple[tuple[str, ...], ...]  # layer names per stage (PresetSpec)
+    rank_stages: tuple[tuple[int, ...], ...]
+    steps: int
+    warmup: int
+
+
+def _timed(events: list, stage: int, method, kind_of):
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        out = method(*args, **kwargs)
+        events.append((kind_of(kwargs), stage, t0, time.perf_counter()))
+        return out
+    return wrapper
+
+
+def _timed_rank(rank: int, job: _TimedJob, out_path: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    num_stages = len(job.stage_fqns)
+    mine = job.rank_stages[rank]
+    modules, x, y, loss_fn = _stage_modules(job, mine)
+    events: list = []
+    stages = []
+    for s in mine:
+        stage = PipelineStage(modules[s], s, num_stages, torch.device("cpu"))
+        stage.forward_one_chunk = _timed(events, s, stage.forward_one_chunk, lambda kw: "F")
+        # a full backward (torch B) is our fused B,W block: kept apart as "BW"
+        stage.backward_one_chunk = _timed(
+            events, s, stage.backward_one_chunk,
+            lambda kw: "BW" if kw.get("full_backward", True) else "B")
+        stage.backward_weight_one_chunk = _timed(events, s, stage.backward_weight_one_chunk,
+                                                 lambda kw: "W")
+        stages.append(stage)
+    schedule = _PipelineScheduleRuntime(stages, n_microbatches=job.spec.microbatches,
+                                        loss_fn=loss_fn, scale_grads=True)
+    schedule._load_csv(job.csv_path)
+    has_first, has_last = 0 in mine, num_stages - 1 in mine
+    steps = []
+    for k in range(job.warmup + job.steps):
+        for stage in stages:
+            stage.submod.zero_grad(set_to_none=True)
+        events.clear()
+        dist.barrier()
+        t0 = time.perf_counter()
+        schedule.step(*((x,) if has_first else ()), target=y if has_last else None,
+                      losses=[] if has_last else None, return_outputs=False)
+        t1 = time.perf_counter()
+        if k >= job.warmup:
+            steps.append({"start": t0, "end": t1, "events": list(events)})
+    torch.save({"steps": steps}, out_path)
+
+
+def _timed_worker(rank: int, world: int, workdir: str, job: _TimedJob, timeout: float) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)  # one thread per process: the plan's devices are the processes
+    dist.init_process_group("gloo", init_method=f"file://{workdir}/rendezvous", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=timeout))
+    try:
+        _timed_rank(rank, job, os.path.join(workdir, f"timed-rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class DeviceTiming:
+    """One device: busy seconds per pass kind per step, measured (median) and predicted."""
+
+    device: int
+    measured: dict[str, float]  # "F", "B", "W", and "BW" for fused backward blocks
+    predicted: dict[str, float]
+    measured_span: float  # median over steps of this device's last end - first start
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Measured against predicted, in seconds."""
+
+    method: str
+    devices: int
+    microbatches: int
+    steps: int
+    predicted_span: float
+    measured_spans: tuple[float, ...]  # per timed step
+    measured_steps: tuple[float, ...]  # per timed step: wall time of step() (max over ranks)
+    per_device: tuple[DeviceTiming, ...]
+    seconds: float
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def measured_span(self) -> float:
+        return statistics.median(self.measured_spans)
+
+    @property
+    def error(self) -> float:
+        """(measured - predicted) / predicted, on the median span."""
+        return (self.measured_span - self.predicted_span) / self.predicted_span
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(measured_span=self.measured_span, error=self.error)
+        return out
+
+
+def predicted_busy(instance: Instance, device: int, seconds_per_unit: float,
+                   fused: bool) -> dict[str, float]:
+    m = instance.microbatches
+    out = {}
+    for kind in KINDS:
+        out[kind] = m * sum(instance.cost(s, kind) for s in instance.stages_of(device)) \
+            * seconds_per_unit
+    if fused:
+        out["BW"] = out.pop("B") + out.pop("W")
+    return out
+
+
+def time_plan(instance: Instance, schedule: Schedule, spec, stage_fqns, steps: int = 5,
+              warmup: int = 2, timeout: float = 600.0, stage_layers=None) -> Timing:
+    """Run the order for `warmup` + `steps` steps on `spec`'s model; see the module doc."""
+    _require_torch()
+    if steps < 1 or warmup < 0:
+        raise ZboptError("--steps must be >= 1 and --warmup >= 0")
+    from .titan_runtime import check_world
+    check_world(instance.devices)
+    scale, known = time_scale(instance.time_unit)
+    if not known:
+        raise ZboptError(f"time unit {instance.time_unit!r} is not a known unit (s, ms, us, ns): "
+                         f"a prediction in seconds needs one")
+    seconds_per_unit = scale * 1e-6
+    rows = torch_rows(instance, schedule)
+    torch_check(rows, instance.num_stages, instance.microbatches)
+    predicted = evaluate(instance, schedule)
+    started = time.monotonic()
+    import torch
+    with tempfile.TemporaryDirectory(prefix="zbopt-timed-") as workdir:
+        csv_path = Path(workdir) / "schedule.csv"
+        csv_path.write_text(csv_text(rows))
+        job = _TimedJob(str(csv_path), spec, tuple(tuple(p) for p in stage_fqns),
+                        tuple(tuple(p) for p in (stage_layers or stage_fqns)),
+                        tuple(instance.stages_of(d) for d in range(instance.devices)),
+                        steps, warmup)
+        failure = _run_processes(instance.devices, (instance.devices, workdir, job, timeout),
+                                 timeout, worker=_timed_worker)
+        files = [Path(workdir) / f"timed-rank{r}.pt" for r in range(instance.devices)]
+        if failure or not all(f.exists() for f in files):
+            raise ZboptError(f"the timed run failed: {failure or 'a rank wrote no result'}")
+        ranks = [torch.load(f, weights_only=False)["steps"] for f in files]
+    spans, walls = [], []
+    busy: list[dict[str, list[float]]] = [{} for _ in ranks]
+    own_spans: list[list[float]] = [[] for _ in ranks]
+    for k in range(steps):
+        ends, firsts = [], []
+        for d, rank_steps in enumerate(ranks):
+            events = rank_steps[k]["events"]
+            first, last = min(e[2] for e in events), max(e[3] for e in events)
+            own_spans[d].append(last - first)
+            firsts.append(first)
+            ends.append(last)
+            totals: dict[str, float] = {}
+            for kind, _, t0, t1 in events:
+                totals[kind] = totals.get(kind, 0.0) + (t1 - t0)
+            for kind, value in totals.items():
+                busy[d].setdefault(kind, []).append(value)
+        spans.append(max(own_spans[d][-1] for d in range(len(ranks))))
+        walls.append(max(r[k]["end"] for r in ranks) - min(r[k]["start"] for r in ranks))
+    per_device = []
+    for d in range(instance.devices):
+        fused = "BW" in busy[d]
+        per_device.append(DeviceTiming(
+            device=d, measured={k: statistics.median(v) for k, v in busy[d].items()},
+            predicted=predicted_busy(instance, d, seconds_per_unit, fused and "B" not in busy[d]),
+            measured_span=statistics.median(own_spans[d])))
+    return Timing(method=schedule.method, devices=instance.devices,
+                  microbatches=instance.microbatches, steps=steps,
+                  predicted_span=predicted.span * seconds_per_unit, measured_spans=tuple(spans),
+                  measured_steps=tuple(walls), per_device=tuple(per_device),
+                  seconds=time.monotonic() - started)
