@@ -9,6 +9,9 @@ import pytest
 from zbopt.cli import main
 
 
+COSTS = "t_f = 1\nt_b = 1\nt_w = 1\n"
+
+
 def run(capsys, *argv):
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -35,7 +38,7 @@ def test_compare_default_instance_json(capsys):
 
 def test_compare_lists_families_that_do_not_apply(capsys, tmp_path):
     inst = tmp_path / "odd.toml"
-    inst.write_text("devices = 4\nmicrobatches = 6\n")
+    inst.write_text("devices = 4\nmicrobatches = 6\n" + COSTS)
     code, out, _ = run(capsys, "compare", str(inst), "--json")
     assert code == 0
     rows = {r["method"]: r for r in json.loads(out)}
@@ -56,7 +59,8 @@ def test_simulate_table_and_json(capsys):
 
 @pytest.mark.parametrize("content,argv,fragment", [
     ("devices = 2\nmicrobatches = 2\nspeed = 3\n", ["compare"], "unknown key(s) speed"),
-    ("devices = 2\nmicrobatches = 2\nt_f = -1\n", ["compare"], "t_f must be finite and >= 0"),
+    ("devices = 2\nmicrobatches = 2\nt_f = -1\nt_b = 1\nt_w = 1\n", ["compare"],
+     "t_f must be finite and >= 0"),
     ("devices = 2\nmicrobatches = 0\n", ["compare"], "microbatches must be >= 1"),
     ("devices = 0\nmicrobatches = 2\n", ["compare"], "devices must be >= 1"),
     ("devices = 2\nmicrobatches = 2\nplacement = 'v'\nchunks = 3\n", ["compare"],
@@ -71,7 +75,7 @@ def test_simulate_table_and_json(capsys):
 ])
 def test_bad_input_one_line_exit_2(capsys, tmp_path, content, argv, fragment):
     path = tmp_path / "inst.toml"
-    path.write_text(content)
+    path.write_text(content if "t_f" in content else content + COSTS)
     code, out, err = run(capsys, *argv[:1], str(path), *argv[1:])
     assert code == 2
     assert fragment in err
@@ -87,7 +91,7 @@ def test_bad_arguments_one_line(capsys):
 
 def test_console_script_in_a_real_process(tmp_path):
     path = tmp_path / "inst.toml"
-    path.write_text("devices = 2\nmicrobatches = 2\nt_w = -3\n")
+    path.write_text("devices = 2\nmicrobatches = 2\nt_f = 1\nt_b = 1\nt_w = -3\n")
     proc = subprocess.run([sys.executable, "-m", "zbopt", "compare", str(path)],
                           capture_output=True, text=True)
     assert proc.returncode == 2

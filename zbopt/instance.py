@@ -325,13 +325,7 @@ class Instance:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "instance") -> "Instance":
-        unknown = sorted(set(data) - set(FILE_KEYS))
-        if unknown:
-            raise ZboptError(f"{source}: unknown key(s) {', '.join(unknown)}; "
-                             f"allowed keys are {', '.join(FILE_KEYS)}")
-        for key in ("devices", "microbatches"):
-            if key not in data:
-                raise ZboptError(f"{source}: missing required key {key!r}")
+        _check_keys(data, source)
         try:
             return cls(**data)
         except ZboptError as err:
@@ -348,6 +342,16 @@ class Instance:
         else:
             path.write_text(to_toml(self.to_dict()))
         return path
+
+
+def _check_keys(data: dict[str, Any], source: str) -> None:
+    unknown = sorted(set(map(str, data)) - set(FILE_KEYS))
+    if unknown:
+        raise ZboptError(f"{source}: unknown key(s) {', '.join(unknown)}; "
+                         f"allowed keys are {', '.join(FILE_KEYS)}")
+    for key in ("devices", "microbatches"):
+        if key not in data:
+            raise ZboptError(f"{source}: missing required key {key!r}")
 
 
 def _divide(value: float, v: int) -> float:
@@ -408,6 +412,7 @@ def check_file_keys(data: dict[str, Any], source: str) -> None:
     if "layers" in data:
         raise ZboptError(f"{source} is a layered model ([[layers]]), not a per-stage instance: "
                          f"`zbopt plan` partitions it into stages")
+    _check_keys(data, source)
     missing = [key for key in COST_KEYS if key not in data]
     if missing:
         raise ZboptError(f"{source}: missing cost key(s) {', '.join(missing)}: give each pass "

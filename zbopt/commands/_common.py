@@ -140,11 +140,11 @@ def check_output(path: str | Path, force: bool, suffixes: tuple[str, ...] = (),
                  what: str = "output") -> Path:
     """A file the command will write: refused now (not after the work) if it cannot be."""
     path = Path(path)
+    if path.is_dir():
+        raise ZboptError(f"{path} is a directory: give a file name for the {what}")
     if suffixes and path.suffix.lower() not in suffixes:
         raise ZboptError(f"cannot write the {what} to {path}: use a name ending in "
                          f"{' or '.join(suffixes)}")
-    if path.is_dir():
-        raise ZboptError(f"{path} is a directory: give a file name for the {what}")
     refuse_overwrite(path, force)
     parent = path.parent
     if not parent.exists():
