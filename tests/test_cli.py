@@ -8,7 +8,6 @@ import pytest
 
 from zbopt.cli import main
 
-
 COSTS = "t_f = 1\nt_b = 1\nt_w = 1\n"
 
 
