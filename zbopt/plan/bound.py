@@ -1,14 +1,16 @@
 """Lower bounds over every partition of a layered model (contiguous placement).
 
 On a contiguous placement the best lower bound of zbopt.bounds for the span is the maximum over
-devices of that device's bound (load plus forced ramp and drain idle), and device d's bound
+devices of that device's bound (load plus forced ramp and drain idle); where the cap cannot hold
+every micro-batch at once a memory throughput bound (`_throughput`) can raise it. Device d's bound
 depends only on the layers of its own stage and on sums over the stages after it: the forward
 round trip needs the t_f of every layer from the stage's first layer on, the backward the t_b of
 every layer after the stage's last. So the bound of a partition is a max over its segments of a
 function of (stage, first layer, last layer), and the least bound over all partitions, the number
 of partitions below a threshold, and those partitions themselves come from a dynamic programme
 over (stage, first layer). tests/test_plan.py checks the segment bound against
-zbopt.bounds.best_lower_bound on every partition of small models.
+zbopt.bounds.best_lower_bound and against every heuristic's span on every partition of small
+models.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ def _caps(model: LayeredModel) -> tuple[float, ...] | None:
 
 
 def _device_bound(seg: dict, m: int, wait: float, capacity: float) -> float:
-    """zbopt.bounds.device_bound for a device with one stage of these totals."""
+    """zbopt.bounds.device_bound for a device with one stage of these totals, raised by the
+    memory throughput bound where the cap cannot hold every micro-batch at once."""
     load = m * (seg["t_f"] + seg["t_b"] + seg["t_w"])
     if math.isfinite(capacity):
         ramp_busy = knapsack_max([(seg["m_b"], seg["t_f"], m)], capacity)
@@ -110,8 +113,22 @@ def _device_bound(seg: dict, m: int, wait: float, capacity: float) -> float:
         ramp_busy, drain = m * seg["t_f"], 0.0
     ramp = max(0.0, wait - ramp_busy)
     if m * seg["m_b"] > capacity + 1e-9:
-        return load + ramp + drain  # some forward starts after the first B: disjoint windows
+        # some forward starts after the first B: disjoint windows
+        return max(load + ramp + drain, _throughput(seg, m, wait, capacity))
     return load + max(ramp, drain)
+
+
+def _throughput(seg: dict, m: int, wait: float, capacity: float) -> float:
+    """Memory throughput: a micro-batch holds m_b from the start of its F to the end of its B,
+    at least the round trip plus t_b; at most k = floor(capacity / m_b) are held at once, so the
+    m intervals split into k chains of disjoint ones (interval colouring), the longest holds
+    ceil(m / k), and the W of its last B still follows on the device."""
+    if seg["m_b"] <= 0:
+        return 0.0
+    k = math.floor(capacity / seg["m_b"] + 1e-9)
+    if k < 1:
+        return INF
+    return math.ceil(m / k) * (wait + seg["t_b"]) + seg["t_w"]
 
 
 # ----- the dynamic programme over (stage, first layer) -----------------------------------------

@@ -271,8 +271,10 @@ def _infeasible_message(model: LayeredModel) -> str:
 
 def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_limit: float = 60,
          solver: str = "cpsat", threads: int = 2, max_partitions: int = 2000,
-         progress: Optional[Progress] = None) -> Plan:
-    """The partition and schedule with the least span under the cap (see the module doc)."""
+         exact: bool = True, progress: Optional[Progress] = None) -> Plan:
+    """The partition and schedule with the least span under the cap (see the module doc).
+
+    exact=False skips the solver phase: registered heuristics only, the bound stays valid."""
     placements = tuple(dict.fromkeys(placements))
     for placement in placements:
         if placement not in PLACEMENTS:
@@ -285,7 +287,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     bounds: dict[str, float] = {}
     pending: list[Split] = []
     pruned = 0
-    share = 0.5 / len(placements)
+    share = (0.5 if exact else 1.0) / len(placements)
     for index, placement in enumerate(placements):
         placed = search.placed(placement)
         budget_end = search.began + time_limit * share * (index + 1)
@@ -307,6 +309,9 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
                 search.schedule(placement, sizes)
         search.tell("baselines", placement=placement)
         local = [s for (pl, _), s in search.cache.items() if pl == placement and s.result]
+        if search.best is not None and search.best.span <= floor * (1 + TOLERANCE):
+            bounds[placement] = floor  # a split already meets the least bound of any split
+            continue
         if local:
             search.improve_locally(placement, min(local, key=lambda s: s.span), budget_end)
         if table is None:
@@ -347,7 +352,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     search.bound = overall()
     solved: set[tuple[str, tuple[int, ...]]] = set()
     # the exact solver: the best partition first, then the weakest proven bound below the span
-    while search.left() > 1.0 and overall() < search.best.span * (1 - TOLERANCE):
+    while exact and search.left() > 1.0 and overall() < search.best.span * (1 - TOLERANCE):
         weak = [s for s in pending if s.bound < search.best.span * (1 - TOLERANCE)
                 and (s.placement, s.sizes) not in solved]
         best_key = (search.best.placement, search.best.sizes)
