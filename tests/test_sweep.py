@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from zbopt.cli import main
 from zbopt.errors import ZboptError
 from zbopt.instance import Instance
+from zbopt.registry import run
 from zbopt.schedule import Schedule, evaluate
-from zbopt.sweep.job import run_job
+from zbopt.sweep.job import JOB_FIELDS, run_job
 from zbopt.sweep.report import csv_text, load_records, write_report
 from zbopt.sweep.run import run_sweep
 from zbopt.sweep.spec import Job, MethodSpec, expand_grid, job_key, load_spec, parse_spec
@@ -215,6 +216,30 @@ def test_store_skips_a_torn_line_and_the_last_record_of_a_key_wins(tmp_path):
     assert store.finished() == {"a", "b"}
 
 
+def test_a_corrupt_line_is_named_not_dropped(tmp_path, capsys):
+    store = ResultStore(tmp_path)
+    store.append({"key": "a", "status": "heuristic"})
+    with open(store.path, "ab") as f:
+        f.write(b"not json\n")
+        f.write(b'["a list"]\n')
+    store.append({"key": "b", "status": "heuristic"})
+    with pytest.raises(ZboptError, match=r"lines 2, 3 are not a result record"):
+        store.records()
+    assert main(["sweep-report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "lines 2, 3" in err and err.count("\n") == 1
+    assert not (tmp_path / "results.md").exists()  # no "0 jobs" report
+
+
+def test_a_torn_tail_is_cut_before_the_next_append(tmp_path):
+    store = ResultStore(tmp_path)
+    store.append({"key": "a", "status": "heuristic"})
+    with open(store.path, "ab") as f:
+        f.write(b'{"key": "b", "sta')
+    store.append({"key": "c", "status": "heuristic"})
+    assert list(store.records()) == ["a", "c"]
+
+
 def test_errors_are_retried_only_on_request(tmp_path):
     store = ResultStore(tmp_path)
     store.append({"key": "a", "status": "error"})
@@ -232,13 +257,18 @@ def test_sweep_records_match_the_evaluator_and_rerun_skips_everything(tmp_path):
     records = load_records(out)
     assert {r["key"] for r in records} == {j.key for j in spec.jobs()}
     for record in records:
-        assert record["status"] == "ok", record
+        assert record["status"] == "heuristic", record
         instance = Instance.from_dict(record["instance"])
+        # a record is the method's Result.to_dict() plus the job's fields
+        result = run(record["method"], instance)
+        assert {k: v for k, v in record.items() if k not in JOB_FIELDS + ("runtime",)} \
+            == {k: v for k, v in result.to_dict().items() if k != "runtime"}
         # the stored orders, re-judged by the one evaluator, give the stored numbers
-        timeline = evaluate(instance, Schedule.build(record["schedule"]))
+        timeline = evaluate(Instance.from_dict(record["instance"]).with_placement(
+            record["placement"], record["chunks"]), Schedule.build(record["schedule"]))
         assert timeline.span == record["span"]
         assert timeline.fits_cap == record["fits_cap"]
-        assert max(timeline.peak_memory) == record["peak_memory"]
+        assert list(timeline.peak_memory) == record["peak_memory"]
     lines_before = ResultStore(out).path.read_text()
     again = run_sweep(spec, out, jobs=2, progress=False)
     assert (again.skipped, again.ran) == (16, 0)
@@ -252,18 +282,18 @@ def test_crashing_jobs_are_recorded_and_the_rest_finish(tmp_path):
     assert summary.ran == 16
     records = load_records(out)
     assert len(records) == 16
-    errors = {(r["method"], r["microbatches"], r["memory_cap"]): r["error"]
+    errors = {(r["method"], r["microbatches"], r["cap_spec"]): r["message"]
               for r in records if r["status"] == "error"}
     assert set(errors) == {("zb-h1", 6, "1p"), ("zb-h1", 6, None), ("gpipe", 4, "1p"),
                            ("gpipe", 4, None), ("zb-h2", 4, "1p"), ("zb-h2", 6, "1p")}
     assert "exited (status 3)" in errors[("zb-h1", 6, "1p")]
     assert "SIGSEGV" in errors[("gpipe", 4, None)]
     assert "boom" in errors[("zb-h2", 4, "1p")]
-    assert sum(r["status"] == "ok" for r in records) == 10
+    assert sum(r["status"] == "heuristic" for r in records) == 10
     # a retry with a job function that no longer crashes fills in only the errors
     retry = run_sweep(spec, out, jobs=2, progress=False, retry_errors=True)
     assert (retry.skipped, retry.ran, retry.errors) == (10, 6, 0)
-    assert all(r["status"] == "ok" for r in load_records(out))
+    assert all(r["status"] == "heuristic" for r in load_records(out))
 
 
 @pytest.mark.slow
@@ -276,8 +306,8 @@ def test_a_job_past_its_timeout_is_killed_and_recorded(tmp_path):
     records = load_records(tmp_path / "out")
     timed_out = [r for r in records if r["status"] == "error"]
     assert {r["method"] for r in timed_out} == {"gpipe"} and len(timed_out) == 4
-    assert all("timed out" in r["error"] for r in timed_out)
-    assert sum(r["status"] == "ok" for r in records) == 12
+    assert all("timed out" in r["message"] for r in timed_out)
+    assert sum(r["status"] == "heuristic" for r in records) == 12
 
 
 def _start_killable(spec_path: Path, out: Path) -> subprocess.Popen:
@@ -357,6 +387,49 @@ def test_cli_sweep_and_sweep_report(tmp_path, capsys):
     assert (other / "results.csv").read_text() == "precious\n"
 
 
+def test_another_specs_folder_is_refused_without_force(tmp_path, capsys):
+    out = tmp_path / "out"
+    first = small_spec(tmp_path)
+    assert main(["sweep", str(first), "--out", str(out), "--quiet", "--no-report"]) == 0
+    capsys.readouterr()
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = small_spec(other_dir, SMALL_SPEC.replace('name = "small"', 'name = "other"')
+                       .replace("microbatches = [4, 6]", "microbatches = [8]"))
+    before = (out / "results.jsonl").read_bytes(), (out / "sweep-spec.toml").read_bytes()
+    assert main(["sweep", str(other), "--out", str(out), "--quiet", "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert "16 result(s)" in err and "'small'" in err and "--force" in err
+    assert ((out / "results.jsonl").read_bytes(), (out / "sweep-spec.toml").read_bytes()) == before
+    # a spec that only gained jobs keeps the finished ones
+    grown = small_spec(other_dir, SMALL_SPEC.replace('"gpipe"]', '"gpipe", "zb-greedy"]'))
+    assert main(["sweep", str(grown), "--out", str(out), "--quiet", "--no-report"]) == 0
+    assert "16 already done, 4 run now" in capsys.readouterr().out
+    assert main(["sweep", str(other), "--out", str(out), "--quiet", "--no-report",
+                 "--force"]) == 0
+
+
+def test_eta_counts_what_is_left_not_the_rate_of_cheap_jobs():
+    from zbopt.sweep.progress import Eta, describe
+    instance = Instance(devices=2, microbatches=4).to_dict()
+    family = [Job({**instance, "microbatches": m}, MethodSpec("1f1b", "family"))
+              for m in range(4, 14)]
+    solver = [Job({**instance, "microbatches": m},
+                  MethodSpec("cpsat", "solver", (("threads", 1), ("time_limit", 30))))
+              for m in range(4, 9)]
+    eta = Eta(family + solver, workers=2)
+    assert eta.seconds() is None  # nothing known about 1f1b yet
+    assert "unknown" in describe(eta.seconds())
+    for job in family:
+        eta.done(job, 0.01)
+    # ten fast jobs done: the five solver jobs still take up to their limit, two at a time
+    assert eta.seconds() == pytest.approx(5 * 30 / 2)
+    eta.done(solver[0], 4.0)
+    eta.done(solver[1], 6.0)
+    assert eta.seconds() == pytest.approx(3 * 5.0 / 2)  # their median from now on
+    assert describe(75.4) == "ETA ~1:15"
+
+
 # ----- reports -----------------------------------------------------------------------------------
 
 def test_report_tables_copy_the_records(tmp_path):
@@ -374,7 +447,7 @@ def test_report_tables_copy_the_records(tmp_path):
     # best per instance: the smallest span among results within the cap
     for m, cap in [(4, "1p"), (6, "unlimited")]:
         fitting = [r for r in records.values() if r["microbatches"] == m
-                   and (r["memory_cap"] or "unlimited") == cap and r["fits_cap"]]
+                   and (r["cap_spec"] or "unlimited") == cap and r["fits_cap"]]
         best = min(fitting, key=lambda r: r["span"])
         line = next(x for x in markdown.splitlines() if x.startswith(f"| u-m{m}-cap"
                                                                     f"{'none' if cap == 'unlimited' else cap} |"))
@@ -382,34 +455,34 @@ def test_report_tables_copy_the_records(tmp_path):
     # two values of m, but only one finite cap: no cap plot
     assert {p.name for p in paths} == {"results.csv", "results.md", "bubble_vs_m.png"}
     assert csv_text([]).strip() == ",".join(
-        ["instance_name", "devices", "microbatches", "placement", "memory_cap", "cap", "cap_p",
-         "method", "kind", "status", "run_placement", "run_chunks", "makespan", "span", "ideal",
-         "bubble_rate", "peak_memory", "fits_cap", "solver_status", "lower_bound", "gap",
-         "solver_runtime", "runtime", "note", "key"])
+        ["instance_name", "devices", "microbatches", "instance_placement", "cap_spec", "cap_p",
+         "label", "method", "kind", "status", "placement", "chunks", "makespan", "span", "ideal",
+         "bubble_rate", "peak_memory", "memory_cap", "fits_cap", "lower_bound", "bound_name",
+         "gap", "backend_status", "runtime", "note", "key"])
 
 
 def test_a_replaced_family_gets_the_same_absolute_memory():
     # dualpipe keeps two copies of the model, so its own "1p" would be twice the memory
     instance = Instance(devices=2, microbatches=8, m_b=2, m_w=1, memory_cap="1p")
     record = run_job(Job(instance.to_dict(), MethodSpec("dualpipe", "family")))
-    assert record["run_placement"] == "dualpipe" and record["cap"] == 4
-    assert record["fits_cap"] == (record["peak_memory"] <= record["cap"])
+    assert record["placement"] == "dualpipe" and record["memory_cap"] == [4, 4]
+    assert record["fits_cap"] == (max(record["peak_memory"]) <= 4)
     assert record["fits_cap"] is False
 
 
 def test_summary_never_compares_another_placement_with_the_bound():
     from zbopt.sweep.report import summarize
-    base = {"instance_name": "x", "devices": 2, "microbatches": 4, "memory_cap": "1p",
-            "placement": "contiguous", "status": "ok", "fits_cap": True}
+    base = {"instance_name": "x", "devices": 2, "microbatches": 4, "cap_spec": "1p",
+            "instance_placement": "contiguous", "status": "heuristic", "fits_cap": True}
     records = [
-        {**base, "method": "a", "kind": "handwritten", "run_placement": "contiguous", "span": 30,
+        {**base, "label": "a", "kind": "handwritten", "placement": "contiguous", "span": 30,
          "bubble_rate": 0.2},
-        {**base, "method": "b", "kind": "handwritten", "run_placement": "v", "span": 20,
-         "bubble_rate": 0.1},
-        {**base, "method": "c", "kind": "handwritten", "run_placement": "contiguous", "span": 10,
+        {**base, "label": "b", "kind": "handwritten", "placement": "v", "span": 20,
+         "bubble_rate": 0.1, "lower_bound": 29},  # a bound of another placement never counts
+        {**base, "label": "c", "kind": "handwritten", "placement": "contiguous", "span": 10,
          "bubble_rate": 0.0, "fits_cap": False},
-        {**base, "method": "s", "kind": "solver", "run_placement": "contiguous", "span": 31,
-         "bubble_rate": 0.2, "lower_bound": 24},
+        {**base, "label": "s", "kind": "solver", "placement": "contiguous", "span": 31,
+         "bubble_rate": 0.2, "lower_bound": 24, "status": "feasible"},
     ]
     summary = summarize(records)
     assert (summary.best_method, summary.best_span, summary.lower_bound) == ("a", 30, 24)
@@ -421,7 +494,7 @@ def test_family_that_does_not_apply_is_recorded_with_its_reason():
     job = Job(Instance(devices=2, microbatches=4, placement="v").to_dict(),
               MethodSpec("1f1b", "family"))
     record = run_job(job)
-    assert record["status"] == "not-applicable" and "1f1b" in record["reason"]
+    assert record["status"] == "not-applicable" and "1f1b" in record["message"]
 
 
 # ----- Ray ---------------------------------------------------------------------------------------
@@ -465,8 +538,8 @@ def test_ray_records_a_crashed_task_and_a_timeout_and_goes_on(tmp_path):
     summary = run_sweep(spec, tmp_path / "ray", jobs=2, executor="ray", progress=False,
                         report=False, job_fn=crash_or_hang)
     assert summary.ran == 16 and summary.errors == 4
-    errors = {(r["method"], r["microbatches"]): r["error"] for r in load_records(tmp_path / "ray")
-              if r["status"] == "error"}
+    errors = {(r["method"], r["microbatches"]): r["message"]
+              for r in load_records(tmp_path / "ray") if r["status"] == "error"}
     assert set(errors) == {("gpipe", 4), ("zb-h1", 6)}
     assert all("Ray task failed" in e for k, e in errors.items() if k[0] == "gpipe")
     assert all("timed out" in e for k, e in errors.items() if k[0] == "zb-h1")

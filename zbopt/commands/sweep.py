@@ -46,7 +46,7 @@ def register(sub) -> None:
                         help="skip writing results.csv/results.md/plots at the end")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--force", action="store_true",
-                        help="use an --out folder that holds other files")
+                        help="use an --out folder that holds other files or another spec's results")
     parser.set_defaults(func=run)
 
 

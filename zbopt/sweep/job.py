@@ -1,11 +1,11 @@
 """Run one sweep job (in a worker process or a Ray task) into a plain JSON-able record.
 
-Every number comes from zbopt.compare.run_method (families, heuristics) or zbopt.solvers.solve,
-both judged by the one evaluator; this module only copies them out.
-
-Record `status`: "ok" (a schedule was evaluated), "not-applicable" (the family's preconditions
-fail, with `reason`), "no-schedule" (a solver found none within its limit), "error" (an
-exception, a crashed worker or a timeout, with `error`).
+A record is `Result.to_dict()` of the method's run (zbopt.registry.run: families, heuristics
+and solvers alike, judged by the one evaluator) plus the job's own fields (JOB_FIELDS): its
+key, the instance as the spec wrote it, the method's label and spec, the fields reports group
+by, and the schedule's orders so any result can be re-evaluated later. `status` is the
+Result's (optimal, feasible, heuristic, infeasible, not-applicable, error); a job that raised,
+crashed its worker or timed out is an "error" with the reason in `message`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,13 @@ from typing import Any
 
 from ..errors import ZboptError
 from ..instance import Instance
-from ..schedule import Timeline
+from ..result import Result
 from .spec import Job
+
+# The job's fields beside the Result's; none of them is a key of Result.to_dict().
+JOB_FIELDS = ("key", "instance", "label", "method_spec", "instance_name", "devices",
+              "microbatches", "instance_placement", "cap_spec", "cap_p", "schedule", "release",
+              "finished_at")
 
 
 def describe_instance(instance: Instance) -> dict[str, Any]:
@@ -29,9 +34,8 @@ def describe_instance(instance: Instance) -> dict[str, Any]:
         "instance_name": instance.name,
         "devices": instance.devices,
         "microbatches": instance.microbatches,
-        "placement": instance.placement,
-        "memory_cap": _plain_cap(instance.memory_cap),
-        "cap": max(cap) if cap else None,
+        "instance_placement": instance.placement,
+        "cap_spec": _plain_cap(instance.memory_cap),
         # the cap as a multiple of p (one "1p" = the 1F1B peak on device 0)
         "cap_p": round(max(cap) / unit, 6) if cap and unit else None,
     }
@@ -41,89 +45,63 @@ def _plain_cap(spec: Any) -> Any:
     return list(spec) if isinstance(spec, tuple) else spec
 
 
-def timeline_fields(timeline: Timeline) -> dict[str, Any]:
-    schedule = timeline.schedule
-    return {
-        "run_placement": timeline.instance.placement,
-        "run_chunks": timeline.instance.chunks,
-        "makespan": timeline.makespan,
-        "span": timeline.span,
-        "ideal": timeline.ideal,
-        "bubble_rate": timeline.bubble_rate,
-        "peak_memory": max(timeline.peak_memory),
-        "fits_cap": timeline.fits_cap,
-        # the orders themselves, so any result can be re-evaluated later
-        "schedule": schedule.text(),
-        "release": list(schedule.release) if schedule.release is not None else None,
-    }
-
-
-def base_record(job: Job) -> dict[str, Any]:
-    """What a record says about its job before (or without) running it."""
-    record: dict[str, Any] = {"key": job.key, "instance": job.instance,
-                              "method": job.method.label, "method_spec": job.method.to_dict()}
+def job_fields(job: Job) -> dict[str, Any]:
+    """What a record says about its job, whatever happened when it ran."""
+    fields: dict[str, Any] = {"key": job.key, "instance": job.instance,
+                              "label": job.method.label, "method_spec": job.method.to_dict()}
     try:
-        record.update(describe_instance(Instance.from_dict(job.instance)))
+        fields.update(describe_instance(Instance.from_dict(job.instance)))
     except ZboptError:
-        record["instance_name"] = job.instance.get("name", "")
-    return record
+        fields["instance_name"] = job.instance.get("name", "")
+    return fields
+
+
+def _kind(job: Job) -> str:
+    if job.method.kind == "solver":
+        return "solver"
+    try:
+        from ..registry import get_method
+        return get_method(job.method.name).kind
+    except ZboptError:
+        return job.method.kind
 
 
 def error_record(job: Job, error: str, runtime: float | None = None) -> dict[str, Any]:
-    return {**base_record(job), "status": "error", "error": error, "runtime": runtime,
+    """The record of a job that raised, crashed its worker or timed out."""
+    try:
+        result = Result(job.method.name, _kind(job), "error", Instance.from_dict(job.instance),
+                        message=error, runtime=runtime or 0.0)
+        record = result.to_dict()
+    except ZboptError:  # the instance itself is bad: the Result's keys, empty
+        record = {"method": job.method.name, "kind": _kind(job), "status": "error",
+                  "message": error, "runtime": runtime}
+    return {**record, **job_fields(job), "finished_at": _now()}
+
+
+def result_record(job: Job, result: Result) -> dict[str, Any]:
+    schedule = result.schedule
+    return {**result.to_dict(), **job_fields(job),
+            "schedule": schedule.text() if schedule is not None else None,
+            "release": list(schedule.release) if schedule is not None
+            and schedule.release is not None else None,
             "finished_at": _now()}
 
 
 def run_job(job: Job) -> dict[str, Any]:
     """Run one job; never raises (an exception becomes an error record)."""
+    from ..registry import run
     t0 = time.perf_counter()
     try:
-        record = base_record(job)
         instance = Instance.from_dict(job.instance)
-        if job.method.kind == "solver":
-            record.update(_run_solver(job, instance))
-        else:
-            record.update(_run_family(job, instance))
+        params = dict(job.method.params)
+        result = run(job.method.name, instance, objective=params.pop("objective", "span"),
+                     **params)
+    except ImportError as err:
+        return error_record(job, f"the solvers are not available: {err}",
+                            time.perf_counter() - t0)
     except Exception as err:  # noqa: BLE001  a bug in one method must not stop the sweep
         return error_record(job, _describe_exception(err), time.perf_counter() - t0)
-    record["runtime"] = time.perf_counter() - t0
-    record["finished_at"] = _now()
-    return record
-
-
-def _run_family(job: Job, instance: Instance) -> dict[str, Any]:
-    from ..compare import run_method
-    if instance.cap is not None:
-        # the absolute cap: a family that re-places the model (dualpipe keeps two copies) gets
-        # the same memory, not its own placement's reading of "kp"
-        instance = instance.with_cap(list(instance.cap))
-    row = run_method(job.method.name, instance, **dict(job.method.params))
-    out: dict[str, Any] = {"kind": row.kind}
-    if not row.applies:
-        out.update(status="not-applicable", reason=row.message)
-        return out
-    out.update(status="ok", **timeline_fields(row.timeline))
-    return out
-
-
-def _run_solver(job: Job, instance: Instance) -> dict[str, Any]:
-    try:
-        from ..solvers import solve
-        params = dict(job.method.params)
-        result = solve(instance, solver=job.method.name, objective=params["objective"],
-                       time_limit=params["time_limit"], threads=params["threads"])
-    except ImportError as err:
-        raise ZboptError(f"solvers are not available: {err}") from None
-    out: dict[str, Any] = {
-        "kind": "solver", "solver_status": result.status, "objective": result.objective,
-        "lower_bound": result.lower_bound, "gap": result.gap, "solver_runtime": result.runtime,
-        "scale": result.scale,
-    }
-    if result.timeline is None:
-        out.update(status="no-schedule", reason=result.message or result.status)
-        return out
-    out.update(status="ok", **timeline_fields(result.timeline))
-    return out
+    return result_record(job, result)
 
 
 def _describe_exception(err: BaseException) -> str:

@@ -18,27 +18,64 @@ from ..errors import ZboptError
 from .store import ResultStore
 
 CSV_COLUMNS = (
-    "instance_name", "devices", "microbatches", "placement", "memory_cap", "cap", "cap_p",
-    "method", "kind", "status", "run_placement", "run_chunks", "makespan", "span", "ideal",
-    "bubble_rate", "peak_memory", "fits_cap", "solver_status", "lower_bound", "gap",
-    "solver_runtime", "runtime", "note", "key",
+    "instance_name", "devices", "microbatches", "instance_placement", "cap_spec", "cap_p",
+    "label", "method", "kind", "status", "placement", "chunks", "makespan", "span", "ideal",
+    "bubble_rate", "peak_memory", "memory_cap", "fits_cap", "lower_bound", "bound_name", "gap",
+    "backend_status", "runtime", "note", "key",
 )
+# statuses of a record that holds an evaluated schedule
+SCHEDULED = ("optimal", "feasible", "heuristic")
 
 
 def load_records(directory: str | Path) -> list[dict[str, Any]]:
     store = ResultStore(Path(directory))
     if not store.path.exists():
         raise ZboptError(f"{store.path} not found: run `zbopt sweep SPEC --out {directory}` first")
-    return list(store.records().values())
+    return [normalize(r) for r in store.records().values()]
+
+
+def normalize(record: dict[str, Any]) -> dict[str, Any]:
+    """A record in the current shape (a Result's dict plus the job's fields); a record stored
+    before sweeps kept Results (status "ok", "run_placement", ...) is read into that shape."""
+    if "label" in record:
+        return record
+    spec = record.get("method_spec") or {}
+    out = dict(record)
+    out["label"] = record.get("method")
+    out["method"] = spec.get("name", record.get("method"))
+    out["instance_placement"] = record.get("placement")
+    out["placement"] = record.get("run_placement", record.get("placement"))
+    out["chunks"] = record.get("run_chunks")
+    out["cap_spec"] = record.get("memory_cap")
+    out["memory_cap"] = None
+    peak = record.get("peak_memory")
+    out["peak_memory"] = [peak] if isinstance(peak, (int, float)) else peak
+    out["message"] = record.get("error") or record.get("reason") or ""
+    if record.get("status") == "ok":
+        out["status"] = record.get("solver_status") or "heuristic"
+    elif record.get("status") == "no-schedule":
+        out["status"] = record.get("solver_status") or "infeasible"
+    return out
 
 
 def note(record: dict[str, Any]) -> str:
-    return record.get("error") or record.get("reason") or ""
+    return record.get("message") or ""
 
 
 def usable(record: dict[str, Any]) -> bool:
     """A result that counts: evaluated and within the memory cap."""
-    return record.get("status") == "ok" and bool(record.get("fits_cap"))
+    return record.get("status") in SCHEDULED and bool(record.get("fits_cap"))
+
+
+def peak(record: dict[str, Any]) -> Optional[float]:
+    """The largest per-device peak of a record (None without a schedule)."""
+    values = record.get("peak_memory")
+    return max(values) if values else None
+
+
+def _plain(value: Any) -> Any:
+    return "/".join(f"{x:g}" if isinstance(x, float) else str(x) for x in value) \
+        if isinstance(value, list) else value
 
 
 # ----- CSV ---------------------------------------------------------------------------------------
@@ -49,10 +86,9 @@ def csv_text(records: Iterable[dict[str, Any]]) -> str:
                             lineterminator="\n")
     writer.writeheader()
     for record in records:
-        row = {k: record.get(k) for k in CSV_COLUMNS}
+        row = {k: _plain(record.get(k)) for k in CSV_COLUMNS}
         row["note"] = note(record).replace("\n", " ")
-        if isinstance(row["memory_cap"], list):
-            row["memory_cap"] = "/".join(str(x) for x in row["memory_cap"])
+        row["peak_memory"] = peak(record)
         writer.writerow({k: "" if v is None else v for k, v in row.items()})
     return buffer.getvalue()
 
@@ -69,7 +105,7 @@ class InstanceSummary:
     instance_name: str
     devices: int
     microbatches: int
-    memory_cap: Any
+    cap_spec: Any
     best_method: Optional[str]
     best_span: Optional[float]
     best_bubble: Optional[float]
@@ -107,19 +143,25 @@ def _rank(record: dict[str, Any]) -> tuple:
 def summarize(records: list[dict[str, Any]]) -> InstanceSummary:
     first = records[0]
     fitting = [r for r in records if usable(r)]
-    home = [r for r in fitting if r.get("run_placement", r.get("placement")) == r.get("placement")]
+    home = [r for r in fitting if _home(r)]
     best = min(home, key=_rank) if home else None
     anywhere = min(fitting, key=_rank) if fitting else None
+    # a lower bound proves something about the instance's own placement only
     bounds = [r["lower_bound"] for r in records
-              if r.get("kind") == "solver" and r.get("lower_bound") is not None]
+              if _home(r) and r.get("lower_bound") is not None
+              and r.get("objective_name", "span") == "span"]
     return InstanceSummary(
         first.get("instance_name", ""), first.get("devices"), first.get("microbatches"),
-        first.get("memory_cap"), best["method"] if best else None,
+        first.get("cap_spec"), best["label"] if best else None,
         best["span"] if best else None, best["bubble_rate"] if best else None,
         max(bounds) if bounds else None,
-        anywhere["method"] if anywhere else None,
-        anywhere.get("run_placement") if anywhere else None,
+        anywhere["label"] if anywhere else None,
+        anywhere.get("placement") if anywhere else None,
         anywhere["span"] if anywhere else None)
+
+
+def _home(record: dict[str, Any]) -> bool:
+    return record.get("placement") == record.get("instance_placement")
 
 
 # ----- Markdown ----------------------------------------------------------------------------------
@@ -139,7 +181,7 @@ def _pct(x: Optional[float]) -> str:
 
 
 def _cap(record: dict[str, Any]) -> str:
-    cap = record.get("memory_cap")
+    cap = record.get("cap_spec")
     return "unlimited" if cap is None else str(cap)
 
 
@@ -183,13 +225,13 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
         first = recs[0]
         out.append(f"\n### {first.get('instance_name') or 'instance'} "
                    f"(p={first.get('devices')}, m={first.get('microbatches')}, "
-                   f"placement={first.get('placement')}, cap={_cap(first)})\n\n")
-        ordered = sorted(recs, key=lambda r: (not usable(r), r.get("span") or 0, r["method"]))
+                   f"placement={first.get('instance_placement')}, cap={_cap(first)})\n\n")
+        ordered = sorted(recs, key=lambda r: (not usable(r), r.get("span") or 0, r["label"]))
         out.append(_table(
             ["method", "status", "span", "bubble", "peak memory", "fits cap", "lower bound",
              "gap", "note"],
-            [[r["method"], r.get("solver_status") or r.get("status", "?"), _num(r.get("span")),
-              _pct(r.get("bubble_rate")), _num(r.get("peak_memory")), _num(r.get("fits_cap")),
+            [[r["label"], r.get("status", "?"), _num(r.get("span")),
+              _pct(r.get("bubble_rate")), _num(peak(r)), _num(r.get("fits_cap")),
               _num(r.get("lower_bound")), _pct(r.get("gap")), _short(note(r))]
              for r in ordered]))
     return "".join(out)
@@ -201,7 +243,7 @@ def runtime_rows(records: Iterable[dict[str, Any]]) -> list[list[str]]:
     times: dict[str, list[float]] = defaultdict(list)
     for r in records:
         if r.get("runtime") is not None:
-            times[r["method"]].append(r["runtime"])
+            times[r["label"]].append(r["runtime"])
     return [[method, str(len(ts)), f"{statistics.median(ts):.3f}", f"{max(ts):.3f}"]
             for method, ts in sorted(times.items())]
 
@@ -231,7 +273,7 @@ def panels(records: Iterable[dict[str, Any]], x_field: str, ignore: tuple[str, .
     out: dict[tuple, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for r in points:
         setting = tuple((k, r["instance"].get(k)) for k in varying)
-        out[setting][r["method"]].append((r[x_field], r["bubble_rate"]))
+        out[setting][r["label"]].append((r[x_field], r["bubble_rate"]))
     ordered = sorted(out.items(), key=lambda item: [_sortable(v) for _, v in item[0]])
     return {(", ".join(f"{k}={_label_value(v)}" for k, v in setting) or "all"):
             {method: sorted(pts) for method, pts in sorted(lines.items())}

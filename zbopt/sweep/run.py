@@ -17,7 +17,8 @@ from typing import Iterator
 from ..errors import ZboptError
 from .executors import JobFn, make_executor
 from .job import run_job
-from .spec import SweepSpec
+from .progress import progress_bar
+from .spec import SweepSpec, load_spec
 from .store import RESULTS_FILE, ResultStore
 
 
@@ -68,22 +69,24 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: 
     """
     out = Path(out)
     check_out_dir(out, force)
+    store = ResultStore(out)
+    all_jobs = spec.jobs()
+    check_same_spec(store, spec, all_jobs, force)
+    done = store.finished(include_errors=not retry_errors)
+    runner = make_executor(executor, jobs, address, job_fn, spec.job_timeout)
     out.mkdir(parents=True, exist_ok=True)
     if spec_path is not None:
         _keep_spec_copy(Path(spec_path), out)
-    store = ResultStore(out)
-    all_jobs = spec.jobs()
-    done = store.finished(include_errors=not retry_errors)
     todo = [job for job in all_jobs if job.key not in done]
     flag = _StopFlag()
-    runner = make_executor(executor, jobs, address, job_fn, spec.job_timeout)
     ran = errors = 0
-    with _sigint_sets(flag), _progress(progress, len(todo), spec.name) as advance:
-        for _job, record in runner.run(todo, flag):
+    workers = jobs or 1
+    with _sigint_sets(flag), progress_bar(progress, todo, workers, spec.name) as advance:
+        for job, record in runner.run(todo, flag):
             store.append(record)
             ran += 1
             errors += record.get("status") == "error"
-            advance()
+            advance(job, record)
     if report:
         from .report import write_report
         write_report(out)
@@ -102,30 +105,29 @@ def check_out_dir(out: Path, force: bool) -> None:
                      f"or pass --force (results.csv, results.md and plots there get replaced)")
 
 
+def check_same_spec(store: ResultStore, spec: SweepSpec, jobs: list, force: bool) -> None:
+    """Refuse a folder holding results of jobs this spec does not have: another spec's sweep
+    (a spec that only gained jobs is fine, its finished jobs are kept)."""
+    if force or not store.path.exists():
+        return
+    keys = {job.key for job in jobs}
+    foreign = [r for key, r in store.records().items() if key not in keys]
+    if not foreign:
+        return
+    copy = store.directory / "sweep-spec.toml"
+    named = ""
+    if copy.exists():
+        try:
+            named = f" (spec {load_spec(copy).name!r})"
+        except ZboptError:
+            pass
+    raise ZboptError(f"--out {store.directory} holds {len(foreign)} result(s) of jobs that spec "
+                     f"{spec.name!r} does not have{named}: choose another folder, or pass "
+                     f"--force to add this spec's results there")
+
+
 def _keep_spec_copy(spec_path: Path, out: Path) -> None:
     """A copy of the spec beside the results: what produced them (our own file, refreshed)."""
     target = out / "sweep-spec.toml"
     if spec_path.resolve() != target.resolve():
         shutil.copyfile(spec_path, target)
-
-
-@contextlib.contextmanager
-def _progress(enabled: bool, total: int, name: str):
-    if not enabled or total == 0:
-        yield lambda: None
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    from rich.console import Console
-    # on stderr: stdout stays clean for the summary (and for pipes)
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(name, total=total)
-        yield lambda: bar.advance(task)
