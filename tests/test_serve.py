@@ -322,6 +322,7 @@ def test_too_large_a_view_is_refused(server):
 
 # ----- compare and downloads ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_compare_returns_the_result_documents_of_zbopt_compare(server, instance_file):
     status, rows, _ = server.request("/api/compare?" + q(devices=3, microbatches=6, chunks=3))
     assert status == 200

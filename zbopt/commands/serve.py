@@ -3,6 +3,7 @@ unless --allow-remote)."""
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import socket
 import sys
@@ -76,19 +77,20 @@ def url_of(sock: socket.socket) -> str:
 def run(args) -> int:
     check_host(args.host, args.allow_remote)
     instance = load(args)
-    try:
-        import uvicorn
-
-        from ..serve.app import create_app
-    except ImportError as err:
-        raise ZboptError(f"zbopt serve needs the optional extra 'serve' ({err.name} is missing): "
-                         f"pip install 'zbopt[serve]'") from None
+    missing = [name for name in ("fastapi", "uvicorn") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ZboptError(f"zbopt serve needs the optional extra 'serve' ({', '.join(missing)} "
+                         f"missing): pip install 'zbopt[serve]'")
     sock = listen(args.host, args.port)
+    # the socket already queues connections: say where before the slower imports
+    url = url_of(sock)
+    print(f"zbopt serve: {url} (Ctrl+C stops it)", flush=True)
+    import uvicorn
+
+    from ..serve.app import create_app
     app = create_app(instance)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=2))
-    url = url_of(sock)
-    print(f"zbopt serve: {url} (Ctrl+C stops it)", flush=True)
     if args.open:
         threading.Thread(target=_open_when_started, args=(server, url), daemon=True).start()
     if not is_loopback(args.host):

@@ -19,8 +19,6 @@ from ..compare import compare
 from ..errors import ZboptError
 from ..instance import PLACEMENTS, Instance
 from ..registry import get_method, methods, prepare, run, solver_names
-from ..report.gantt import label_colour, pass_boxes, pass_colour
-from ..report.html import path_step, render_report
 from ..result import Result
 from .events import step_states
 
@@ -273,6 +271,9 @@ def _compact(x: float) -> float | int:
 def drawing(result: Result) -> dict:
     """The timeline as the page draws it: every pass (PASS_FIELDS, times from evaluate() via
     the report's pass_boxes), a colour per stage and kind, the memory curve and cap per device."""
+    # the report modules import matplotlib: loaded on first use (the server warms them up)
+    from ..report.gantt import label_colour, pass_boxes, pass_colour
+    from ..report.html import path_step
     timeline = result.timeline
     instance = timeline.instance
     rows = []
@@ -321,6 +322,12 @@ def solve_arguments(params: Mapping[str, Any]) -> tuple[str, float]:
     return solver, limit
 
 
+def warm_up() -> None:
+    """Import what the first answers need (every registered method, the report's drawing)."""
+    methods()
+    from ..report import gantt, html  # noqa: F401
+
+
 def method_list() -> list[dict]:
     """Every schedule method: name, kind, placement, description, whether it takes a group size."""
     out = []
@@ -358,6 +365,7 @@ def torch_csv_text(result: Result) -> tuple[str, str]:
 def report_text(instance: Instance, rows: list[Result], shown: Result) -> tuple[str, str]:
     """(file name, self-contained HTML report) of the comparison rows and the shown result
     (charts left out: the interactive timelines carry the same data and render in a second)."""
+    from ..report.html import render_report
     if not any(r.method == shown.method and r.kind == shown.kind for r in rows):
         rows = [*rows, shown]
     title = f"zbopt report: {instance.name or 'explorer'} p={instance.devices} " \

@@ -7,10 +7,12 @@ one-line message and the setting it is about: {"error": "...", "field": "devices
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import re
 import threading
+from collections import OrderedDict
 from importlib import resources
 from typing import Any, Optional
 
@@ -27,6 +29,7 @@ from ..registry import methods, solver_names
 from ..result import Result
 from . import api
 from .jobs import Jobs, Refused
+from .workers import ComparePool, solve_in_process
 
 STATIC = resources.files("zbopt.serve").joinpath("static")
 _PAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -47,11 +50,20 @@ def _error(message: str, field: str = "", status: int = 422) -> Response:
 def create_app(instance: Optional[Instance] = None, max_solves: int = 2) -> FastAPI:
     """The app serving `instance` (default: the shipped paper instance) as the page's start."""
     base = instance if instance is not None else load_instance(default_instance_path())
+    pool = ComparePool()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        pool.close()
+
     app = FastAPI(title="zbopt explorer", docs_url=None, redoc_url=None,
-                  openapi_url="/api/openapi.json")
-    jobs = Jobs(max_solves)
-    # the registry imports every backend (ortools, pulp, highspy): warm it up off the start path
-    threading.Thread(target=methods, daemon=True, name="zbopt-registry").start()
+                  openapi_url="/api/openapi.json", lifespan=lifespan)
+    jobs = Jobs(max_solves, runner=solve_in_process)
+    comparisons: OrderedDict = OrderedDict()  # settings -> rows, the last 16
+    # the registry imports every backend (ortools, pulp, highspy) and the drawing matplotlib:
+    # load them off the start path, while the browser fetches the page
+    threading.Thread(target=api.warm_up, daemon=True, name="zbopt-warm-up").start()
 
     @functools.lru_cache(maxsize=64)
     def evaluated(settings: api.Settings) -> bytes:
@@ -59,9 +71,21 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2) -> Fast
         return json.dumps(api.view_document(result), separators=(",", ":"),
                           allow_nan=False).encode()
 
-    @functools.lru_cache(maxsize=16)
-    def compared(settings: api.Settings) -> tuple[Result, ...]:
-        return tuple(api.compare_settings(settings, base))
+    async def compared(settings: api.Settings, request: Request) -> Optional[list[Result]]:
+        """Every method's rows, one method at a time in the worker process; None when the page
+        went away meanwhile (its settings changed), so stale work stops early."""
+        if settings in comparisons:
+            return comparisons[settings]
+        api.instance_of(settings, base)  # bad settings: the one-line message, not 16 of them
+        rows: list[Result] = []
+        for name in methods("schedule"):
+            if await request.is_disconnected():
+                return None
+            rows.extend(await run_in_threadpool(pool.compare_one, settings, base, name))
+        comparisons[settings] = rows
+        while len(comparisons) > 16:
+            comparisons.popitem(last=False)
+        return rows
 
     def settings_of(request: Request, extra: tuple[str, ...] = ()) -> api.Settings:
         params = {k: v for k, v in request.query_params.items() if k not in extra}
@@ -119,8 +143,9 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2) -> Fast
 
     @app.get("/api/compare")
     async def compare(request: Request) -> Response:
-        settings = settings_of(request)
-        rows = await run_in_threadpool(compared, settings)
+        rows = await compared(settings_of(request), request)
+        if rows is None:
+            return _error("the client went away", status=499)
         return _json([r.to_dict() for r in rows])
 
     @app.post("/api/solve")
@@ -199,11 +224,14 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2) -> Fast
         return download(*api.torch_csv_text(shown_result(request)), "text/csv")
 
     @app.get("/api/download/report")
-    def download_report(request: Request) -> Response:
+    async def download_report(request: Request) -> Response:
         settings = settings_of(request, ("job",))
-        shown = shown_result(request)
-        rows = list(compared(settings))
-        name, text = api.report_text(api.instance_of(settings, base), rows, shown)
+        shown = await run_in_threadpool(shown_result, request)
+        rows = await compared(settings, request)
+        if rows is None:
+            return _error("the client went away", status=499)
+        name, text = await run_in_threadpool(api.report_text, api.instance_of(settings, base),
+                                             rows, shown)
         return download(name, text, "text/html")
 
     return app

@@ -691,7 +691,8 @@
       clearTimeout(resized);
       resized = setTimeout(drawTimeline, 150);
     });
-    window.zbopt = state;  // for the curious (and the browser tests)
+    state.evaluateNow = evaluate;
+    window.zbopt = state;  // for the curious (and the browser tests and benchmark)
     await evaluate();
     document.body.setAttribute("data-ready", "1");
   }
