@@ -166,6 +166,13 @@ def test_llama_tiny_uses_torchtitan_names_and_shapes(tmp_path):
     # a block: attention 4 * 256^2, SwiGLU 3 * 256 * 768, two RMSNorm weights
     assert blocks.static == (4 * 256 * 256 + 3 * 256 * 768 + 2 * 256) * 16
     assert head.static == (256 + 2048 * 256) * 16
+    # every parameter of the model is in exactly one layer (no tied weights here)
+    from transformers import AutoModelForCausalLM
+
+    from zbopt.profile import read_config
+    from zbopt.profile.models import preset_path
+    whole = AutoModelForCausalLM.from_config(read_config(preset_path("llama-tiny")))
+    assert sum(x.static for x in model.expanded) == sum(p.numel() for p in whole.parameters()) * 16
     assert blocks.m_b > 16 * 256 * 4  # more than its input alone
 
 

@@ -235,7 +235,7 @@ def function_model(spec: str, microbatch_size: int, seq_len: int, dtype, device)
             return x.to(device=device, dtype=dtype)
         return x.to(device) if hasattr(x, "to") else x
 
-    return ModelSpec(model.layers, make_cast_input, name=model.name or func_name, naming="module")
+    return ModelSpec(model.layers, make_cast_input, name=model.name or spec, naming="module")
 
 
 def _import(target: str):
