@@ -44,11 +44,9 @@ def _check_objective(objective: str) -> None:
 
 
 def device_loads(instance: Instance) -> tuple[float, ...]:
-    """Total pass time of each device."""
-    loads = [0.0] * instance.devices
-    for s, _, kind in instance.passes():
-        loads[instance.device_of(s)] += instance.cost(s, kind)
-    return tuple(loads)
+    """Total pass time of each device (per stage: its micro-batches times F + B + W)."""
+    return tuple(sum(_count(instance, s) * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
+                     for s in instance.stages_of(d)) for d in range(instance.devices))
 
 
 def min_feasible_cap(instance: Instance) -> tuple[float, ...]:
@@ -219,7 +217,9 @@ def _paired_knapsack(items: list[Item], capacity: float) -> float:
 
 def device_bound(instance: Instance, device: int, with_drain: bool = True) -> float:
     """Least span of `device` in any schedule: its load plus forced idle at ramp and drain."""
-    load = device_loads(instance)[device]
+    stages = instance.stages_of(device)
+    load = sum(_count(instance, s) * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
+               for s in stages)
     ramp = ramp_idle(instance, device)
     if not with_drain:
         return load + ramp

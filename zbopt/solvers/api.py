@@ -17,16 +17,15 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Callable, Optional
 
-import networkx as nx
-
 from .. import bounds
 from ..errors import ZboptError
 from ..heuristics.list_scheduler import list_schedule, sequential_schedule, single_passes
 from ..instance import Instance
-from ..passes import Pass, dependencies, neighbours
+from ..passes import Pass
 from ..registry import get_method, solver_names
 from ..result import Result
 from ..schedule import Schedule, Timeline, evaluate, validate
+from .orders import device_orders
 from .protocol import BackendRequest, BackendResult
 
 OBJECTIVES = ("span", "makespan")
@@ -94,18 +93,56 @@ def scaled_instance(instance: Instance) -> tuple[Instance, int, int]:
     return scaled, time_scale, memory_scale
 
 
-# ----- warm start ---------------------------------------------------------------------------
+# ----- time budget and warm start ------------------------------------------------------------
 
-def _warm_start(instance: Instance, objective: str):
+# solve() needs about this many passes per second of its time limit for the warm start, the
+# model and the checks of the result (benchmarks/bench_time_limits.py); larger problems are
+# refused at once rather than overrunning the limit.
+PASSES_PER_SECOND = 4_000
+# share of the time limit the registered heuristics may use (once one schedule fits)
+WARM_SHARE = 0.3
+
+
+def check_size(instance: Instance, time_limit: float) -> None:
+    """ZboptError when the time limit cannot cover the instance (see PASSES_PER_SECOND)."""
+    need = instance.num_passes / PASSES_PER_SECOND
+    if need > time_limit:
+        raise ZboptError(
+            f"{instance.num_passes:,} passes ({instance.devices} devices x "
+            f"{instance.microbatches} micro-batches x {instance.num_stages // instance.devices}"
+            f" chunk(s) x 3) need a time limit of at least {math.ceil(need)} s: solve() builds "
+            f"a warm start and a model and checks the result at about {PASSES_PER_SECOND:,} "
+            f"passes per second; raise the time limit or solve a smaller instance")
+
+
+def _registered_rows(instance: Instance, objective: str, until: float) -> list[Result]:
+    """Results of the registered generators on the instance's own placement that fit the cap
+    (a solver warm start needs the same passes); heuristics first, and once one fits no new
+    generator starts after `until`."""
+    from ..registry import methods, run
+    names = [name for name, m in methods("schedule").items() if m.placement == instance.placement]
+    names.sort(key=lambda name: methods("schedule")[name].kind != "heuristic")
+    rows: list[Result] = []
+    for name in names:
+        if rows and time.perf_counter() > until:
+            break
+        row = run(name, instance, objective=objective)
+        if row.fits():
+            rows.append(row)
+    return rows
+
+
+def _warm_start(instance: Instance, objective: str, until: float = math.inf):
     """(best registered method or None, its objective or None, best schedule known, and the
-    best single-pass schedule for the hint); the last two are timelines that fit the cap."""
-    from ..compare import best_schedule
-    candidates = []
-    row = best_schedule(instance, objective)
-    if row is not None:
-        candidates.append(row.timeline)
-    fallbacks = (lambda: sequential_schedule(instance), lambda: list_schedule(instance, True),
-                 lambda: list_schedule(instance, False))
+    best single-pass schedule for the hint); the last two are timelines that fit the cap.
+
+    The fallback list scheduler runs only when no registered generator fits the cap."""
+    rows = _registered_rows(instance, objective, until)
+    row = min(rows, key=lambda r: r.timeline.objective(objective)) if rows else None
+    candidates = [r.timeline for r in rows]
+    fallbacks = [lambda: sequential_schedule(instance)]
+    if not rows:
+        fallbacks += [lambda: list_schedule(instance, True), lambda: list_schedule(instance, False)]
     for make in fallbacks:
         try:
             timeline = evaluate(instance, make())
@@ -113,19 +150,24 @@ def _warm_start(instance: Instance, objective: str):
             continue
         if timeline.fits_cap:
             candidates.append(timeline)
+    candidates.sort(key=lambda tl: tl.objective(objective))
     hints = []
     for timeline in candidates:
-        try:
-            flat = evaluate(instance, single_passes(timeline.schedule))
-        except ZboptError:  # a split block that cannot run as two passes: not a hint
-            continue
+        if all(len(item) == 1 for order in timeline.schedule.orders for item in order):
+            flat = timeline
+        else:
+            try:
+                flat = evaluate(instance, single_passes(timeline.schedule))
+            except ZboptError:  # a split block that cannot run as two passes: not a hint
+                continue
         if flat.fits_cap:
             hints.append(flat)
+            if not instance.overlap:
+                break  # candidates are sorted: the first single-pass one is the best hint
     # With an overlap discount, overlapped blocks can beat any single-pass schedule, which is
     # all the solvers and the lower bounds describe: stay among single-pass schedules then.
-    pool = hints if instance.overlap else candidates + hints
-    best = min(pool, key=lambda tl: tl.objective(objective))
     hint = min(hints, key=lambda tl: tl.objective(objective))
+    best = hint if instance.overlap else min(candidates[0], hint, key=lambda tl: tl.objective(objective))
     name = row.method if row is not None else None
     value = row.timeline.objective(objective) if row is not None else None
     return name, value, best, hint
@@ -152,30 +194,6 @@ def backend_inputs(instance: Instance, objective: str = "span"):
 
 # ----- from the backend's answer to a schedule ------------------------------------------------
 
-def _tie_order(instance: Instance, starts: dict[Pass, int], ends: dict[Pass, int]) -> dict[Pass, int]:
-    """Rank of every pass that shares its start and end with another (zero-length passes at
-    one instant): a topological order of the dependencies among them, releases (B, W) before
-    F where the dependencies allow, so the per-device orders never deadlock."""
-    groups: dict[tuple[int, int], list[Pass]] = {}
-    for q in starts:
-        groups.setdefault((starts[q], ends[q]), []).append(q)
-    links = neighbours(instance)
-    rank: dict[Pass, int] = {}
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        inside = set(members)
-        graph = nx.DiGraph()
-        graph.add_nodes_from(members)
-        # a dependency chain between two tied passes runs through tied passes only
-        graph.add_edges_from((a, q) for q in members for a in dependencies(instance, q, links)
-                             if a in inside)
-        order = nx.lexicographical_topological_sort(
-            graph, key=lambda q: ("WBF".index(q[2]), q[0], q[1]))
-        rank.update((q, i) for i, q in enumerate(order))
-    return rank
-
-
 def _schedule_from_starts(instance: Instance, scaled: Instance, starts: dict[Pass, int],
                           objective: str, scale: int, method: str,
                           backend_orders=None) -> Schedule:
@@ -185,11 +203,7 @@ def _schedule_from_starts(instance: Instance, scaled: Instance, starts: dict[Pas
     if backend_orders is not None:
         orders = [list(order) for order in backend_orders]
     else:
-        ends = {q: starts[q] + int(scaled.cost(q[0], q[2])) for q in starts}
-        rank = _tie_order(instance, starts, ends)
-        orders = [[] for _ in range(instance.devices)]
-        for q in sorted(starts, key=lambda q: (starts[q], ends[q], rank.get(q, 0))):
-            orders[instance.device_of(q[0])].append(q)
+        orders = device_orders(instance, scaled, starts)
     release = None
     if objective == "span":
         release = [min(starts[q] for q in order) / scale if order else 0.0 for order in orders]
@@ -239,6 +253,8 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     if not isinstance(instance, Instance):
         raise ZboptError(f"solve() takes an Instance, got {type(instance).__name__}")
     params = {"time_limit": time_limit, "threads": threads}
+    check_size(instance, time_limit)
+    deadline = began + time_limit
     infeasible = _infeasible(instance, solver, objective, began)
     if infeasible is not None:
         return infeasible
@@ -252,8 +268,13 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     # every objective value is an integer in scaled time, so the bound rounds up to one
     bound_scaled = math.ceil(bound_value * scale - 1e-6)
     tell("warm start", bound=bound_value)
-    heuristic_name, heuristic_value, warm, hint = _warm_start(instance, objective)
+    heuristic_name, heuristic_value, warm, hint = _warm_start(
+        instance, objective, began + WARM_SHARE * time_limit)
+    checked = time.perf_counter()
     hint_starts, hint_tl = _hint_starts(scaled, hint)
+    # turning the backend's answer into a checked schedule costs a few evaluations: keep
+    # that much of the limit back
+    reserve = 0.2 + 2.5 * (time.perf_counter() - checked)
     horizon = _horizon(hint, objective, scale)
     best = {"incumbent": warm.objective(objective), "bound": bound_scaled / scale}
 
@@ -291,8 +312,13 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         return result(warm, bound_scaled,
                       f"the warm start ({warm.schedule.method}) meets the {bound_name} bound")
     backend = get_method(solver, "solver").backend
+    search_time = deadline - reserve - time.perf_counter()
+    if search_time < 0.1:
+        return result(warm, bound_scaled, f"no time left for the {solver} search within the "
+                      f"{time_limit:g} s limit (warm start and bounds took it); returning the "
+                      f"warm start")
     searched(None, None)
-    raw = backend(BackendRequest(scaled, objective=objective, time_limit=float(time_limit),
+    raw = backend(BackendRequest(scaled, objective=objective, time_limit=search_time,
                                  threads=threads, hint=hint_starts if warm_start else None,
                                  horizon=horizon, symmetry=symmetry,
                                  options=dict(options or {}),

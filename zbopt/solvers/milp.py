@@ -464,7 +464,9 @@ def solve_milp(request: BackendRequest, run: Runner, name: str) -> BackendResult
             warm = True
     with tempfile.TemporaryDirectory(prefix="zbopt-milp-") as workdir:
         try:
-            outcome = run(model, time_limit, threads, warm, workdir)
+            # the time limit covers building the model too
+            outcome = run(model, max(0.05, time_limit - (time.perf_counter() - t0)), threads,
+                          warm, workdir)
         except pulp.PulpSolverError as err:  # the solver crashed or wrote no solution
             outcome = SolverOutcome("unknown", False, None, f"{name} failed: {err}")
     notes.insert(0, outcome.message)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 from ortools.sat.python import cp_model
@@ -61,9 +62,38 @@ def time_window(instance: Instance, objective: str, horizon: int) -> int:
     return int(horizon) if objective == "makespan" else instance.devices * int(horizon)
 
 
+@dataclass(frozen=True)
+class ModelParts:
+    """The CP-SAT model and its variables: start expressions, each device's local clock
+    (span objective: start = offset[device] + local), per-device spans and the objective."""
+
+    model: cp_model.CpModel
+    start: dict
+    local: dict
+    offset: list
+    device_spans: Optional[list]
+    objective: object
+    cost: dict
+    holds: tuple = ()  # (size variable, F, the B or W that ends the hold) per memory hold
+
+
 def build_model(instance: Instance, objective: str, hint: Optional[dict[Pass, int]],
                 symmetry: bool, horizon: int):
-    """The CP-SAT model; returns (model, start expressions, objective variable).
+    """The CP-SAT model; returns (model, start expressions, objective variable); see
+    build_parts."""
+    parts = build_parts(instance, objective, hint, symmetry, horizon)
+    return parts.model, parts.start, parts.objective
+
+
+def build_parts(instance: Instance, objective: str, hint: Optional[dict[Pass, int]],
+                symmetry: bool, horizon: int, fixed_orders=None,
+                free: Optional[set] = None) -> ModelParts:
+    """The CP-SAT model and its variables.
+
+    With `fixed_orders` (per device, a complete order) every pass outside `free` keeps its
+    place in its device's order (precedences between consecutive kept passes); a device with
+    no free pass then needs neither no-overlap nor memory constraints (memory levels depend
+    only on the order), which keeps neighbourhoods of a large-neighbourhood search small.
 
     `horizon` bounds the objective (as for the MILP backend): the model searches schedules
     with objective <= horizon, e.g. the warm start's.
@@ -93,8 +123,16 @@ def build_model(instance: Instance, objective: str, hint: Optional[dict[Pass, in
     for q, var in local.items():
         intervals[instance.device_of(q[0])].append(
             model.new_fixed_size_interval_var(var, cost[q], f"i{q[0]}{q[2]}{q[1]}"))
-    for device_intervals in intervals:
-        model.add_no_overlap(device_intervals)
+    searched = set(range(p))
+    if fixed_orders is not None:
+        searched = {instance.device_of(q[0]) for q in free}
+        for order in fixed_orders:
+            kept = [q for q in order if q not in free]
+            for a, b in zip(kept, kept[1:]):
+                model.add(local[b] >= local[a] + cost[a])
+    for d, device_intervals in enumerate(intervals):
+        if d in searched:
+            model.add_no_overlap(device_intervals)
     for q in cost:
         for a in dependencies(instance, q):
             same = instance.device_of(a[0]) == instance.device_of(q[0])
@@ -102,14 +140,16 @@ def build_model(instance: Instance, objective: str, hint: Optional[dict[Pass, in
             model.add(times[q] >= times[a] + cost[a] + int(lag(instance, a, q)))
     if symmetry:
         _micro_batch_order(model, instance, local, cost)
+    holds = ()
     if instance.cap is not None:
-        _memory(model, instance, local, cost, symmetry, local_limit, hint)
+        holds = _memory(model, instance, local, cost, symmetry, local_limit, hint, searched)
     objective_var, device_spans = _objective(model, instance, objective, local, offset, cost,
                                              symmetry, bound)
     if hint:
-        _add_hint(model, instance, objective, hint, local, offset, cost, device_spans,
-                  objective_var)
-    return model, start, objective_var
+        add_hint(model, instance, objective, hint, local, offset, cost, device_spans,
+                 objective_var)
+    return ModelParts(model, start, local, offset, device_spans, objective_var, cost,
+                      tuple(holds))
 
 
 def _micro_batch_order(model, instance, start, cost) -> None:
@@ -123,8 +163,9 @@ def _micro_batch_order(model, instance, start, cost) -> None:
 
 
 def _memory(model, instance, start, cost, symmetry: bool, horizon: int,
-            hint: Optional[dict[Pass, int]]) -> None:
-    """Memory per device as a cumulative of holding intervals.
+            hint: Optional[dict[Pass, int]], devices=None) -> list:
+    """Memory per device as a cumulative of holding intervals; returns (size variable, F,
+    releasing pass) of every hold.
 
     Micro-batch j on stage s holds m_b - m_w from the start of F until the end of B, and m_w
     from the start of F until the end of W. An interval [a, b) counts at a but not at b, so at
@@ -132,7 +173,8 @@ def _memory(model, instance, start, cost, symmetry: bool, horizon: int,
     (same as a reservoir with those events, but CP-SAT propagates cumulatives far better than
     it expands reservoirs).
     """
-    for d in range(instance.devices):
+    sizes = []
+    for d in range(instance.devices) if devices is None else sorted(devices):
         capacity = int(instance.cap[d] - instance.static_memory[d])
         holds, demands = [], []
         for s in instance.stages_of(d):
@@ -144,6 +186,7 @@ def _memory(model, instance, start, cost, symmetry: bool, horizon: int,
                     if demand <= 0:
                         continue
                     size = model.new_int_var(0, horizon, "")
+                    sizes.append((size, f, until))
                     model.add(size == start[until] + cost[until] - start[f])
                     if hint and f in hint and until in hint:
                         # a complete hint lets CP-SAT start from the warm start at once
@@ -158,6 +201,7 @@ def _memory(model, instance, start, cost, symmetry: bool, horizon: int,
         stages = instance.stages_of(d)
         if symmetry and len(stages) == 1:
             _in_flight(model, instance, stages[0], capacity, start, cost)
+    return sizes
 
 
 def _reservoir(model, instance, d: int, capacity: int, start, cost) -> None:
@@ -254,8 +298,8 @@ def _objective(model, instance, objective, local, offset, cost, symmetry, bound)
     return span, device_span
 
 
-def _add_hint(model, instance, objective, hint, local, offset, cost, device_spans,
-              objective_var):
+def add_hint(model, instance, objective, hint, local, offset, cost, device_spans,
+             objective_var):
     if len(hint) < len(local):
         for q, var in local.items():
             if q in hint and objective == "makespan":
@@ -293,7 +337,9 @@ def solve_cpsat(request: BackendRequest) -> BackendResult:
     model, start, objective_var = build_model(instance, objective, request.hint,
                                               request.symmetry, horizon)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(request.time_limit)
+    # the time limit covers building the model too
+    solver.parameters.max_time_in_seconds = max(0.05, float(request.time_limit)
+                                                - (time.perf_counter() - began))
     solver.parameters.num_workers = int(request.threads)
     callback = None
     if request.on_progress is not None:

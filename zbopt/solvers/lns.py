@@ -1,0 +1,209 @@
+"""Large-neighbourhood search with CP-SAT around an incumbent schedule.
+
+The full CP-SAT model (backends/cpsat.py) runs first for a share of the time: it proves the
+bound and may improve the warm start. Then, until the time limit, one neighbourhood at a time
+is re-optimised: a window of micro-batches, a group of neighbouring devices, or a window of
+time is freed; every other pass keeps its place in its device's order (its start may still
+move), stated as precedences between consecutive fixed passes, and the incumbent is the hint.
+Each sub-model is the full model plus those precedences, so what it finds is a valid schedule
+of the whole instance; a better one becomes the incumbent. Neighbourhoods grow after a
+sub-model is solved to optimality and shrink after one runs out of time.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from ortools.sat.python import cp_model
+
+from ..instance import Instance
+from ..passes import Pass
+from .backends.cpsat import ModelParts, add_hint, build_parts
+from .orders import device_orders
+from .protocol import BackendRequest, BackendResult
+
+# share of the time limit the full model gets before the neighbourhoods (its bound is the
+# proof); at most this many seconds, so long limits leave most of the time to the search
+FULL_SHARE = 0.3
+FULL_MAX = 20.0
+# a sub-model's time limit, and the free passes of the first neighbourhood
+STEP_SECONDS = 3.0
+FIRST_FREE = 300
+MIN_FREE, MAX_FREE = 40, 4000
+
+
+@dataclass
+class _State:
+    starts: dict[Pass, int]
+    value: int
+    bound: Optional[int]
+    status: str = "feasible"
+
+
+def _objective(instance: Instance, starts: dict[Pass, int], cost: dict[Pass, int],
+               objective: str) -> int:
+    ends = [0] * instance.devices
+    firsts = [math.inf] * instance.devices
+    for q, t in starts.items():
+        d = instance.device_of(q[0])
+        ends[d] = max(ends[d], t + cost[q])
+        firsts[d] = min(firsts[d], t)
+    if objective == "makespan":
+        return int(max(ends))
+    return int(max(e - f for e, f in zip(ends, firsts) if f < math.inf))
+
+
+def respects_symmetry(instance: Instance, starts: dict[Pass, int], cost: dict[Pass, int]) -> bool:
+    """Whether passes of one kind on one stage run in micro-batch order (the model's
+    symmetry breaking), so the schedule is a solution of the symmetric model."""
+    for s in range(instance.num_stages):
+        mbs = instance.microbatches_of(s)
+        for kind in "FBW":
+            for a, b in zip(mbs, mbs[1:]):
+                if starts[(s, b, kind)] < starts[(s, a, kind)] + cost[(s, a, kind)]:
+                    return False
+    return True
+
+
+def _solve(parts: ModelParts, model: cp_model.CpModel, instance: Instance, objective: str,
+           hint: dict[Pass, int], seconds: float, threads: int, seed: int, callback=None,
+           presolve: bool = True):
+    model.clear_hints()
+    add_hint(model, instance, objective, hint, parts.local, parts.offset, parts.cost,
+             parts.device_spans, parts.objective)
+    for size, f, until in parts.holds:
+        model.add_hint(size, hint[until] + parts.cost[until] - hint[f])
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, seconds)
+    solver.parameters.num_workers = threads
+    solver.parameters.random_seed = seed
+    if not presolve:
+        # presolving the whole model again for each neighbourhood costs seconds
+        solver.parameters.cp_model_presolve = False
+    code = solver.solve(model, callback)
+    return solver, code
+
+
+def _neighbourhood(instance: Instance, state: _State, cost, rng: random.Random,
+                   free: int) -> set[Pass]:
+    """A random neighbourhood of about `free` passes: micro-batches, devices or time."""
+    passes = list(state.starts)
+    kind = rng.choice(("microbatches", "devices", "time"))
+    if kind == "microbatches":
+        stages, mbs = rng.choice(instance.chains)
+        width = max(1, round(free * len(mbs) / max(1, sum(
+            len(instance.microbatches_of(s)) * 3 for s in range(instance.num_stages)))))
+        first = rng.randrange(max(1, len(mbs) - width + 1))
+        chosen = set(mbs[first:first + width])
+        chain = set(stages)
+        return {q for q in passes if q[1] in chosen and q[0] in chain}
+    if kind == "devices":
+        p = instance.devices
+        width = max(1, min(p, round(free * p / len(passes))))
+        first = rng.randrange(p - width + 1)
+        chosen = set(range(first, first + width))
+        return {q for q in passes if instance.device_of(q[0]) in chosen}
+    end = max(state.starts[q] + cost[q] for q in passes)
+    length = max(1, end * free / len(passes))
+    t0 = rng.uniform(0, max(0.0, end - length))
+    return {q for q in passes if t0 <= state.starts[q] < t0 + length}
+
+
+def solve_lns(request: BackendRequest) -> BackendResult:
+    """The full CP-SAT model for a share of the time, then neighbourhoods around the best
+    schedule until the time limit; the bound is the full model's."""
+    began = time.perf_counter()
+    deadline = began + float(request.time_limit)
+    instance, objective = request.instance, request.objective
+    threads = int(request.threads)
+    seed = int(request.options.get("seed", 0))
+    horizon = request.horizon
+    if horizon is None or request.hint is None:
+        from .backends.cpsat import solve_cpsat  # nothing to search around: the full model
+        return solve_cpsat(request)
+    symmetry = request.symmetry
+    cost = {q: int(instance.cost(q[0], q[2])) for q in instance.passes()}
+    if symmetry and not respects_symmetry(instance, request.hint, cost):
+        symmetry = False  # the incumbent must be a solution of every sub-model
+    parts = build_parts(instance, objective, None, symmetry, int(horizon))
+    report = request.on_progress
+    state = _State(dict(request.hint), _objective(instance, request.hint, cost, objective),
+                   None)
+    stats = {"neighbourhoods": 0, "improved": 0, "full_model_seconds": 0.0}
+
+    # the full model: its bound, and often a better schedule
+    full = min(FULL_MAX, FULL_SHARE * (deadline - time.perf_counter()))
+    callback = _Incumbents(report) if report is not None else None
+    t = time.perf_counter()
+    solver, code = _solve(parts, parts.model, instance, objective, state.starts, full, threads,
+                          seed, callback)
+    stats["full_model_seconds"] = round(time.perf_counter() - t, 3)
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+        bound = solver.best_objective_bound
+        state.bound = math.ceil(bound - 1e-6) if math.isfinite(bound) else None
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        value = int(round(solver.objective_value))
+        if value <= state.value:
+            state.starts = {q: int(solver.value(e)) for q, e in parts.start.items()}
+            state.value = value
+    if code == cp_model.OPTIMAL:
+        state.status = "optimal"
+    elif code == cp_model.INFEASIBLE:
+        return BackendResult("infeasible", None, None, None, "CP-SAT proved the model "
+                             "infeasible", stats=stats)
+
+    rng = random.Random(seed)
+    free = min(FIRST_FREE, len(cost))
+    scaled_orders = device_orders(instance, instance, state.starts)
+    while state.status != "optimal" and deadline - time.perf_counter() > 0.3:
+        if state.bound is not None and state.value <= state.bound:
+            state.status = "optimal"
+            break
+        chosen = _neighbourhood(instance, state, cost, rng, free)
+        sub = build_parts(instance, objective, None, symmetry, int(horizon), scaled_orders,
+                          chosen)
+        step = min(STEP_SECONDS, deadline - time.perf_counter() - 0.1)
+        solver, code = _solve(sub, sub.model, instance, objective, state.starts, step, threads,
+                              rng.randrange(1 << 30))
+        stats["neighbourhoods"] += 1
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            value = int(round(solver.objective_value))
+            if value <= state.value:
+                better = value < state.value
+                state.starts = {q: int(solver.value(e)) for q, e in sub.start.items()}
+                state.value = value
+                scaled_orders = device_orders(instance, instance, state.starts)
+                if better:
+                    stats["improved"] += 1
+                    if report is not None:
+                        report(float(value), None)
+        # a neighbourhood solved to optimality is too easy: grow; one out of time: shrink
+        if code == cp_model.OPTIMAL:
+            free = min(MAX_FREE, len(cost), int(free * 1.3) + 1)
+        elif code in (cp_model.FEASIBLE, cp_model.UNKNOWN):
+            free = max(MIN_FREE, int(free / 1.5))
+    stats["free_passes"] = free
+    stats["wall_time"] = round(time.perf_counter() - began, 3)
+    bound = state.bound
+    if bound is not None and bound > state.value:
+        bound = state.value
+    status = "optimal" if bound is not None and state.value <= bound else "feasible"
+    return BackendResult(status, state.starts, float(state.value),
+                         None if bound is None else float(bound),
+                         f"LNS: {stats['neighbourhoods']} neighbourhoods, "
+                         f"{stats['improved']} improved the schedule", stats=stats)
+
+
+class _Incumbents(cp_model.CpSolverSolutionCallback):
+    """Reports the full model's improving solutions and its bound."""
+
+    def __init__(self, report):
+        super().__init__()
+        self._report = report
+
+    def on_solution_callback(self) -> None:
+        self._report(float(self.objective_value), float(self.best_objective_bound))
