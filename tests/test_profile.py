@@ -130,12 +130,12 @@ def test_module_profile_writes_a_layered_file_that_round_trips(tmp_path, user_mo
     out = tmp_path / "m.toml"
     args = ["profile", "--module", f"{user_module}:layers", "--microbatch-size", "2", "--seq-len", "8",
             "--warmup", "0", "--repeat", "2", "--devices", "2", "--microbatches", "4", "--mem", "1GiB",
-            "--bytes-per-param", "12", "--out", str(out)]
+            "--bytes-per-param", "12", "--comm", "7.5", "--out", str(out)]
     assert main(args) == 0
     model = load_model(out)
     assert [x.name for x in model.layers] == ["embed", "blocks", "head+loss"]
     assert [x.name for x in model.expanded] == ["embed", "blocks.0", "blocks.1", "blocks.2", "head+loss"]
-    assert model.devices == 2 and model.microbatches == 4 and model.memory_cap == 2**30
+    assert model.devices == 2 and model.microbatches == 4 and model.memory_cap == 2**30 and model.comm == 7.5
     assert model.time_unit == "us" and model.memory_unit == "bytes"
     assert model.layers[0].static == (16 * 32 + 32) * 12
     assert model.layers[0].m_b == 2 * 8 * 16 * 4  # the Linear's saved input
@@ -206,6 +206,7 @@ def test_hf_config_file_names_layers_by_hf_fqns(tmp_path, capsys):
     (["--warmup", "-1"], "--warmup must be"),
     (["--bytes-per-param", "-1"], "--bytes-per-param"),
     (["--bytes-per-param", "nan"], "--bytes-per-param"),
+    (["--comm", "-1"], "--comm must be"),
     (["--mem", "1p"], "absolute"),
     (["--devices", "9"], "only 5 layers"),
     (["--dtype", "int8"], "--dtype"),
@@ -264,3 +265,37 @@ def test_library_refuses_bad_repeat():
     spec = ModelSpec((LayerSpec("a", torch.nn.Linear(2, 2)),), lambda: torch.randn(1, 2))
     with pytest.raises(ZboptError, match="repeat"):
         profile(spec, warmup=0, repeat=0)
+
+
+def test_repetitions_go_round_robin_over_the_layers():
+    from zbopt.profile import profile
+    from zbopt.profile.models import LayerSpec, ModelSpec
+    spec = ModelSpec((LayerSpec("a", torch.nn.Linear(4, 4)), LayerSpec("b", torch.nn.Linear(4, 4))),
+                     lambda: torch.randn(2, 4))
+    seen = []
+    result = profile(spec, warmup=1, repeat=2, progress=lambda name, done, total: seen.append((name, done, total)))
+    assert seen == [("a", 1, 6), ("b", 2, 6), ("a", 3, 6), ("b", 4, 6), ("a", 5, 6), ("b", 6, 6)]
+    assert result.settings["clock"] == "cpu" and result.settings["threads"] == 1  # auto on a CPU, 1 thread
+    assert [len(t.t_b) for t in result.layers] == [2, 2]
+
+
+def test_module_by_package_name_from_the_working_directory(tmp_path, monkeypatch, capsys):
+    (tmp_path / "zb_profile_user_pkg.py").write_text(MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    assert main(["profile", "--module", "zb_profile_user_pkg:layers", "--seq-len", "4", "--warmup", "0",
+                 "--repeat", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["naming"] == "module" and doc["model"]["name"].startswith("zb_profile_user_pkg:layers")
+
+
+def test_hf_config_as_a_directory_or_toml(tmp_path, capsys):
+    keys = {"model_type": "gpt2", "vocab_size": 64, "n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 16}
+    (tmp_path / "config.json").write_text(json.dumps(keys))
+    (tmp_path / "small.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items()))
+    for source in (tmp_path, tmp_path / "small.toml"):
+        assert main(["profile", "--hf-config", str(source), "--seq-len", "8", "--warmup", "0", "--repeat", "1",
+                     "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert [x["name"] for x in doc["model"]["layers"]] == [
+            "transformer.wte+transformer.wpe", "transformer.h.0", "transformer.ln_f+lm_head"]

@@ -53,6 +53,9 @@ def register(sub) -> None:
     parser.add_argument("--devices", type=int, default=2, help="pipeline devices in the file (default 2)")
     parser.add_argument("--microbatches", type=int, default=8,
                         help="micro-batches in the file (default 8)")
+    parser.add_argument("--comm", type=float, default=0.0, metavar="US",
+                        help="time to send an activation between devices, in microseconds, for "
+                             "the file (not measured; default 0)")
     parser.add_argument("--mem", default=None, metavar="CAP",
                         help="memory cap per device in bytes (e.g. 80e9, 16GiB; default none)")
     parser.add_argument("--out", metavar="FILE", help="write the layered model (.toml or .json)")
@@ -83,6 +86,8 @@ def check_numbers(args) -> None:
                              ("--microbatches", args.microbatches, 1)):
         if value < low:
             raise ZboptError(f"{flag} must be an integer >= {low}, got {value}")
+    if not math.isfinite(args.comm) or args.comm < 0:
+        raise ZboptError(f"--comm must be a finite number of microseconds >= 0, got {args.comm}")
     if not math.isfinite(args.bytes_per_param) or args.bytes_per_param < 0:
         raise ZboptError(f"--bytes-per-param must be a finite number >= 0, got {args.bytes_per_param}")
 
@@ -127,12 +132,12 @@ def run(args) -> int:
     model = build(args, dtype, device)
     # the pipeline settings must accept this many layers before the minutes of measuring
     LayeredModel(layers=tuple(Layer(name=f"l{i}", t_f=1, t_b=1, t_w=1) for i in range(len(model.layers))),
-                 devices=args.devices, microbatches=args.microbatches, memory_cap=cap)
+                 devices=args.devices, microbatches=args.microbatches, memory_cap=cap, comm=args.comm)
     settings = {"microbatch_size": args.microbatch_size, "seq_len": args.seq_len, "dtype": args.dtype,
                 "bytes_per_param": args.bytes_per_param}
     result = _measure(model, args, device, settings)
     layered = result.layered_model(args.devices, args.microbatches, cap, args.bytes_per_param,
-                                   pool=not args.each_block)
+                                   pool=not args.each_block).with_settings(comm=args.comm)
     if out is not None:
         layered.save(out, overwrite=args.force)
         if out.suffix == ".toml":  # provenance as comments: the layered format has no key for it
