@@ -315,6 +315,14 @@ def test_a_method_that_does_not_apply_names_its_control(server):
     assert status == 422 and body["field"] == "schedule" and "zb-h1" in body["error"]
 
 
+def test_a_cap_per_device(server):
+    status, doc, _ = server.request("/api/evaluate?" + q(memory_cap="10, 12, 14, 16"))
+    assert status == 200 and doc["result"]["memory_cap"] == [10, 12, 14, 16]
+    status, body, _ = server.request("/api/evaluate?" + q(memory_cap="10, 12"))
+    assert status == 422 and body["field"] == "memory_cap"
+    assert body["error"] == _core_message(devices=4, microbatches=8, m_b=2, memory_cap=[10, 12])
+
+
 def test_too_large_a_view_is_refused(server):
     status, body, _ = server.request("/api/evaluate?" + q(devices=64, microbatches=1024))
     assert status == 422 and "passes" in body["error"]

@@ -156,10 +156,12 @@ def parse_settings(params: Mapping[str, Any], base: Instance) -> Settings:
     if not cap_text:
         raise SettingError("memory_cap", "memory cap is empty: give a number, '1p', '1.5p' or "
                                          "'none'")
-    if isinstance(given["memory_cap"], (int, float, list, tuple)):
+    if isinstance(given["memory_cap"], (list, tuple)):  # settings are hashable: tuples
+        cap = tuple(given["memory_cap"])
+    elif isinstance(given["memory_cap"], (int, float)):
         cap = given["memory_cap"]
     elif "," in cap_text:  # one cap per device
-        cap = list(_numbers("memory_cap", cap_text))
+        cap = _numbers("memory_cap", cap_text)
     else:
         cap = parse_cap(cap_text)
     return Settings(
