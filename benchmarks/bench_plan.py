@@ -231,7 +231,11 @@ def main() -> int:
             "Gains are (baseline span - plan span) / baseline span, each baseline with its best "
             "registered schedule; the certified gap is (plan span - the lower bound over ALL "
             "splits) / plan span; status optimal means that bound is met (scope: schedules of "
-            "single passes on the contiguous placement, every split).", ""]
+            "single passes on the contiguous placement, every split).", "",
+            "These runs shared the machine's 2 cores with other engineers' work (until about "
+            "02:45 UTC): wall times are noisy, and a time-limited search on a busy machine "
+            "schedules fewer splits and gives the solver less, so gaps and gains may be "
+            "pessimistic.", ""]
     for name in PARTS:
         if name in sections:
             text += [f"## {name}", "", f"<!-- part:{name} -->", sections[name].rstrip("\n"),
