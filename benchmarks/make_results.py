@@ -49,7 +49,7 @@ def _num(x: float | None) -> str:
 
 def _best(records: list[dict], same_placement: bool) -> dict | None:
     fitting = [r for r in records if usable(r)
-               and (not same_placement or r.get("run_placement") == r.get("placement"))]
+               and (not same_placement or r.get("placement") == r.get("instance_placement"))]
     # on a tie the heuristic gets the credit (a solver may return its warm start)
     return min(fitting, key=lambda r: (r["span"], r.get("kind") == "solver")) if fitting else None
 
@@ -94,13 +94,13 @@ def paper_comparison(out: Path) -> Path:
             solver = _solver(records)
             lb = solver.get("lower_bound") if solver else None
             ours = best["span"] if best else None
-            where = (f"{_num(anywhere['span'])} ({anywhere['method']}, "
-                     f"{anywhere['run_placement']})" if anywhere else "-")
+            where = (f"{_num(anywhere['span'])} ({anywhere['label']}, "
+                     f"{anywhere['placement']})" if anywhere else "-")
             lines.append(
                 f"| {ref['model']} p={ref['p']} m={ref['m']} | {cap} | {_num(ref[key])} | "
-                f"{_num(ours)} | {best['method'] if best else '-'} | "
+                f"{_num(ours)} | {best['label'] if best else '-'} | "
                 f"{_pct((ours - ref[key]) / ref[key]) if ours else '-'} | "
-                f"{solver.get('solver_status') or solver.get('status') if solver else '-'} | "
+                f"{solver.get('status') if solver else '-'} | "
                 f"{_num(lb)} | {_pct((ours - lb) / ours) if ours and lb is not None else '-'} | "
                 f"{where} |\n")
     path = out / "vs_paper.md"
@@ -125,7 +125,7 @@ def unit_comparison(out: Path) -> Path:
     for _name, records in _by_instance(load_records(out)).items():
         first = records[0]
         ref = reference.get((first["devices"], first["microbatches"]))
-        cap = first.get("memory_cap")
+        cap = first.get("cap_spec")
         if ref is None or f"zb_{cap}" not in ref:
             continue
         best = _best(records, same_placement=True)
@@ -134,8 +134,8 @@ def unit_comparison(out: Path) -> Path:
         ours = best["span"] if best else None
         lines.append(f"| {first['devices']} | {first['microbatches']} | {cap} | "
                      f"{_num(ref[f'zb_{cap}'])} | {_num(ours)} | "
-                     f"{best['method'] if best else '-'} | "
-                     f"{solver.get('solver_status') if solver else '-'} | {_num(lb)} | "
+                     f"{best['label'] if best else '-'} | "
+                     f"{solver.get('status') if solver else '-'} | {_num(lb)} | "
                      f"{_pct((ours - lb) / ours) if ours and lb is not None else '-'} |\n")
     path = out / "vs_reference.md"
     path.write_text("".join(lines))
