@@ -324,8 +324,11 @@ def test_a_cap_per_device(server):
 
 
 def test_too_large_a_view_is_refused(server):
-    status, body, _ = server.request("/api/evaluate?" + q(devices=64, microbatches=1024))
-    assert status == 422 and "passes" in body["error"]
+    for what in ("evaluate", "compare"):
+        status, body, _ = server.request(f"/api/{what}?" + q(devices=64, microbatches=1024))
+        assert status == 422 and "passes" in body["error"] and body["field"] == "microbatches"
+    status, body, _ = server.request("/api/compare?" + q(devices=0))
+    assert status == 422 and body["field"] == "devices"
 
 
 # ----- compare and downloads ---------------------------------------------------------------------

@@ -44,6 +44,9 @@ class SettingError(ZboptError):
         super().__init__(message)
         self.field = field
 
+    def __reduce__(self):  # raised in the comparison worker process, re-raised here
+        return (SettingError, (self.field, str(self)))
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -221,7 +224,7 @@ def target_instance(name: str, instance: Instance, chunks: int) -> Instance:
     return instance
 
 
-def _check_size(instance: Instance) -> None:
+def check_size(instance: Instance) -> None:
     if instance.num_passes > MAX_PASSES:
         raise SettingError("microbatches", f"{instance.num_passes:,} passes is more than the "
                                            f"explorer draws ({MAX_PASSES:,}): lower devices, "
@@ -238,7 +241,7 @@ def evaluate_settings(settings: Settings, base: Instance) -> Result:
         placed = prepare(get_method(name, "schedule"), target)
     except ZboptError:  # the method does not apply: run() says why below
         placed = target
-    _check_size(placed)
+    check_size(placed)
     result = run(name, target, **_method_params(name, settings))
     if not result.applies:
         field = "group_size" if "group size" in result.message else "schedule"
@@ -251,7 +254,7 @@ def compare_settings(settings: Settings, base: Instance, names: list[str] | None
     """Every schedule method (or `names`) on the instance as written, through compare(); the
     page's group size is used for the methods that take one."""
     instance = instance_of(settings, base)
-    _check_size(instance)
+    check_size(instance)
     rows = []
     for name in names if names is not None else list(methods("schedule")):
         params = _method_params(name, settings)

@@ -76,7 +76,8 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2) -> Fast
         went away meanwhile (its settings changed), so stale work stops early."""
         if settings in comparisons:
             return comparisons[settings]
-        api.instance_of(settings, base)  # bad settings: the one-line message, not 16 of them
+        # bad settings: the one-line message, not one per method
+        api.check_size(api.instance_of(settings, base))
         rows: list[Result] = []
         for name in methods("schedule"):
             if await request.is_disconnected():
