@@ -112,7 +112,7 @@ def _times(name, group, t_f, m_b=100, m_w=50, parameters=10):
 
 def test_static_is_parameters_times_the_factor_and_blocks_pool_into_one_counted_layer():
     times = [_times("emb", "", (5.0,), parameters=7),
-             _times("layers.0", "layers", (1.0, 2.0), parameters=11),
+             _times("layers.0", "layers", (1.0, 2.0), m_w=300, parameters=11),
              _times("layers.1", "layers", (9.0, 3.0), m_w=300, parameters=11),
              _times("out", "", (4.0,), parameters=3)]
     pooled = to_layers(times, bytes_per_param=16)
@@ -124,6 +124,11 @@ def test_static_is_parameters_times_the_factor_and_blocks_pool_into_one_counted_
     assert [x.name for x in each] == ["emb", "layers.0", "layers.1", "out"]
     assert [x.static for x in each] == [7 * 12.5, 11 * 12.5, 11 * 12.5, 3 * 12.5]
     assert each[2].t_f == 6.0
+    # blocks that differ, or whose names would not expand back from a count, stay apart
+    differ = times[:2] + [_times("layers.1", "layers", (9.0,), m_w=300, parameters=12)]
+    assert [x.name for x in to_layers(differ, 16)] == ["emb", "layers.0", "layers.1"]
+    shifted = [_times("layers.1", "layers", (1.0,)), _times("layers.2", "layers", (1.0,))]
+    assert [x.name for x in to_layers(shifted, 16)] == ["layers.1", "layers.2"]
 
 
 def test_module_profile_writes_a_layered_file_that_round_trips(tmp_path, user_module, capsys):

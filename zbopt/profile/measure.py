@@ -18,6 +18,7 @@ Memory (one untimed forward under `saved_tensors_hooks`, then B):
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 import weakref
@@ -152,6 +153,7 @@ def memory(module: nn.Module, x_in: Any) -> tuple[int, int]:
         return m_b, m_b
     _, groups = stage_backward_input([y], _nonscalar(_output_grad(y)), [x], iter(params))
     del y
+    gc.collect()  # count what the graph references, not what a pending collection would free
     alive = [(b.key, b.nbytes) for ref in boxes if (b := ref()) is not None]
     grads = [where for g in groups for grad_tuple in g.get("grads") or ()
              for t in grad_tuple if isinstance(t, torch.Tensor) and (where := _storage(t))]

@@ -57,24 +57,32 @@ def to_layers(times: tuple[LayerTimes, ...] | list[LayerTimes], bytes_per_param:
               pool: bool = True) -> list[Layer]:
     """Layers for the file: medians in microseconds, bytes, static = parameters x bytes per
     parameter. With `pool`, a run of consecutive layers of one group becomes one layer with a
-    count, from all their samples together (identical blocks differ only by noise)."""
+    count, from all their samples together (identical blocks differ only by noise); only a run
+    named `group.0` .. `group.N-1` whose layers have the same parameters and saved bytes pools,
+    so that the count expands to the names measured."""
     runs: list[list[LayerTimes]] = []
     for t in times:
         if pool and t.group and runs and runs[-1][0].group == t.group:
             runs[-1].append(t)
         else:
             runs.append([t])
+    runs = [part for run in runs for part in (
+        [run] if _poolable(run) else [[t] for t in run])]
     layers = []
     for run in runs:
         pooled = {kind: tuple(s for t in run for s in getattr(t, kind)) for kind in ("t_f", "t_b", "t_w")}
-        m_b = max(t.m_b for t in run)
+        first = run[0]
         layers.append(Layer(
-            name=run[0].group if len(run) > 1 else run[0].name,
+            name=first.group if len(run) > 1 else first.name,
             t_f=round(median(pooled["t_f"]), 3), t_b=round(median(pooled["t_b"]), 3),
-            t_w=round(median(pooled["t_w"]), 3), m_b=m_b,
-            m_w=min(max(t.m_w for t in run), m_b),
-            static=_static(max(t.parameters for t in run), bytes_per_param), count=len(run)))
+            t_w=round(median(pooled["t_w"]), 3), m_b=first.m_b, m_w=min(first.m_w, first.m_b),
+            static=_static(first.parameters, bytes_per_param), count=len(run)))
     return layers
+
+
+def _poolable(run: list[LayerTimes]) -> bool:
+    shape = lambda t: (t.parameters, t.m_b, t.m_w)  # noqa: E731
+    return all(t.name == f"{run[0].group}.{i}" and shape(t) == shape(run[0]) for i, t in enumerate(run))
 
 
 def _static(parameters: int, bytes_per_param: float) -> float:
