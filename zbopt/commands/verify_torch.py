@@ -36,10 +36,15 @@ def register(sub) -> None:
     parser.add_argument("--rows", type=int, default=32,
                         help="--timed: rows per micro-batch of the stand-in model (default 32)")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.add_argument("--progress", action="store_true",
+                        help="phases on stderr even when it is not a terminal")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(func=run)
 
 
-def _progress(text: str) -> None:
+def _progress(args, text: str) -> None:
+    if args.quiet or not (args.progress or sys.stderr.isatty()):
+        return
     print(f"verify-torch: {text}", file=sys.stderr, flush=True)
 
 
@@ -55,11 +60,13 @@ def run(args) -> int:
         raise ZboptError("--steps and --rows must be >= 1 and --warmup >= 0")
     loaded = read_schedule_file(args.file)
     loaded.evaluate()  # a deadlocking or malformed order is reported by our evaluator first
+    from ..export.torch_csv import torch_rows
+    torch_rows(loaded.instance, loaded.schedule)  # what torch cannot run is refused before a launch
     if args.timed:
         if args.runtime != "torch":
             raise ZboptError("--timed runs PyTorch's runtime: drop --runtime torchtitan")
         return _run_timed(args, loaded, hidden)
-    _progress(f"starting {loaded.instance.devices} gloo processes ({args.runtime} runtime)")
+    _progress(args, f"starting {loaded.instance.devices} gloo processes ({args.runtime} runtime)")
     if args.runtime == "torchtitan":
         from ..export.titan_runtime import verify_titan
         result = verify_titan(loaded, atol=args.atol, timeout=args.timeout, hidden=hidden,
@@ -112,7 +119,7 @@ def _run_timed(args, loaded, hidden: int) -> int:
         model_line = (f"model: stand-in MLP blocks (width {hidden}, {args.rows} rows per "
                       f"micro-batch) at the plan's module names; the prediction is only "
                       f"meaningful if the plan's costs were profiled on this model")
-    _progress(f"starting {instance.devices} gloo processes: {args.warmup} warm-up + "
+    _progress(args, f"starting {instance.devices} gloo processes: {args.warmup} warm-up + "
               f"{args.steps} timed steps")
     timing = time_plan(instance, loaded.schedule, spec, stage_fqns, steps=args.steps,
                        warmup=args.warmup, timeout=args.timeout, stage_layers=layers)

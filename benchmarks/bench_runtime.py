@@ -1,0 +1,173 @@
+"""Predicted against measured step time: profile llama-tiny, plan it, run 1f1b, zb-h1 and the plan.
+
+    python benchmarks/bench_runtime.py [--steps 5] [--warmup 2] [--out results/runtime.md]
+
+On this machine, two gloo processes (one torch thread each): `zbopt profile --preset llama-tiny`
+measures every layer, `zbopt plan` chooses split and schedule, then for m = 8 and 16 each of
+1f1b, zb-h1 (both on the plan's split) and the plan runs `--steps` timed steps after `--warmup`
+(zbopt.export.timing.time_plan, the code behind `zbopt verify-torch --timed`). Reported per run:
+the predicted span (evaluate() on the profiled costs), the measured span (median over steps, and
+its range), the error, and the span re-predicted from the costs measured in the run itself, which
+separates what the profile got wrong from what the schedule model gets wrong. Writes markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from zbopt.export.chrome_trace import time_scale  # noqa: E402
+from zbopt.export.schedule_file import read_schedule_file  # noqa: E402
+from zbopt.export.timing import preset_of, time_plan  # noqa: E402
+from zbopt.export.torchtitan import split_fqns  # noqa: E402
+from zbopt.registry import generate, get_method, prepare  # noqa: E402
+from zbopt.schedule import evaluate  # noqa: E402
+
+METHODS = ("1f1b", "zb-h1")
+
+
+def progress(text: str) -> None:
+    print(f"[bench_runtime {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def zbopt(*argv: str) -> None:
+    subprocess.run([sys.executable, "-m", "zbopt", *argv], check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL)
+
+
+def seconds_per_unit(instance) -> float:
+    return time_scale(instance.time_unit)[0] * 1e-6
+
+
+def measured_instance(instance, timing):
+    """The instance with the per-stage costs measured in the run (contiguous: one stage per
+    device); a fused backward's time is split as the profile splits B and W."""
+    t_f, t_b, t_w = list(instance.t_f), list(instance.t_b), list(instance.t_w)
+    unit = seconds_per_unit(instance)
+    m = instance.microbatches
+    for dev in timing.per_device:
+        (stage,) = instance.stages_of(dev.device)
+        got = dev.measured
+        t_f[stage] = got["F"] / m / unit
+        if "BW" in got:
+            share = t_b[stage] / max(t_b[stage] + t_w[stage], 1e-12)
+            t_b[stage], t_w[stage] = (got["BW"] * share / m / unit,
+                                      got["BW"] * (1 - share) / m / unit)
+        else:
+            t_b[stage], t_w[stage] = got["B"] / m / unit, got["W"] / m / unit
+    return replace(instance, t_f=tuple(t_f), t_b=tuple(t_b), t_w=tuple(t_w))
+
+
+def schedule_for(method: str, plan):
+    """`method` on the plan's split and placement."""
+    placed = prepare(get_method(method), plan.instance)
+    return placed, generate(method, placed)
+
+
+def run(args) -> str:
+    load = os.getloadavg()
+    lines = []
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-runtime-") as work:
+        model_path = Path(work) / "llama-tiny.toml"
+        progress("profiling llama-tiny (zbopt profile --preset llama-tiny)")
+        zbopt("profile", "--preset", "llama-tiny", "--devices", "2", "--microbatches", "8",
+              "--out", str(model_path))
+        for m in args.microbatches:
+            plan_path = Path(work) / f"plan-m{m}.json"
+            progress(f"m={m}: zbopt plan")
+            zbopt("plan", str(model_path), "--microbatches", str(m), "--out", str(plan_path),
+                  "--quiet", "--time-limit", "30")
+            plan = read_schedule_file(plan_path)
+            layers = plan.meta["partition"]["stages"]
+            fqns = [split_fqns(names) for names in layers]
+            spec = preset_of(plan.meta["model"], m)
+            runs = [(name, *schedule_for(name, plan)) for name in METHODS]
+            runs.append((f"plan ({plan.method})", plan.instance, plan.schedule))
+            for label, instance, schedule in runs:
+                progress(f"m={m}: timing {label}, {args.warmup} + {args.steps} steps")
+                timing = time_plan(instance, schedule, spec, fqns, steps=args.steps,
+                                   warmup=args.warmup, stage_layers=layers)
+                again = evaluate(measured_instance(instance, timing), schedule).span
+                unit = seconds_per_unit(instance)
+                rows.append({
+                    "m": m, "schedule": label, "split": "+".join(map(str, plan.meta["partition"]
+                                                                     ["sizes"])),
+                    "predicted": timing.predicted_span, "measured": timing.measured_span,
+                    "low": min(timing.measured_spans), "high": max(timing.measured_spans),
+                    "error": timing.error, "repredicted": again * unit,
+                    "repredicted_error": (timing.measured_span - again * unit) / (again * unit),
+                    "busy": [{k: v for k, v in d.measured.items()} for d in timing.per_device],
+                    "busy_predicted": [dict(d.predicted) for d in timing.per_device],
+                })
+    load_after = os.getloadavg()
+    lines.append("# Predicted against measured step time (llama-tiny, 2 processes, CPU)\n")
+    lines.append(f"Made by `python benchmarks/bench_runtime.py --steps {args.steps} --warmup "
+                 f"{args.warmup}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+                 f"`zbopt profile --preset llama-tiny` (1 thread), `zbopt plan`, then each "
+                 f"schedule timed with `zbopt.export.timing.time_plan` (what `zbopt "
+                 f"verify-torch PLAN --timed` runs): two gloo processes, one torch thread each, "
+                 f"{args.warmup} warm-up and {args.steps} timed steps, span = max over devices "
+                 f"of last pass end - first pass start, median over the steps.\n")
+    lines.append(f"The machine has {os.cpu_count()} cores shared with other work: load average "
+                 f"{load[0]:.1f} before, {load_after[0]:.1f} after (1-minute).\n")
+    lines.append("| m | schedule | split | predicted ms | measured ms (min-max) | error | "
+                 "re-predicted from measured costs ms | error vs re-predicted |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        lines.append(f"| {r['m']} | {r['schedule']} | {r['split']} | {r['predicted'] * 1e3:.0f} "
+                     f"| {r['measured'] * 1e3:.0f} ({r['low'] * 1e3:.0f}-{r['high'] * 1e3:.0f}) "
+                     f"| {r['error']:+.1%} | {r['repredicted'] * 1e3:.0f} | "
+                     f"{r['repredicted_error']:+.1%} |")
+    errors = [abs(r["error"]) for r in rows]
+    again = [abs(r["repredicted_error"]) for r in rows]
+    lines.append(f"\nMedian |error| against the profile's prediction: "
+                 f"**{statistics.median(errors):.1%}** (target 15%); against the span "
+                 f"re-predicted from the run's own per-pass costs: "
+                 f"**{statistics.median(again):.1%}**.\n")
+    lines.append("Order of the three schedules (fastest first), predicted and measured:\n")
+    for m in args.microbatches:
+        mine = [r for r in rows if r["m"] == m]
+        predicted = [r["schedule"] for r in sorted(mine, key=lambda r: r["predicted"])]
+        measured = [r["schedule"] for r in sorted(mine, key=lambda r: r["measured"])]
+        verdict = "same" if predicted == measured else "differs"
+        lines.append(f"- m={m}: predicted {' < '.join(predicted)}; measured "
+                     f"{' < '.join(measured)} ({verdict})")
+    lines.append("\nBusy time per device and pass kind, measured (median per step) against the "
+                 "profile, ms:\n")
+    lines.append("| m | schedule | device | kind | measured | predicted |")
+    lines.append("|---|---|---|---|---|---|")
+    for r in rows:
+        for d, (got, want) in enumerate(zip(r["busy"], r["busy_predicted"])):
+            for kind in sorted(set(got) | set(want)):
+                lines.append(f"| {r['m']} | {r['schedule']} | {d} | {kind} | "
+                             f"{got.get(kind, 0) * 1e3:.0f} | {want.get(kind, 0) * 1e3:.0f} |")
+    lines.append("\nRaw rows (JSON):\n\n```json\n" + json.dumps(rows, indent=None) + "\n```\n")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--microbatches", type=int, nargs="+", default=[8, 16])
+    parser.add_argument("--out", default=str(ROOT / "results" / "runtime.md"))
+    args = parser.parse_args()
+    text = run(args)
+    Path(args.out).write_text(text)
+    progress(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
