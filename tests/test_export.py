@@ -372,3 +372,34 @@ def test_fused_blocks_survive_as_blocks(tmp_path):
     loaded = read_schedule_file(write_schedule_file(tmp_path / "s.json", timeline))
     assert loaded.schedule.orders[0][1] == fused(0, 0)
     assert loaded.schedule.orders[0][3] == ((0, 1, "B"),)
+
+
+def test_cli_export_refuses_two_outputs_with_one_name(tmp_path, instance_file, capsys):
+    sched = tmp_path / "zb.json"
+    main(["simulate", str(instance_file), "-s", "zb-h1", "--out", str(sched)])
+    capsys.readouterr()
+    # the trace would take the CSV's sidecar name
+    argv = ["export", str(sched), "--torch-csv", str(tmp_path / "a.csv"),
+            "--chrome-trace", str(tmp_path / "a.csv.json")]
+    assert main(argv) == 2
+    assert "written twice" in capsys.readouterr().err
+    assert not (tmp_path / "a.csv").exists()
+
+
+def test_write_all_leaves_nothing_when_a_write_fails(tmp_path, monkeypatch):
+    from zbopt.export import outputs
+
+    calls = []
+    real = outputs.os.replace
+
+    def failing_replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device", str(dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(outputs.os, "replace", failing_replace)
+    with pytest.raises(ZboptError, match="No space left"):
+        outputs.write_all({tmp_path / "a.txt": "a", tmp_path / "new" / "b.txt": "b"},
+                          new_dirs=[tmp_path / "new"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporaries, no new folder

@@ -54,7 +54,7 @@ def run(args) -> int:
                         loaded.instance.num_stages, loaded.instance.microbatches)
     if args.torch_csv:
         from ..export.torch_csv import sidecar_path, torch_csv_texts
-        texts.update(torch_csv_texts(args.torch_csv, loaded.instance, loaded.schedule))
+        _add(texts, torch_csv_texts(args.torch_csv, loaded.instance, loaded.schedule))
         lines.append(f"wrote {args.torch_csv} ({loaded.instance.devices} ranks) and "
                      f"{sidecar_path(args.torch_csv)}"
                      + (" (torch validators: ok)" if args.torch_check else ""))
@@ -62,12 +62,12 @@ def run(args) -> int:
         import json
 
         from ..export.chrome_trace import chrome_trace
-        texts[Path(args.chrome_trace)] = json.dumps(chrome_trace(timeline)) + "\n"
+        _add(texts, {Path(args.chrome_trace): json.dumps(chrome_trace(timeline)) + "\n"})
         lines.append(f"wrote {args.chrome_trace}: open it in https://ui.perfetto.dev")
     if args.torchtitan:
         from ..export.torchtitan import titan_export
         export = titan_export(loaded, args.torchtitan, args.microbatch_size)
-        texts.update(export.texts)
+        _add(texts, export.texts)
         new_dirs.append(export.directory)
         lines.extend(_titan_lines(export))
     write_all(texts, force=args.force, inputs=[args.file], new_dirs=new_dirs)
@@ -75,6 +75,15 @@ def run(args) -> int:
     for line in lines:
         out.print(line, markup=False, soft_wrap=True)
     return 0
+
+
+def _add(texts: dict[Path, str], new: dict[Path, str]) -> None:
+    """Collect outputs; two outputs with one name (e.g. a trace named like the CSV's sidecar)
+    are refused before anything is written."""
+    for path, text in new.items():
+        if any(path.resolve() == known.resolve() for known in texts):
+            raise ZboptError(f"{path} is written twice by this export: choose distinct names")
+        texts[path] = text
 
 
 def _titan_lines(export) -> list[str]:
