@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -50,6 +50,7 @@ class ModelSpec:
     make_input: Callable[[], Any]
     name: str = ""
     naming: str = ""  # how the layer names were chosen: "hf", "torchtitan" or "module"
+    settings: dict = field(default_factory=dict)  # micro-batch size, sequence length, dtype
 
 
 def preset_path(name: str) -> Path:
@@ -175,7 +176,7 @@ def hf_model(config, microbatch_size: int, seq_len: int, dtype, device, naming: 
                for i, block in enumerate(blocks)]
     layers.append(LayerSpec(names["head"], Head(norm, head_module, labels)))
     return ModelSpec(layers=tuple(layers), make_input=lambda: ids, name=name or config.model_type,
-                     naming=naming)
+                     naming=naming, settings=_settings(microbatch_size, seq_len, dtype))
 
 
 def _build(auto, config):
@@ -235,7 +236,12 @@ def function_model(spec: str, microbatch_size: int, seq_len: int, dtype, device)
             return x.to(device=device, dtype=dtype)
         return x.to(device) if hasattr(x, "to") else x
 
-    return ModelSpec(model.layers, make_cast_input, name=model.name or spec, naming="module")
+    return ModelSpec(model.layers, make_cast_input, name=model.name or spec, naming="module",
+                     settings=_settings(microbatch_size, seq_len, dtype))
+
+
+def _settings(microbatch_size: int, seq_len: int, dtype) -> dict:
+    return {"microbatch_size": microbatch_size, "seq_len": seq_len, "dtype": str(dtype).removeprefix("torch.")}
 
 
 def _import(target: str):

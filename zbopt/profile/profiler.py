@@ -202,4 +202,4 @@ def profile(model: ModelSpec, warmup: int = 2, repeat: int = 10, device=None, th
             "clock": clock, "torch": torch.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "processor": platform.processor() or platform.machine()}
     return Profile(name=model.name, naming=model.naming, layers=measured,
-                   settings={**(settings or {}), **info})
+                   settings={**model.settings, **(settings or {}), **info})
