@@ -162,7 +162,14 @@ def _shutdown(worker: _Worker, kill: bool) -> None:
 
 @dataclass(frozen=True)
 class RayExecutor:
-    """The same jobs as Ray tasks: `ray.init(address)`, or a local Ray with `workers` CPUs."""
+    """The same jobs as Ray tasks: `ray.init(address)`, or a local Ray with `workers` CPUs.
+
+    A task that fails because its node left the cluster (killed, lost) did not fail on its own
+    account: it is submitted again (at most NODE_LOSS_RETRIES times), so a lost node loses no
+    job and a job is recorded once. A task that fails while every node it could have run on is
+    still alive NODE_LOSS_GRACE seconds later (its own worker crashed) is an error record, as
+    with the local executor.
+    """
 
     workers: int | None = None
     address: str | None = None
@@ -182,33 +189,55 @@ class RayExecutor:
             except (ConnectionError, ValueError, RuntimeError) as err:
                 raise ZboptError(f"cannot start or reach Ray at {self.address or 'local'}: "
                                  f"{err}") from None
-        # no retries: a task that crashes its worker is a result (an error), not a transient
+        # no Ray retries: a task that crashes its worker is a result (an error); node loss is
+        # told apart below and resubmitted by us
         remote = ray.remote(max_retries=0)(self.job_fn)
         window = max(1, self.workers or int(ray.cluster_resources().get("CPU", 1)))
+        nodes = _AliveNodes(ray)
         pending = deque(jobs)
-        running: dict[Any, tuple[Job, float]] = {}
+        running: dict[Any, tuple[Job, float, frozenset]] = {}
+        lost: dict[str, int] = {}
+        # failed tasks whose nodes all still look alive: Ray may not know yet that one died
+        suspects: list[tuple[Job, float, frozenset, str, float]] = []
         try:
-            while pending or running:
+            while pending or running or suspects:
                 if stop():
                     return
+                for suspect in list(suspects):
+                    job, t0, alive_then, error, failed_at = suspect
+                    if alive_then - nodes.alive() and lost.get(job.key, 0) < NODE_LOSS_RETRIES:
+                        suspects.remove(suspect)
+                        lost[job.key] = lost.get(job.key, 0) + 1
+                        pending.appendleft(job)
+                    elif time.monotonic() - failed_at > NODE_LOSS_GRACE:
+                        suspects.remove(suspect)
+                        yield job, error_record(job, error, failed_at - t0)
                 while pending and len(running) < window:
                     job = pending.popleft()
                     cpus = dict(job.method.params).get("threads", 1) \
                         if job.method.kind == "solver" else 1
-                    running[remote.options(num_cpus=cpus).remote(job)] = (job, time.monotonic())
+                    ref = remote.options(num_cpus=cpus).remote(job)
+                    running[ref] = (job, time.monotonic(), nodes.alive())
+                if not running:
+                    time.sleep(_POLL)
+                    continue
                 done, _ = ray.wait(list(running), num_returns=1, timeout=_POLL)
                 for ref in done:
-                    job, t0 = running.pop(ref)
+                    job, t0, alive_then = running.pop(ref)
                     try:
                         record = ray.get(ref)
                     except ray.exceptions.RayError as err:
-                        record = error_record(job, f"Ray task failed: {type(err).__name__}: "
-                                                   f"{str(err).splitlines()[0] if str(err) else ''}",
-                                              time.monotonic() - t0)
+                        error = (f"Ray task failed: {type(err).__name__}: "
+                                 f"{str(err).splitlines()[0] if str(err) else ''}")
+                        if lost.get(job.key, 0) >= NODE_LOSS_RETRIES:
+                            yield job, error_record(job, error, time.monotonic() - t0)
+                        else:
+                            suspects.append((job, t0, alive_then, error, time.monotonic()))
+                        continue
                     yield job, record
                 # the clock runs from submission (Ray does not say when a task starts); the
                 # window keeps no more tasks in flight than there are workers
-                for ref, (job, t0) in list(running.items()):
+                for ref, (job, t0, _alive) in list(running.items()):
                     if self.job_timeout is not None and time.monotonic() - t0 > self.job_timeout:
                         ray.cancel(ref, force=True)
                         running.pop(ref)
@@ -223,6 +252,27 @@ class RayExecutor:
                     pass
             if started_here:
                 ray.shutdown()
+
+
+NODE_LOSS_RETRIES = 3
+# seconds a failed task waits for Ray to report a dead node before it counts as the job's own
+# failure (Ray's health checks take about 15 s by default to declare a node dead)
+NODE_LOSS_GRACE = 30.0
+
+
+class _AliveNodes:
+    """The ids of the cluster's live nodes, asked of Ray at most once a second unless told."""
+
+    def __init__(self, ray) -> None:
+        self.ray = ray
+        self.when = -1.0
+        self.ids: frozenset = frozenset()
+
+    def alive(self, refresh: bool = False) -> frozenset:
+        if refresh or time.monotonic() - self.when > 1.0:
+            self.ids = frozenset(n["NodeID"] for n in self.ray.nodes() if n.get("Alive"))
+            self.when = time.monotonic()
+        return self.ids
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
