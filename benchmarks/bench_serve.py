@@ -100,13 +100,16 @@ def latency(server: Server, repeats: int) -> list[str]:
              f"round trip (evaluation, bound, timeline data, step states, JSON). *in-process* is "
              f"`api.evaluate_settings` + `api.view_document` on the same settings in this "
              f"process on settings just as new (so the lower bound is computed afresh in both), the "
-             f"peer the HTTP figure is compared with. Milliseconds.", "",
+             f"peer the HTTP figure is compared with; *of which run()* is its share spent in "
+             f"registry.run (generating, evaluating, bounding the schedule), the rest is the "
+             f"timeline data and step states. Milliseconds.", "",
              "| p | m | method | passes | HTTP median | HTTP p95 | in-process median | "
-             "HTTP / in-process | answer KB |", "|---|---|---|---|---|---|---|---|---|"]
+             "of which run() | HTTP / in-process | answer KB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     worst = []
     for p, m in SIZES:
         for method in METHODS:
-            http, local, size, passes = [], [], 0, 0
+            http, local, method_only, size, passes = [], [], [], 0, 0
             for i in range(repeats):
                 params = {"schedule": method, "devices": p, "microbatches": m, "chunks": 2,
                           "t_f": 18522 + i}
@@ -119,12 +122,15 @@ def latency(server: Server, repeats: int) -> list[str]:
                 passes = len(json.loads(body)["timeline"]["passes"])
                 settings = api.parse_settings({**params, "t_f": 18522 + repeats + i}, base)
                 began = time.perf_counter()
-                json.dumps(api.view_document(api.evaluate_settings(settings, base)))
+                result = api.evaluate_settings(settings, base)
+                method_only.append(time.perf_counter() - began)
+                json.dumps(api.view_document(result))
                 local.append(time.perf_counter() - began)
             h, lo = statistics.median(http), statistics.median(local)
             worst.append((percentile(http, 0.95), method, p, m))
             lines.append(f"| {p} | {m} | {method} | {passes:,} | {ms(h)} | "
-                         f"{ms(percentile(http, 0.95))} | {ms(lo)} | {h / lo:.2f} | "
+                         f"{ms(percentile(http, 0.95))} | {ms(lo)} | "
+                         f"{ms(statistics.median(method_only))} | {h / lo:.2f} | "
                          f"{size / 1024:.0f} |")
             print(lines[-1], flush=True)
     slow = sorted(worst, reverse=True)[:3]
@@ -152,7 +158,8 @@ def burst(server: Server, total: int = 200, workers: int = 20) -> list[str]:
     status, _ = server.get("/api/settings")
     return ["## Burst", "",
             f"{total} `GET /api/evaluate` from {workers} threads at once (p=8, m=8..22, four "
-            f"families; every tenth malformed), against a fresh server.", "",
+            f"families; every tenth malformed), against a fresh server that answered one "
+            f"request before.", "",
             "| requests | wall s | requests/s | median ms | p95 ms | max ms | statuses | "
             "answers after |", "|---|---|---|---|---|---|---|---|",
             f"| {total} | {wall:.2f} | {total / wall:.0f} | {ms(statistics.median(times))} | "
@@ -178,20 +185,23 @@ def redraw(server: Server, repeats: int) -> list[str]:
             page.get_by_label("devices", exact=True).fill(str(p))
             page.get_by_label("micro-batches", exact=True).fill(str(m))
             page.wait_for_function("() => !window.zbopt.busy", timeout=60000)
-            times = []
+            times, parts = [], []
             for i in range(repeats):
                 before = page.evaluate("() => Number(document.body.dataset.view)")
                 began = time.perf_counter()
                 # bypass the input debounce: time the server round trip and the drawing
                 page.get_by_label("t_f", exact=True).fill(str(18522 + 7 + i))
-                page.evaluate("() => { clearTimeout(window.zbopt.evalTimer); }")
+                page.evaluate("() => { clearTimeout(window.zbopt.evalTimer); window.zbopt.evalTimer = null; }")
                 page.evaluate("() => window.zbopt.evaluateNow()")
                 page.wait_for_function(f"() => Number(document.body.dataset.view) > {before}",
                                        timeout=60000)
                 times.append(time.perf_counter() - began)
+                parts.append(page.evaluate("() => window.zbopt.timing"))
             rects = page.locator("#timeline rect.p").count()
+            split = " / ".join(f"{statistics.median(x[k] for x in parts):.0f}"
+                               for k in ("server", "parse", "draw"))
             rows.append(f"| {p} | {m} | {method} | {rects:,} | {ms(statistics.median(times))} | "
-                        f"{ms(percentile(times, 0.95))} |")
+                        f"{ms(percentile(times, 0.95))} | {split} |")
             print(rows[-1], flush=True)
         browser.close()
     return ["## Re-evaluate and redraw in chromium", "",
@@ -199,7 +209,10 @@ def redraw(server: Server, repeats: int) -> list[str]:
             f"view is drawn (request, JSON parse, SVG of every pass, memory strips, step bars); "
             f"the page's 150 ms input debounce is left out. {repeats} changes per row. "
             f"Milliseconds.", "",
-            "| p | m | method | passes drawn | median | p95 |", "|---|---|---|---|---|---|",
+            "*server / parse / draw* is the page's own split of the same wait (medians): the "
+            "answer's round trip, JSON parsing, and building the drawing.", "",
+            "| p | m | method | passes drawn | median | p95 | server / parse / draw |",
+            "|---|---|---|---|---|---|---|",
             *rows, ""]
 
 
@@ -210,7 +223,7 @@ def main() -> None:
     parser.add_argument("--no-browser", action="store_true")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    lines = ["# zbopt serve: startup, latency, burst", "",
+    lines = ["# zbopt serve: startup, latency, redraw, burst", "",
              f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores "
              f"shared with other work (load average {load:.1f} at the start), so expect noise.",
              "", f"Command: `python benchmarks/bench_serve.py --repeats {args.repeats} --starts "
@@ -228,9 +241,11 @@ def main() -> None:
     fresh = Server()
     try:
         fresh.get("/api/settings")
+        fresh.get("/api/evaluate?devices=2&microbatches=2")  # the first answer loads the drawing
         lines += burst(fresh)
     finally:
         fresh.stop()
+    lines += [f"Load average at the end: {os.getloadavg()[0]:.1f}.", ""]
     out = Path(__file__).resolve().parents[1] / "results" / "serve.md"
     out.write_text("\n".join(lines))
     print("\n".join(lines[-6:]))

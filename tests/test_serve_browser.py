@@ -206,6 +206,12 @@ def test_solve_finishes_with_a_status_and_shows_the_schedule(page, served):
     _, _, folder = served
     page.get_by_label("time limit (s)").fill("2")
     page.get_by_role("button", name="Solve").click()
+    page.wait_for_function("() => document.querySelector('#solve-status').dataset.status")
+    # a second press while the first runs (its process is still starting) is refused, said so
+    page.get_by_role("button", name="Solve").click()
+    note = page.locator("#solve-note")
+    note.wait_for(state="visible", timeout=30000)
+    assert "refused" in note.inner_text() and "already running for this page" in note.inner_text()
     status = page.locator("#solve-status")
     page.wait_for_function("() => ['optimal', 'feasible', 'infeasible', 'error'].includes("
                            "document.querySelector('#solve-status').dataset.status)",

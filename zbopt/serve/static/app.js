@@ -91,7 +91,7 @@
     var controller = new AbortController();
     state.evalController = controller;
     $("busy").hidden = false;
-    var q = query();
+    var q = query(), began = performance.now();
     try {
       var response = await fetch("/api/evaluate?" + q, { signal: controller.signal });
       if (controller !== state.evalController) { return; }
@@ -105,12 +105,16 @@
           " (the last valid settings)" : "nothing yet";
         return;
       }
+      var answered = performance.now();
       var doc = await response.json();
       if (controller !== state.evalController) { return; }
       $("page-error").textContent = "";
       document.querySelector(".timeline-panel").classList.remove("stale");
       state.job = null;
+      var parsed = performance.now();
       show(doc);
+      // where the time of the last re-evaluation went (ms), for the benchmark
+      state.timing = { server: answered - began, parse: parsed - answered, draw: performance.now() - parsed };
       document.body.setAttribute("data-state", "ready");
       scheduleCompare();
     } catch (e) {
@@ -125,6 +129,7 @@
   }
 
   function show(doc) {
+    stop();
     state.doc = doc;
     decodeEvents(doc);
     showMetrics(doc.result);
@@ -500,6 +505,7 @@
   async function solve() {
     var status = $("solve-status");
     ["solver", "time_limit"].forEach(function (f) { $("e-" + f).textContent = ""; });
+    $("solve-note").textContent = "";
     var body = settingsObject();
     body.page = state.page;
     body.solver = $("f-solver").value;
@@ -515,8 +521,8 @@
     if (!response.ok) {
       var err = await readError(response);
       if (response.status === 409) {
-        status.textContent = "Solve refused: " + err.message;
-        status.setAttribute("data-status", "refused");
+        // the running solve goes on; say why this one did not start
+        $("solve-note").textContent = "Solve refused: " + err.message;
       } else {
         showError(err.field, err.message);
         status.textContent = "Solve not started: " + err.message;
@@ -526,7 +532,6 @@
     }
     var job = await response.json();
     state.solving = true;
-    $("solve").disabled = true;
     status.setAttribute("data-status", "running");
     status.textContent = "solving " + job.shown + "'s instance (placement " + job.placement + ") with " +
       job.solver + ", up to " + fmt(job.time_limit) + " s…";
@@ -545,7 +550,6 @@
       source.close();
       state.source = null;
       state.solving = false;
-      $("solve").disabled = false;
       var s = JSON.parse(e.data);
       status.setAttribute("data-status", s.status || "error");
       if (s.error) {
@@ -568,7 +572,6 @@
     source.onerror = function () {
       if (state.source === source && source.readyState === EventSource.CLOSED) {
         state.solving = false;
-        $("solve").disabled = false;
         status.textContent = "lost the connection to the solve";
       }
     };
