@@ -175,9 +175,13 @@ def run_case(argv: list[str], timeout: float) -> tuple[str, str]:
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 2
     except Exception as exc:  # a traceback the user would see
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        where = f"{Path(frame.filename).name}:{frame.lineno} ({frame.name})"
-        return "traceback", f"{type(exc).__name__}: {str(exc)[:160]} at {where}"
+        frames = traceback.extract_tb(exc.__traceback__)
+        # the last frame in zbopt: where the package let the exception through
+        ours = [f for f in frames if "/zbopt/" in f.filename] or frames
+        frame = ours[-1]
+        where = f"{frame.filename.split('/zbopt/')[-1]}:{frame.lineno} ({frame.name})"
+        message = " ".join(str(exc).split())[:160]
+        return "traceback", f"{type(exc).__name__}: {message} at zbopt/{where}"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -246,7 +250,8 @@ def main() -> None:
                 if outcome in ("traceback", "exit 2, several lines", "other exit", "timeout"):
                     keep = work.parent / f"zbopt-fuzz-{target.name.split()[0]}-{index}{suffix}"
                     shutil.copy(path, keep)
-                    problems.append((target.name, outcome, detail, f"{how} (kept as {keep})"))
+                    problems.append((target.name, outcome, " ".join(detail.split()),
+                                     f"case {index}, {how} (kept as {keep})"))
                 print(f"{target.name:<34} {case:>4} {outcome:<28} {detail[:90]}", flush=True)
     total = time.perf_counter() - began
     text = render(chosen, counts, seconds, problems, args, total)
