@@ -75,7 +75,7 @@ def main() -> None:
         f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other engineers' jobs "
         f"(load average {load_before[0]:.1f} before, {load_after[0]:.1f} after), Python "
         f"{platform.python_version()}, torch {torch.__version__}. Wall times include that contention; "
-        f"`cpu` (this thread's CPU time, `--clock cpu`, the default on a CPU with one thread) leaves out "
+        f"`cpu` (this thread's CPU time, `--clock cpu`; `--clock wall` is the default) leaves out "
         f"the time other processes held the core.", "",
         "## File values across runs (microseconds)", "",
         "| layer | pass | wall clock | cpu clock |", "|---|---|---|---|",

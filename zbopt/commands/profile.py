@@ -37,10 +37,9 @@ def register(sub) -> None:
                         help="recorded repetitions per layer; the file keeps the median (default 10)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads while measuring (default 1: steadier)")
-    parser.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",
-                        help="cpu: this thread's CPU time, which other processes on a shared CPU "
-                             "do not inflate (CPU, --threads 1); wall: elapsed time; auto "
-                             "(default): cpu where it applies, else wall")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall: elapsed time (default); cpu: this thread's CPU time, which "
+                             "other processes on a shared CPU do not inflate (CPU, --threads 1)")
     parser.add_argument("--bytes-per-param", type=float, default=16.0, metavar="N",
                         help="static memory per parameter: weights, gradients and optimizer "
                              "states (default 16: mixed-precision Adam)")

@@ -152,18 +152,16 @@ def layer_inputs(model: ModelSpec) -> list[Any]:
 
 def profile(model: ModelSpec, warmup: int = 2, repeat: int = 10, device=None, thread_count: int = 1,
             settings: dict[str, Any] | None = None,
-            progress: Callable[[str, int, int], None] | None = None, clock: str = "auto") -> Profile:
+            progress: Callable[[str, int, int], None] | None = None, clock: str = "wall") -> Profile:
     """Measure every layer of `model` (already on `device`). Repetitions go round-robin over the
     layers (repetition 1 of every layer, then 2, ...), so a burst of load on a shared machine
-    lands on all layers alike rather than on whichever was being measured. `clock` "auto" is
-    this thread's CPU time on a CPU with one thread, else wall time. `progress(layer name,
+    lands on all layers alike rather than on whichever was being measured. `clock`: "wall"
+    (elapsed) or "cpu" (this thread's CPU time; CPU, one thread). `progress(layer name,
     done, total)` is called after each layer repetition."""
     import torch
     if warmup < 0 or repeat < 1 or thread_count < 1:
         raise ZboptError("warm-up must be >= 0, repeat and threads >= 1")
     device = device or torch.device("cpu")
-    if clock == "auto":
-        clock = "cpu" if device.type == "cpu" and thread_count == 1 else "wall"
     if clock not in CLOCKS:
         raise ZboptError(f"--clock {clock!r}: choose {' or '.join(CLOCKS)}")
     if clock == "cpu" and (device.type != "cpu" or thread_count != 1):
