@@ -6,7 +6,9 @@ frees memory. A micro-batch's first-chunk F on a device reserves room for its la
 F there, so a started micro-batch always finishes its forward and the greedy fits every cap
 that admits a schedule (all chunks' activations of one micro-batch on each device). A grid
 over its choices (B or F first, how W fills, which chunk first, how much room is reserved) is
-judged by evaluate(); the smallest span within the cap wins.
+judged by evaluate(); the smallest span within the cap wins. In-flight limits like 1F1B's
+(per stage, a multiple of the stages left on the chain) are part of the grid: at 1p they beat
+memory alone.
 
 Registered names: `interleaved-zb` (the instance's cap, unlimited if none) and
 `interleaved-zb-1p` (cap 1p whatever the instance says). Both take `memory_cap=`.
@@ -22,8 +24,27 @@ from ..registry import register
 from ..schedule import Schedule
 from . import _engine
 from ._search import _UNSET, best_of, capped_instance
-from .v_greedy import MIN_POLICIES, grid
+from .v_greedy import MIN_POLICIES, PRIORITY
 from .zb_greedy import SIMULATION_BUDGET
+
+# In-flight limits per stage, as multiples of the stages from s to the chain's end (1F1B's
+# limit on one chunk); the best first, as they won on the 1.5B settings at 1p and 2p.
+INFLIGHT = (2, 1, None)
+
+
+def grid(instance: Instance) -> list[_engine.Policy]:
+    """In-flight limit x (B first, W fill) x room reserved (the later chunk's ready pass
+    first: the earlier chunk first never won there)."""
+    stages = instance.num_stages
+    points = [(False, "gap")] + [x for x in PRIORITY if x != (False, "gap")]
+    policies = []
+    for factor in INFLIGHT:
+        limit = None if factor is None else tuple(factor * (stages - s) for s in range(stages))
+        for b_first, w_fill in points:
+            for reserve_all in (False, True):
+                policies.append(_engine.Policy(b_first=b_first, w_fill=w_fill, inflight=limit,
+                                               reserve_all=reserve_all))
+    return policies
 
 
 def min_interleaved_cap(instance: Instance) -> list[float]:

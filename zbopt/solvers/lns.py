@@ -115,7 +115,10 @@ def _neighbourhood(instance: Instance, state: _State, cost, rng: random.Random,
 
 def solve_lns(request: BackendRequest) -> BackendResult:
     """The full CP-SAT model for a share of the time, then neighbourhoods around the best
-    schedule until the time limit; the bound is the full model's."""
+    schedule until the time limit; the bound is the full model's.
+
+    Options: "seed" (neighbourhood choice), "full_share" (share of the time for the full
+    model; 0 skips it, and no bound is proven)."""
     began = time.perf_counter()
     deadline = began + float(request.time_limit)
     instance, objective = request.instance, request.objective
@@ -136,11 +139,14 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     stats = {"neighbourhoods": 0, "improved": 0, "full_model_seconds": 0.0}
 
     # the full model: its bound, and often a better schedule
-    full = min(FULL_MAX, FULL_SHARE * (deadline - time.perf_counter()))
+    share = float(request.options.get("full_share", FULL_SHARE))
+    full = min(FULL_MAX, share * (deadline - time.perf_counter()))
     callback = _Incumbents(report) if report is not None else None
     t = time.perf_counter()
-    solver, code = _solve(parts, parts.model, instance, objective, state.starts, full, threads,
-                          seed, callback)
+    code = None
+    if full > 0:
+        solver, code = _solve(parts, parts.model, instance, objective, state.starts, full,
+                              threads, seed, callback)
     stats["full_model_seconds"] = round(time.perf_counter() - t, 3)
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
         bound = solver.best_objective_bound
