@@ -208,3 +208,12 @@ def test_timed_run_reports_every_device_and_kind(tmp_path):
         assert set(dev.measured) == {"F", "B", "W"}  # zb-h1 splits every backward
         assert dev.predicted["F"] == pytest.approx(
             4 * sum(loaded.instance.t_f[s] for s in loaded.instance.stages_of(dev.device)) * 1e-3)
+
+
+def test_timed_runs_the_profiled_preset_when_the_plan_names_one():
+    from zbopt.export.timing import PresetSpec, preset_of
+    assert preset_of({"name": "llama-tiny b=2 s=64 float32 cpu 1 thread(s)"}, 8) == \
+        PresetSpec("llama-tiny", 8, microbatch_size=2, seq_len=64, dtype="float32")
+    assert preset_of({"name": "my-model b=2 s=64 float32 cpu"}, 8) is None  # not shipped
+    assert preset_of({"name": "llama-tiny"}, 8) is None  # not a profile's title
+    assert preset_of(None, 8) is None
