@@ -281,11 +281,12 @@ def drawing(result: Result) -> dict:
     from ..report.html import path_step
     timeline = result.timeline
     instance = timeline.instance
+    steps = {(stage, kind): path_step(instance, stage, kind)
+             for stage in range(instance.num_stages) for kind in "FBW"}
     rows = []
     for box in pass_boxes(timeline):
-        box["step"] = path_step(instance, box["stage"], box["kind"])
-        rows.append([_compact(box[f]) if isinstance(box[f], float) else box[f]
-                     for f in PASS_FIELDS])
+        box["step"] = steps[(box["stage"], box["kind"])]
+        rows.append(list(map(box.__getitem__, PASS_FIELDS)))  # floats as they are: speed
     palette = [{k: [pass_colour(timeline, s, k), label_colour(timeline, s, k)] for k in "FBW"}
                for s in range(instance.num_stages)]
     cap = instance.cap

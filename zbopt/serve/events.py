@@ -45,23 +45,24 @@ def step_states(timeline: Timeline) -> dict:
     happenings: dict[float, list] = defaultdict(list)
     for device, order in enumerate(timeline.schedule.orders):
         for item, (t0, t1) in zip(order, timeline.item_times[device]):
-            happenings[t0].append((device, True, item))
-            happenings[t1].append((device, False, item))
+            label = format_item(item)
+            happenings[t0].append((device, True, item, label))
+            happenings[t1].append((device, False, item, label))
     p = instance.devices
     in_flight, pending = [0.0] * p, [0.0] * p
     peak_flight, peak_pending = [0.0] * p, [0.0] * p
     times, changes, started, ended = [], [], [], []
     for t in sorted(happenings):
         began, finished, moved = [], [], set()
-        for device, starts, item in sorted(happenings[t], key=lambda h: (h[1], h[0])):
+        for device, starts, item, label in sorted(happenings[t], key=lambda h: (h[1], h[0])):
             if starts:
-                began.append([device, format_item(item)])
+                began.append([device, label])
                 for q in item:
                     if memory_delta(instance, q) > 0:  # held from the block's start
                         in_flight[device] += share[q[0]]
                         moved.add(device)
             else:
-                finished.append([device, format_item(item)])
+                finished.append([device, label])
                 for q in item:
                     if q[2] == "B":
                         in_flight[device] -= share[q[0]]

@@ -439,7 +439,7 @@
 
   function scheduleCompare() {
     clearTimeout(state.compareTimer);
-    state.compareTimer = setTimeout(loadCompare, 250);
+    state.compareTimer = setTimeout(loadCompare, 600);  // the table waits for settings to rest
   }
 
   async function loadCompare() {
