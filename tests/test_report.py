@@ -532,5 +532,5 @@ def test_cli_report_with_solve_adds_the_solver_row(tmp_path, capsys):
     assert "1f1b" in methods and any(m.startswith("cpsat") for m in methods)
     solver = next(t for t in page_data(out.read_text())["timelines"]
                   if t["method"].startswith("cpsat"))
-    assert len(solver["passes"]) == small.num_passes
+    assert len(solver["passes"]["kind"]) == small.num_passes
     assert f"<td>{solver['method']}</td>" in out.read_text()
