@@ -313,6 +313,10 @@ def test_a_method_that_does_not_apply_names_its_control(server):
     assert body["error"] == f"interleaved-1f1b does not apply: {result.message}"
     status, body, _ = server.request("/api/evaluate?" + q(placement="v", schedule="zb-h1"))
     assert status == 422 and body["field"] == "schedule" and "zb-h1" in body["error"]
+    status, body, _ = server.request("/api/evaluate?" + q(schedule="dualpipe", microbatches=7))
+    result = run("dualpipe", Instance(devices=4, microbatches=7))
+    assert status == 422 and body["field"] == "microbatches"
+    assert body["error"] == f"dualpipe does not apply: {result.message}"
 
 
 def test_a_cap_per_device(server):

@@ -244,7 +244,10 @@ def evaluate_settings(settings: Settings, base: Instance) -> Result:
     check_size(placed)
     result = run(name, target, **_method_params(name, settings))
     if not result.applies:
-        field = "group_size" if "group size" in result.message else "schedule"
+        # a family's precondition names the setting it needs changed; a placement clash is
+        # about the schedule chosen
+        field = "schedule" if "runs on placement" in result.message \
+            else field_of(result.message, "schedule")
         raise SettingError(field, f"{name} does not apply: {result.message}")
     return result
 

@@ -101,6 +101,9 @@
         showError(err.field, err.message);
         document.body.setAttribute("data-state", "invalid");
         document.querySelector(".timeline-panel").classList.add("stale");
+        clearTimeout(state.compareTimer);
+        if (state.compareController) { state.compareController.abort(); state.compareController = null; }
+        $("compare-status").textContent = "(for the last valid settings)";
         $("showing").textContent = state.doc ? state.doc.result.method +
           " (the last valid settings)" : "nothing yet";
         return;
