@@ -327,6 +327,26 @@ def test_a_cap_per_device(server):
     assert body["error"] == _core_message(devices=4, microbatches=8, m_b=2, memory_cap=[10, 12])
 
 
+def test_requests_for_another_host_name_are_refused(server):
+    # a page elsewhere pointing its own domain at 127.0.0.1 must not read the API
+    req = urllib.request.Request(server.url + "api/settings", headers={"Host": "evil.example"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code == 400 and b"loopback" in err.value.read()
+    for host in ("localhost:8000", "127.0.0.1", "[::1]:8000"):
+        req = urllib.request.Request(server.url + "api/settings", headers={"Host": host})
+        with urllib.request.urlopen(req, timeout=30) as answer:
+            assert answer.status == 200
+
+
+def test_a_solve_must_be_sent_as_json(server):
+    req = urllib.request.Request(server.url + "api/solve", data=b'{"page": "p9"}',
+                                 headers={"Content-Type": "text/plain"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code == 422 and b"application/json" in err.value.read()
+
+
 def test_too_large_a_view_is_refused(server):
     for what in ("evaluate", "compare"):
         status, body, _ = server.request(f"/api/{what}?" + q(devices=64, microbatches=1024))

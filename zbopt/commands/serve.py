@@ -88,7 +88,7 @@ def run(args) -> int:
     import uvicorn
 
     from ..serve.app import create_app
-    app = create_app(instance)
+    app = create_app(instance, local_only=is_loopback(args.host))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=2))
     if args.open:

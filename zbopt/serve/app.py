@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import json
 import re
 import threading
@@ -47,8 +48,27 @@ def _error(message: str, field: str = "", status: int = 422) -> Response:
     return _json(body, status)
 
 
-def create_app(instance: Optional[Instance] = None, max_solves: int = 2) -> FastAPI:
-    """The app serving `instance` (default: the shipped paper instance) as the page's start."""
+def _loopback_name(host_header: str) -> bool:
+    """Whether a Host header names this machine's loopback (127.x, ::1, localhost)."""
+    name = host_header.strip()
+    if name.startswith("["):
+        name = name[1:name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.split(":")[0]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
+               local_only: bool = True) -> FastAPI:
+    """The app serving `instance` (default: the shipped paper instance) as the page's start.
+
+    local_only: answer only requests addressed to a loopback name, so a web page elsewhere
+    cannot reach the server by pointing its own domain at 127.0.0.1 (DNS rebinding)."""
     base = instance if instance is not None else load_instance(default_instance_path())
     pool = ComparePool()
 
@@ -64,6 +84,13 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2) -> Fast
     # the registry imports every backend (ortools, pulp, highspy) and the drawing matplotlib:
     # load them off the start path, while the browser fetches the page
     threading.Thread(target=api.warm_up, daemon=True, name="zbopt-warm-up").start()
+
+    @app.middleware("http")
+    async def loopback_only(request: Request, call_next):
+        if local_only and not _loopback_name(request.headers.get("host", "")):
+            return _error("this server answers requests addressed to its loopback address "
+                          "only (127.0.0.1, localhost, ::1)", status=400)
+        return await call_next(request)
 
     @functools.lru_cache(maxsize=64)
     def evaluated(settings: api.Settings) -> bytes:
@@ -151,6 +178,10 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2) -> Fast
 
     @app.post("/api/solve")
     async def solve(request: Request) -> Response:
+        # JSON only: a cross-site form cannot send it without the browser asking first
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            raise api.SettingError("request", "send the solve request as JSON "
+                                              "(Content-Type: application/json)")
         try:
             body = await request.json()
         except ValueError:
