@@ -228,8 +228,10 @@ class TitanExport:
     checked_against: str | None  # the torchtitan version whose config classes were checked
 
 
-def titan_export(loaded, directory: str | Path, microbatch_size: int = 1) -> TitanExport:
-    """The CSV, its sidecar and the job-config fragment of a plan (or schedule) file."""
+def titan_export(loaded, directory: str | Path, microbatch_size: int = 1,
+                 stage_layers: Sequence[Sequence[str]] | None = None) -> TitanExport:
+    """The CSV, its sidecar and the job-config fragment of a plan (or schedule) file; the
+    plan's own partition unless `stage_layers` (layer names per stage) is given."""
     from .plan_parts import stage_layer_names
     from .torch_csv import torch_csv_texts
 
@@ -242,7 +244,9 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int = 1) -> Tit
                              f"torchtitan=={TORCHTITAN_PIN}")
     instance, schedule = loaded.instance, loaded.schedule
     csv_path = directory / CSV_NAME
-    settings = settings_for(instance, csv_path, stage_layer_names(loaded), microbatch_size)
+    if stage_layers is None:
+        stage_layers = stage_layer_names(loaded)
+    settings = settings_for(instance, csv_path, stage_layers, microbatch_size)
     texts = torch_csv_texts(csv_path, instance, schedule)
     header = [f"torchtitan job-config fragment for {schedule.method or 'a schedule'}: "
               f"{instance.devices} ranks, {instance.num_stages} stages, "
