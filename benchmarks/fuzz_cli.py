@@ -78,7 +78,7 @@ TARGETS = [
     Target("plot", "schedule.json", ("plot", "{in}", "-o", "{out}.png"), weight=0.3),
     Target("export", "schedule.json", ("export", "{in}", "--torch-csv", "{out}.csv",
                                        "--chrome-trace", "{out}.trace.json"), mine=False),
-    Target("verify-torch", "schedule.json", ("verify-torch", "{in}", "--timeout", "60"),
+    Target("verify-torch", "schedule.json", ("verify-torch", "{in}", "--timeout", "30"),
            mine=False, weight=0.1),
     Target("sweep", "spec.toml", ("sweep", "{in}", "--out", "{dir}", "--jobs", "1", "--quiet"),
            mine=False, weight=0.5),
