@@ -5,7 +5,8 @@
 On this machine, two gloo processes (one torch thread each): `zbopt profile --preset llama-tiny`
 measures every layer, `zbopt plan` chooses split and schedule, then for m = 8 and 16 each of
 1f1b, zb-h1 (both on the plan's split) and the plan runs `--steps` timed steps after `--warmup`
-(zbopt.export.timing.time_plan, the code behind `zbopt verify-torch --timed`). Reported per run:
+(zbopt.export.timing.time_many, the code behind `zbopt verify-torch --timed`; the three
+schedules run in one launch, their steps alternating, so drifting load touches all alike). Reported per run:
 the predicted span (evaluate() on the profiled costs), the measured span (median over steps, and
 its range), the error, and the span re-predicted from the costs measured in the run itself, which
 separates what the profile got wrong from what the schedule model gets wrong. Writes markdown.
@@ -29,12 +30,13 @@ sys.path.insert(0, str(ROOT))
 
 from zbopt.export.chrome_trace import time_scale  # noqa: E402
 from zbopt.export.schedule_file import read_schedule_file  # noqa: E402
-from zbopt.export.timing import preset_of, time_plan  # noqa: E402
+from zbopt.export.timing import preset_of, time_many  # noqa: E402
 from zbopt.export.torchtitan import split_fqns  # noqa: E402
 from zbopt.registry import generate, get_method, prepare  # noqa: E402
 from zbopt.schedule import evaluate  # noqa: E402
 
 METHODS = ("1f1b", "zb-h1")
+ALTERNATING = ", the three schedules alternating step by step in one launch"
 
 
 def progress(text: str) -> None:
@@ -94,10 +96,11 @@ def run(args) -> tuple[list[dict], dict]:
             spec = preset_of(plan.meta["model"], m)
             runs = [(name, *schedule_for(name, plan)) for name in METHODS]
             runs.append((f"plan ({plan.method})", plan.instance, plan.schedule))
-            for label, instance, schedule in runs:
-                progress(f"m={m}: timing {label}, {args.warmup} + {args.steps} steps")
-                timing = time_plan(instance, schedule, spec, fqns, steps=args.steps,
-                                   warmup=args.warmup, stage_layers=layers)
+            progress(f"m={m}: timing {', '.join(r[0] for r in runs)}, {args.warmup} + "
+                     f"{args.steps} steps each, alternating")
+            timings = time_many([(inst, sched) for _, inst, sched in runs], spec, fqns,
+                                steps=args.steps, warmup=args.warmup, stage_layers=layers)
+            for (label, instance, schedule), timing in zip(runs, timings):
                 again = evaluate(measured_instance(instance, timing), schedule).span
                 unit = seconds_per_unit(instance)
                 rows.append({
@@ -113,7 +116,7 @@ def run(args) -> tuple[list[dict], dict]:
     meta = {"steps": args.steps, "warmup": args.warmup, "load_before": load[0],
             "load_after": os.getloadavg()[0], "cores": os.cpu_count(),
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "microbatches": list(args.microbatches)}
+            "microbatches": list(args.microbatches), "alternating": True}
     return rows, meta
 
 
@@ -123,9 +126,10 @@ def render(rows: list[dict], meta: dict) -> str:
     lines.append(f"Made by `python benchmarks/bench_runtime.py --steps {meta['steps']} --warmup "
                  f"{meta['warmup']}` on {meta['when']}: "
                  f"`zbopt profile --preset llama-tiny` (1 thread), `zbopt plan`, then each "
-                 f"schedule timed with `zbopt.export.timing.time_plan` (what `zbopt "
+                 f"schedule timed with `zbopt.export.timing.time_many` (what `zbopt "
                  f"verify-torch PLAN --timed` runs): two gloo processes, one torch thread each, "
-                 f"{meta['warmup']} warm-up and {meta['steps']} timed steps, span = max over devices "
+                 f"{meta['warmup']} warm-up and {meta['steps']} timed steps per schedule"
+                 f"{ALTERNATING if meta.get('alternating') else ''}, span = max over devices "
                  f"of last pass end - first pass start, median over the steps.\n")
     lines.append(f"The machine has {meta['cores']} cores shared with other work: load average "
                  f"{meta['load_before']:.1f} before, {meta['load_after']:.1f} after (1-minute).\n")

@@ -217,3 +217,22 @@ def test_timed_runs_the_profiled_preset_when_the_plan_names_one():
     assert preset_of({"name": "my-model b=2 s=64 float32 cpu"}, 8) is None  # not shipped
     assert preset_of({"name": "llama-tiny"}, 8) is None  # not a profile's title
     assert preset_of(None, 8) is None
+
+
+@pytest.mark.slow
+def test_time_many_alternates_schedules_of_one_split(tmp_path):
+    pytest.importorskip("torch")
+    from zbopt.export.fqn_model import FqnSpec
+    from zbopt.export.timing import time_many
+    loaded = read_schedule_file(plan_file(tmp_path))
+    fused = read_schedule_file(plan_file(tmp_path, method="1f1b", name="f.json"))
+    fqns = [titan.split_fqns(names) for names in STAGES]
+    spec = FqnSpec(fqns=tuple(f for part in fqns for f in part), microbatches=4, hidden=16,
+                   rows_per_microbatch=4, dtype="float32")
+    split, whole = time_many([(loaded.instance, loaded.schedule),
+                              (fused.instance, fused.schedule)], spec, fqns, steps=2, warmup=0)
+    assert (split.method, whole.method) == ("zb-h1", "1f1b")
+    assert all(set(d.measured) == {"F", "B", "W"} for d in split.per_device)
+    assert all(set(d.measured) == {"F", "BW"} for d in whole.per_device)  # full backward
+    assert whole.per_device[0].predicted["BW"] == pytest.approx(
+        sum(whole.per_device[0].predicted.values()) - whole.per_device[0].predicted["F"])

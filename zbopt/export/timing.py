@@ -94,7 +94,7 @@ def _stage_modules(job: "_TimedJob", mine: tuple[int, ...]):
 
 @dataclass(frozen=True)
 class _TimedJob:
-    csv_path: str
+    csv_paths: tuple[str, ...]  # one per schedule; their steps alternate
     spec: Any  # FqnSpec (stand-in) or PresetSpec (the profiled model)
     stage_fqns: tuple[tuple[str, ...], ...]
     stage_layers: tuple[tuple[str, ...], ...]  # layer names per stage (PresetSpec)
@@ -121,35 +121,41 @@ def _timed_rank(rank: int, job: _TimedJob, out_path: str) -> None:
     num_stages = len(job.stage_fqns)
     mine = job.rank_stages[rank]
     modules, x, y, loss_fn = _stage_modules(job, mine)
-    events: list = []
-    stages = []
-    for s in mine:
-        stage = PipelineStage(modules[s], s, num_stages, torch.device("cpu"))
-        stage.forward_one_chunk = _timed(events, s, stage.forward_one_chunk, lambda kw: "F")
-        # a full backward (torch B) is our fused B,W block: kept apart as "BW"
-        stage.backward_one_chunk = _timed(
-            events, s, stage.backward_one_chunk,
-            lambda kw: "BW" if kw.get("full_backward", True) else "B")
-        stage.backward_weight_one_chunk = _timed(events, s, stage.backward_weight_one_chunk,
-                                                 lambda kw: "W")
-        stages.append(stage)
-    schedule = _PipelineScheduleRuntime(stages, n_microbatches=job.spec.microbatches,
-                                        loss_fn=loss_fn, scale_grads=True)
-    schedule._load_csv(job.csv_path)
+    # one set of stages and one runtime per schedule, all on the same modules
+    runs = []
+    for csv_path in job.csv_paths:
+        events: list = []
+        stages = []
+        for s in mine:
+            stage = PipelineStage(modules[s], s, num_stages, torch.device("cpu"))
+            stage.forward_one_chunk = _timed(events, s, stage.forward_one_chunk,
+                                             lambda kw: "F")
+            # a full backward (torch B) is our fused B,W block: kept apart as "BW"
+            stage.backward_one_chunk = _timed(
+                events, s, stage.backward_one_chunk,
+                lambda kw: "BW" if kw.get("full_backward", True) else "B")
+            stage.backward_weight_one_chunk = _timed(events, s, stage.backward_weight_one_chunk,
+                                                     lambda kw: "W")
+            stages.append(stage)
+        schedule = _PipelineScheduleRuntime(stages, n_microbatches=job.spec.microbatches,
+                                            loss_fn=loss_fn, scale_grads=True)
+        schedule._load_csv(csv_path)
+        runs.append((schedule, events, []))
     has_first, has_last = 0 in mine, num_stages - 1 in mine
-    steps = []
     for k in range(job.warmup + job.steps):
-        for stage in stages:
-            stage.submod.zero_grad(set_to_none=True)
-        events.clear()
-        dist.barrier()
-        t0 = time.perf_counter()
-        schedule.step(*((x,) if has_first else ()), target=y if has_last else None,
-                      losses=[] if has_last else None, return_outputs=False)
-        t1 = time.perf_counter()
-        if k >= job.warmup:
-            steps.append({"start": t0, "end": t1, "events": list(events)})
-    torch.save({"steps": steps}, out_path)
+        # schedules alternate step by step, so drifting machine load touches all alike
+        for schedule, events, steps in runs:
+            for module in modules.values():
+                module.zero_grad(set_to_none=True)
+            events.clear()
+            dist.barrier()
+            t0 = time.perf_counter()
+            schedule.step(*((x,) if has_first else ()), target=y if has_last else None,
+                          losses=[] if has_last else None, return_outputs=False)
+            t1 = time.perf_counter()
+            if k >= job.warmup:
+                steps.append({"start": t0, "end": t1, "events": list(events)})
+    torch.save({"runs": [steps for _, _, steps in runs]}, out_path)
 
 
 def _timed_worker(rank: int, world: int, workdir: str, job: _TimedJob, timeout: float) -> None:
@@ -222,9 +228,20 @@ def predicted_busy(instance: Instance, device: int, seconds_per_unit: float,
 def time_plan(instance: Instance, schedule: Schedule, spec, stage_fqns, steps: int = 5,
               warmup: int = 2, timeout: float = 600.0, stage_layers=None) -> Timing:
     """Run the order for `warmup` + `steps` steps on `spec`'s model; see the module doc."""
+    return time_many([(instance, schedule)], spec, stage_fqns, steps, warmup, timeout,
+                     stage_layers)[0]
+
+
+def time_many(runs: list[tuple[Instance, Schedule]], spec, stage_fqns, steps: int = 5,
+              warmup: int = 2, timeout: float = 600.0, stage_layers=None) -> list[Timing]:
+    """time_plan for several schedules of one split in one launch, their steps alternating."""
     _require_torch()
     if steps < 1 or warmup < 0:
         raise ZboptError("--steps must be >= 1 and --warmup >= 0")
+    instance = runs[0][0]
+    if any(inst.devices != instance.devices or inst.num_stages != instance.num_stages
+           or inst.placement != instance.placement for inst, _ in runs):
+        raise ZboptError("time_many compares schedules of one placement and split")
     from .titan_runtime import check_world
     check_world(instance.devices)
     scale, known = time_scale(instance.time_unit)
@@ -232,35 +249,45 @@ def time_plan(instance: Instance, schedule: Schedule, spec, stage_fqns, steps: i
         raise ZboptError(f"time unit {instance.time_unit!r} is not a known unit (s, ms, us, ns): "
                          f"a prediction in seconds needs one")
     seconds_per_unit = scale * 1e-6
-    rows = torch_rows(instance, schedule)
-    torch_check(rows, instance.num_stages, instance.microbatches)
-    predicted = evaluate(instance, schedule)
+    all_rows = []
+    for inst, schedule in runs:
+        rows = torch_rows(inst, schedule)
+        torch_check(rows, inst.num_stages, inst.microbatches)
+        all_rows.append(rows)
     started = time.monotonic()
     import torch
     with tempfile.TemporaryDirectory(prefix="zbopt-timed-") as workdir:
-        csv_path = Path(workdir) / "schedule.csv"
-        csv_path.write_text(csv_text(rows))
-        job = _TimedJob(str(csv_path), spec, tuple(tuple(p) for p in stage_fqns),
+        paths = []
+        for k, rows in enumerate(all_rows):
+            csv_path = Path(workdir) / f"schedule{k}.csv"
+            csv_path.write_text(csv_text(rows))
+            paths.append(str(csv_path))
+        job = _TimedJob(tuple(paths), spec, tuple(tuple(p) for p in stage_fqns),
                         tuple(tuple(p) for p in (stage_layers or stage_fqns)),
                         tuple(instance.stages_of(d) for d in range(instance.devices)),
                         steps, warmup)
         failure = _run_processes(instance.devices, (instance.devices, workdir, job, timeout),
-                                 timeout, worker=_timed_worker)
+                                 timeout * len(runs), worker=_timed_worker)
         files = [Path(workdir) / f"timed-rank{r}.pt" for r in range(instance.devices)]
         if failure or not all(f.exists() for f in files):
             raise ZboptError(f"the timed run failed: {failure or 'a rank wrote no result'}")
-        ranks = [torch.load(f, weights_only=False)["steps"] for f in files]
+        per_rank = [torch.load(f, weights_only=False)["runs"] for f in files]
+    seconds = time.monotonic() - started
+    return [_timing(inst, schedule, [r[j] for r in per_rank], steps, seconds_per_unit, seconds)
+            for j, (inst, schedule) in enumerate(runs)]
+
+
+def _timing(instance: Instance, schedule: Schedule, ranks: list, steps: int,
+            seconds_per_unit: float, seconds: float) -> Timing:
+    """One schedule's Timing from every rank's recorded steps."""
+    predicted = evaluate(instance, schedule)
     spans, walls = [], []
     busy: list[dict[str, list[float]]] = [{} for _ in ranks]
     own_spans: list[list[float]] = [[] for _ in ranks]
     for k in range(steps):
-        ends, firsts = [], []
         for d, rank_steps in enumerate(ranks):
             events = rank_steps[k]["events"]
-            first, last = min(e[2] for e in events), max(e[3] for e in events)
-            own_spans[d].append(last - first)
-            firsts.append(first)
-            ends.append(last)
+            own_spans[d].append(max(e[3] for e in events) - min(e[2] for e in events))
             totals: dict[str, float] = {}
             for kind, _, t0, t1 in events:
                 totals[kind] = totals.get(kind, 0.0) + (t1 - t0)
@@ -270,13 +297,12 @@ def time_plan(instance: Instance, schedule: Schedule, spec, stage_fqns, steps: i
         walls.append(max(r[k]["end"] for r in ranks) - min(r[k]["start"] for r in ranks))
     per_device = []
     for d in range(instance.devices):
-        fused = "BW" in busy[d]
+        fused = "BW" in busy[d] and "B" not in busy[d]
         per_device.append(DeviceTiming(
             device=d, measured={k: statistics.median(v) for k, v in busy[d].items()},
-            predicted=predicted_busy(instance, d, seconds_per_unit, fused and "B" not in busy[d]),
+            predicted=predicted_busy(instance, d, seconds_per_unit, fused),
             measured_span=statistics.median(own_spans[d])))
     return Timing(method=schedule.method, devices=instance.devices,
                   microbatches=instance.microbatches, steps=steps,
                   predicted_span=predicted.span * seconds_per_unit, measured_spans=tuple(spans),
-                  measured_steps=tuple(walls), per_device=tuple(per_device),
-                  seconds=time.monotonic() - started)
+                  measured_steps=tuple(walls), per_device=tuple(per_device), seconds=seconds)
