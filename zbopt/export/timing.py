@@ -235,7 +235,6 @@ def time_plan(instance: Instance, schedule: Schedule, spec, stage_fqns, steps: i
 def time_many(runs: list[tuple[Instance, Schedule]], spec, stage_fqns, steps: int = 5,
               warmup: int = 2, timeout: float = 600.0, stage_layers=None) -> list[Timing]:
     """time_plan for several schedules of one split in one launch, their steps alternating."""
-    _require_torch()
     if steps < 1 or warmup < 0:
         raise ZboptError("--steps must be >= 1 and --warmup >= 0")
     instance = runs[0][0]
@@ -244,6 +243,7 @@ def time_many(runs: list[tuple[Instance, Schedule]], spec, stage_fqns, steps: in
         raise ZboptError("time_many compares schedules of one placement and split")
     from .titan_runtime import check_world
     check_world(instance.devices)
+    _require_torch()
     scale, known = time_scale(instance.time_unit)
     if not known:
         raise ZboptError(f"time unit {instance.time_unit!r} is not a known unit (s, ms, us, ns): "

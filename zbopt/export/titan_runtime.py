@@ -151,10 +151,10 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
     from .outputs import write_all
     from .torch_csv import torch_check, torch_rows
 
-    _require_torch()
-    require_torchtitan()
     instance = loaded.instance
     check_world(instance.devices)
+    _require_torch()
+    require_torchtitan()
     rows = torch_rows(instance, loaded.schedule)
     torch_check(rows, instance.num_stages, instance.microbatches)
     notes = [NOT_RUN_PARALLELIZE, NOT_RUN_MODEL]
