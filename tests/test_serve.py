@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -172,6 +173,19 @@ def test_open_flag_opens_the_printed_url(instance_file, tmp_path):
         assert opened.read_text() == srv.url
     finally:
         srv.stop()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_server_cleanly(instance_file):
+    srv = Server(instance_file)
+    try:
+        assert srv.request("/api/settings")[0] == 200
+        srv.process.send_signal(signal.SIGINT)
+        _, err = srv.process.communicate(timeout=30)
+    finally:
+        srv.stop()
+    assert srv.process.returncode == 0
+    assert "stopped" in err and "Traceback" not in err
 
 
 # ----- evaluate ----------------------------------------------------------------------------------

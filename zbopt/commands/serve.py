@@ -96,7 +96,11 @@ def run(args) -> int:
     if not is_loopback(args.host):
         print(f"zbopt serve: listening on {args.host}: anyone who can reach it can use it",
               file=sys.stderr, flush=True)
-    server.run(sockets=[sock])
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl+C after its graceful shutdown
+        pass
+    print("zbopt serve: stopped", file=sys.stderr, flush=True)
     return 0
 
 
