@@ -62,6 +62,7 @@ class Node:
 
     def __init__(self, args: list[str], log: Path) -> None:
         self.log = log.open("wb")
+        self.node_id = ""  # Ray's id of the node, once it has joined
         self.proc = subprocess.Popen([_ray_bin(), "start", "--block", *args],
                                      env={**os.environ, **_ENV}, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -71,6 +72,18 @@ class Node:
             os.killpg(self.proc.pid, sig)
         except ProcessLookupError:
             pass
+
+    def gone(self, timeout: float) -> bool:
+        """Whether every process of this node has exited."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return True
+            self.proc.poll()
+            time.sleep(0.2)
+        return False
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
@@ -82,7 +95,8 @@ class Node:
         self.log.close()
 
 
-def _wait_for_cpus(address: str, cpus: int, timeout: float = 90) -> None:
+def _wait_for_cpus(address: str, cpus: int, timeout: float = 90) -> str:
+    """Wait until the cluster has `cpus` CPUs; the id of its node that is not the head."""
     import ray
     deadline = time.monotonic() + timeout
     ray.init(address=address, include_dashboard=False, log_to_driver=False,
@@ -90,7 +104,8 @@ def _wait_for_cpus(address: str, cpus: int, timeout: float = 90) -> None:
     try:
         while time.monotonic() < deadline:
             if ray.cluster_resources().get("CPU", 0) >= cpus:
-                return
+                return next(n["NodeID"] for n in ray.nodes() if n.get("Alive")
+                            and "node:__internal_head__" not in n.get("Resources", {}))
             time.sleep(0.5)
         raise AssertionError(f"the cluster never reached {cpus} CPUs")
     finally:
@@ -116,7 +131,7 @@ def two_nodes(tmp_path, monkeypatch):
                        "--dashboard-agent-listen-port", str(_free_port())],
                       tmp_path / "worker.log")
         nodes.append(worker)
-        _wait_for_cpus(address, 2)
+        worker.node_id = _wait_for_cpus(address, 2)
         yield address, worker
     finally:
         for node in reversed(nodes):
@@ -147,12 +162,28 @@ def test_a_sweep_survives_losing_the_worker_node(tmp_path, two_nodes):
     spec = load_spec(spec_path)
     assert len(spec.jobs()) == JOBS
 
-    def slow_job(job):  # shipped by value to the Ray workers
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    doomed = worker.node_id
+
+    def slow_job(job):  # shipped by value to the Ray workers; marks where each job ran
+        import os
         import time
 
+        import ray
+
         from zbopt.sweep.job import run_job
-        time.sleep(1.0)
-        return run_job(job)
+        node = ray.get_runtime_context().get_node_id()
+        (marks / f"start-{job.key}-{node}-{os.getpid()}").touch()
+        # a job on the node about to be lost is still running when it goes
+        time.sleep(120 if node == doomed else 0.3)
+        record = run_job(job)
+        (marks / f"done-{job.key}-{node}").touch()
+        return record
+
+    def on_worker() -> list[Path]:
+        return [m for m in marks.iterdir() if m.name.startswith("start-")
+                and m.name.split("-")[2] == doomed]
 
     out = tmp_path / "ray"
     outcome: dict = {}
@@ -169,16 +200,25 @@ def test_a_sweep_survives_losing_the_worker_node(tmp_path, two_nodes):
     results = out / "results.jsonl"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not (
-            results.exists() and results.read_bytes().count(b"\n") >= 6):
+            results.exists() and results.read_bytes().count(b"\n") >= 4 and on_worker()):
         assert thread.is_alive(), outcome
         time.sleep(0.1)
+    assert on_worker(), "no job reached the worker node"
     before_kill = results.read_bytes()
-    worker.kill()  # the whole worker node, SIGKILL, mid-sweep
+    # the whole worker node, SIGKILL, mid-sweep: its raylet and the rest of its process group,
+    # and its task processes (Ray runs those in sessions of their own)
+    worker.kill()
+    assert worker.gone(timeout=30)
+    for mark in on_worker():
+        try:
+            os.kill(int(mark.name.split("-")[3]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     thread.join(600)
     assert not thread.is_alive(), "the sweep hung after the node was lost"
     assert "error" not in outcome, outcome.get("error")
     summary = outcome["summary"]
-    assert 6 <= before_kill.count(b"\n") < JOBS, "the kill should land mid-sweep"
+    assert 4 <= before_kill.count(b"\n") < JOBS, "the kill should land mid-sweep"
 
     final = results.read_bytes()
     assert final.startswith(before_kill)  # finished jobs kept as they were
@@ -186,6 +226,17 @@ def test_a_sweep_survives_losing_the_worker_node(tmp_path, two_nodes):
     keys = [r["key"] for r in records]
     assert len(final.splitlines()) == len(keys) == len(set(keys)) == JOBS  # once each
     assert summary.errors == 0 and all(r["status"] != "error" for r in records)
+
+    # the kill interrupted at least one job on the worker node, and that job ran again
+    started = {tuple(m.name.split("-")[1:3]) for m in marks.iterdir()
+               if m.name.startswith("start-")}
+    finished = {tuple(m.name.split("-")[1:3]) for m in marks.iterdir()
+                if m.name.startswith("done-")}
+    interrupted = started - finished
+    assert interrupted, "no job was running on the worker when it was killed"
+    assert {node for _, node in interrupted} == {worker.node_id}
+    for key, _node in interrupted:
+        assert any(k == key for k, _ in finished)  # rerun elsewhere, recorded once above
 
     local_out = tmp_path / "local"
     run_sweep(spec, local_out, jobs=1, progress=False, report=False)
