@@ -1,16 +1,17 @@
 """Lower bounds over every partition of a layered model (contiguous placement).
 
-On a contiguous placement the best lower bound of zbopt.bounds for the span is the maximum over
-devices of that device's bound (load plus forced ramp and drain idle); where the cap cannot hold
+On a contiguous placement the per-device bound of zbopt.bounds (`device_bound`: load plus
+forced ramp and drain idle) is taken on every device; where the cap cannot hold
 every micro-batch at once a memory throughput bound (`_throughput`) can raise it. Device d's bound
 depends only on the layers of its own stage and on sums over the stages after it: the forward
 round trip needs the t_f of every layer from the stage's first layer on, the backward the t_b of
 every layer after the stage's last. So the bound of a partition is a max over its segments of a
 function of (stage, first layer, last layer), and the least bound over all partitions, the number
 of partitions below a threshold, and those partitions themselves come from a dynamic programme
-over (stage, first layer). tests/test_plan.py checks the segment bound against
-zbopt.bounds.best_lower_bound and against every heuristic's span on every partition of small
-models.
+over (stage, first layer). Bounds of zbopt.bounds that couple several stages are not in the
+segment bound; the search adds them per partition (`registry.schedule_bound`). tests/test_plan.py
+checks the segment bound against zbopt.bounds.device_bound on every partition of small models and
+against CP-SAT optima where it is higher.
 """
 
 from __future__ import annotations
