@@ -183,3 +183,26 @@ def test_bounds_of_an_uncapped_instance_are_the_load_and_critical_path():
     load = max(bounds.device_loads(instance))
     assert found["ideal"] >= load
     assert found["critical_path"] == 1 + 1 + 2 + 1 + 3 + 2 + 1 + 2 + 1 + 2 + 1  # F0..F2, B2..B0, W0
+
+
+def test_bottleneck_is_tight_when_micro_batches_are_few():
+    # p=8, m=24, cap 2p (Zero Bubble's 1.5B setting): the last device's F and B passes plus
+    # the paths to and from it are the whole span of device 0; CP-SAT's proven optimum
+    instance = Instance(devices=8, microbatches=24, t_f=18522, t_b=18086, t_w=9337, comm=601,
+                        m_b=201216, m_w=73728, memory_cap="2p")
+    assert bounds.lower_bounds(instance)["bottleneck"] == 1152599
+    assert bounds.best_lower_bound(instance) == ("bottleneck", 1152599)
+
+
+@pytest.mark.parametrize("placement", ["contiguous", "interleaved", "v", "dualpipe"])
+def test_bottleneck_never_exceeds_the_optimum_of_the_milp_without_bound_cuts(placement):
+    # the MILP without bound cuts knows nothing of zbopt.bounds: an independent optimum
+    for p, m in ((2, 2), (3, 2)):
+        instance = Instance(devices=p, microbatches=m, placement=placement, t_f=3, t_b=4, t_w=1,
+                            comm=1, m_b=2, m_w=1)
+        instance = instance.with_cap([2 * c for c in bounds.min_feasible_cap(instance)])
+        scaled, scale, _ = scaled_instance(instance)
+        raw = run_backend("highs", scaled, objective="span", time_limit=30, threads=2,
+                          options={"bound_cuts": False})
+        assert raw.status == "optimal", raw.message
+        assert bounds.lower_bounds(instance)["bottleneck"] <= raw.objective / scale + 1e-9

@@ -14,6 +14,12 @@ a solver's optimum and every family's value must lie at or above it. The bounds:
   at least the same round trip away, and the device can only fill that wait with B and W passes
   of the activations it holds, which the cap limits. When the cap cannot hold every forward of
   d at once, the two windows are disjoint and both idle parts add up.
+- bottleneck: device d's first pass precedes every micro-batch's F on d's first stage f of a
+  chain; a later stage k of that chain on device e then runs, after the forward path f -> k,
+  every F and B of k and of e's later stages on the chain (they all precede the last B(k, j)
+  to end); from that B the backward path leads back to f, and W(f, j) ends d's window. So
+  d's span is at least path_F(f -> k) + that busy time + path_B(k -> f) + t_w(f). Tight when
+  the micro-batches are few for the pipeline (e.g. m = 3p at cap 2p).
 For the makespan every per-device bound also adds the earliest time any pass of d can start.
 The bounds describe schedules whose blocks last the sum of their passes (overlap 0): an
 overlap discount lets DualPipe's F&B blocks go below them.
@@ -231,6 +237,35 @@ def device_bound(instance: Instance, device: int, with_drain: bool = True) -> fl
     return load + max(ramp, drain)
 
 
+def bottlenecks(instance: Instance) -> tuple[float, ...]:
+    """Per device, the bottleneck bound on its span (see the module doc)."""
+    best = [0.0] * instance.devices
+    for stages, mbs in instance.chains:
+        n = len(stages)
+        count = len(mbs)
+        # forward[i]: start of F(stages[0]) to start of F(stages[i]); backward[i]: end of
+        # B(stages[i]) back to the end of B(stages[0])
+        forward, backward = [0.0] * n, [0.0] * n
+        for i in range(1, n):
+            a, b = stages[i - 1], stages[i]
+            forward[i] = forward[i - 1] + instance.t_f[a] + stage_lag(instance, a, b)
+            backward[i] = backward[i - 1] + stage_lag(instance, b, a) + instance.t_b[a]
+        busy = [0.0] * n  # F and B of stage i and of its device's later stages on the chain
+        for i in range(n):
+            e = instance.device_of(stages[i])
+            busy[i] = sum(count * (instance.t_f[stages[x]] + instance.t_b[stages[x]])
+                          for x in range(i, n) if instance.device_of(stages[x]) == e)
+        first: dict[int, int] = {}
+        for i, s in enumerate(stages):
+            first.setdefault(instance.device_of(s), i)
+        for d, f in first.items():
+            tail = instance.t_w[stages[f]]
+            for k in range(f, n):
+                value = (forward[k] - forward[f]) + busy[k] + (backward[k] - backward[f]) + tail
+                best[d] = max(best[d], value)
+    return tuple(best)
+
+
 def device_head(instance: Instance, device: int) -> float:
     """Earliest time any pass of `device` can start."""
     return min(forward_head(instance, s) for s in instance.stages_of(device))
@@ -262,6 +297,7 @@ def lower_bounds(instance: Instance, objective: str = "span") -> dict[str, float
     out["memory_ramp"] = max(heads[d] + device_bound(instance, d, with_drain=False)
                              for d in range(p))
     out["ramp_and_drain"] = max(heads[d] + device_bound(instance, d) for d in range(p))
+    out["bottleneck"] = max(h + b for h, b in zip(heads, bottlenecks(instance)))
     return out
 
 
