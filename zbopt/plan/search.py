@@ -18,6 +18,7 @@ load-balanced split, with a weaker bound over all partitions (the total load ove
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, replace
@@ -324,6 +325,10 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         if total > max_partitions:
             listed_below = _threshold_for(table, best[0][0], threshold, max_partitions)
         listed = sorted(partitions_below(table, listed_below, best), key=table.partition_bound)
+        if not listed and total:
+            # too many splits tie at the least bound: take some of them; the rest keep that bound
+            listed = list(itertools.islice(partitions_below(table, threshold, best), max_partitions))
+            listed_below = best[0][0]
         pruned += _count_all(table) - len(listed)
         search.tell("pruned", placement=placement, listed=len(listed), candidates=total)
         splits = []
@@ -333,7 +338,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
                 splits.append(Split(placement, sizes, None, lb))
                 continue
             if time.perf_counter() < budget_end:
-                splits.append(search.schedule(placement, sizes, lb))
+                split = search.schedule(placement, sizes, lb)
+                splits.append(replace(split, bound=max(split.bound, lb)))
                 if len(search.cache) % 25 == 0:
                     search.tell("scheduling", placement=placement)
             else:
@@ -357,7 +363,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
                 and (s.placement, s.sizes) not in solved]
         best_key = (search.best.placement, search.best.sizes)
         if best_key not in solved:
-            target = search.best
+            target = next((s for s in pending if (s.placement, s.sizes) == best_key), search.best)
+            target = replace(target, result=search.best.result)
         elif weak:
             target = min(weak, key=lambda s: s.bound)
         else:
