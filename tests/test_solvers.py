@@ -262,6 +262,45 @@ def test_tied_zero_length_starts_become_an_order_that_runs():
     assert evaluate(instance, schedule).makespan == 10
 
 
+def test_an_instance_too_large_for_the_time_limit_is_refused_at_once():
+    instance = Instance(devices=64, microbatches=256, m_b=2, m_w=1, memory_cap="2p")
+    with pytest.raises(ZboptError, match=r"49,152 passes .* at least 13 s"):
+        solve(instance, time_limit=5)
+
+
+def test_the_fallback_schedulers_do_not_run_when_a_registered_schedule_fits(monkeypatch):
+    import zbopt.solvers.api as api
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("fallback scheduler ran")
+
+    monkeypatch.setattr(api, "list_schedule", refuse)
+    monkeypatch.setattr(api, "sequential_schedule", refuse)
+    result = solve(SMALL[1], time_limit=10)
+    assert result.status in ("optimal", "feasible") and result.best_heuristic is not None
+
+
+def test_the_search_gets_only_what_the_warm_start_left_of_the_limit(monkeypatch):
+    import zbopt.solvers.api as api
+
+    seen = {}
+    real = api.get_method
+
+    def spy(name, kind=None):
+        method = real(name, kind)
+        if kind != "solver":
+            return method
+
+        def backend(request):
+            seen["limit"] = request.time_limit
+            return method.backend(request)
+        return replace(method, backend=backend)
+
+    monkeypatch.setattr(api, "get_method", spy)
+    solve(SMALL[1], time_limit=7, prove_with_bounds=False)
+    assert 0 < seen["limit"] < 7
+
+
 # ----- CLI ----------------------------------------------------------------------------------
 
 def _instance_file(tmp_path, instance=SMALL[1]):

@@ -132,27 +132,25 @@ def _registered_rows(instance: Instance, objective: str, until: float) -> list[R
     return rows
 
 
-def _warm_start(instance: Instance, objective: str, until: float = math.inf):
-    """(best registered method or None, its objective or None, best schedule known, and the
-    best single-pass schedule for the hint); the last two are timelines that fit the cap.
-
-    The fallback list scheduler runs only when no registered generator fits the cap."""
-    rows = _registered_rows(instance, objective, until)
-    row = min(rows, key=lambda r: r.timeline.objective(objective)) if rows else None
-    candidates = [r.timeline for r in rows]
-    fallbacks = [lambda: sequential_schedule(instance)]
-    if not rows:
-        fallbacks += [lambda: list_schedule(instance, True), lambda: list_schedule(instance, False)]
-    for make in fallbacks:
+def _fallbacks(instance: Instance) -> list[Timeline]:
+    """One micro-batch at a time (fits every cap that admits a schedule) and the list
+    scheduler, those that fit the cap."""
+    out = []
+    for make in (lambda: sequential_schedule(instance), lambda: list_schedule(instance, True),
+                 lambda: list_schedule(instance, False)):
         try:
             timeline = evaluate(instance, make())
         except ZboptError:  # a fallback that cannot run here is simply not a candidate
             continue
         if timeline.fits_cap:
-            candidates.append(timeline)
-    candidates.sort(key=lambda tl: tl.objective(objective))
+            out.append(timeline)
+    return out
+
+
+def _single_pass_hints(instance: Instance, candidates: list[Timeline],
+                       objective: str) -> list[Timeline]:
     hints = []
-    for timeline in candidates:
+    for timeline in sorted(candidates, key=lambda tl: tl.objective(objective)):
         if all(len(item) == 1 for order in timeline.schedule.orders for item in order):
             flat = timeline
         else:
@@ -163,11 +161,29 @@ def _warm_start(instance: Instance, objective: str, until: float = math.inf):
         if flat.fits_cap:
             hints.append(flat)
             if not instance.overlap:
-                break  # candidates are sorted: the first single-pass one is the best hint
+                break  # sorted: the first single-pass one is the best hint
+    return hints
+
+
+def _warm_start(instance: Instance, objective: str, until: float = math.inf):
+    """(best registered method or None, its objective or None, best schedule known, and the
+    best single-pass schedule for the hint); the last two are timelines that fit the cap.
+
+    The fallbacks (one micro-batch at a time, the list scheduler) run only when no registered
+    generator gives a single-pass schedule within the cap."""
+    rows = _registered_rows(instance, objective, until)
+    row = min(rows, key=lambda r: r.timeline.objective(objective)) if rows else None
+    candidates = [r.timeline for r in rows]
+    hints = _single_pass_hints(instance, candidates, objective)
+    if not hints:
+        extra = _fallbacks(instance)
+        candidates += extra
+        hints = _single_pass_hints(instance, extra, objective)
     # With an overlap discount, overlapped blocks can beat any single-pass schedule, which is
     # all the solvers and the lower bounds describe: stay among single-pass schedules then.
     hint = min(hints, key=lambda tl: tl.objective(objective))
-    best = hint if instance.overlap else min(candidates[0], hint, key=lambda tl: tl.objective(objective))
+    best = hint if instance.overlap else min([*candidates, hint],
+                                             key=lambda tl: tl.objective(objective))
     name = row.method if row is not None else None
     value = row.timeline.objective(objective) if row is not None else None
     return name, value, best, hint
