@@ -11,9 +11,10 @@ allow, with every device's activations kept within 1F1B's peak (2p stage activat
              forwards and the next F would end before its up F's input arrives; then its up F;
              then down/up F in alternation (devices p-1..d) until device d has started as many
              forwards as device d-1 and at least one more up F
-  rounds     2m rounds; in each, every device first runs one B (of the up stage when the down
-             stage has no B left or its input has arrived, else of the down stage), then one F
-             (the up stage's when its input has arrived, else the down stage's); a pending W
+  rounds     2m rounds; in each, every device first runs one B (the down stage's when the up
+             stage is ahead and the down B's input has arrived or the up stage has no B left,
+             else the up stage's), then one F (the up stage's when it is behind and its input
+             has arrived, else the down stage's once its input has arrived); a pending W
              (oldest first) goes before the pass when the pass would wait for at least a W's
              time, or memory needs it, or, optionally (fill_b, fill_f), when the device's wait
              would exceed what the worst device has waited so far
