@@ -134,13 +134,15 @@ def render(rows: list[dict], meta: dict) -> str:
     lines.append(f"The machine has {meta['cores']} cores shared with other work: load average "
                  f"{meta['load_before']:.1f} before, {meta['load_after']:.1f} after (1-minute).\n")
     lines.append("| m | schedule | split | predicted ms | measured ms (min-max) | error | "
-                 "re-predicted from measured costs ms | error vs re-predicted |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+                 "re-predicted from measured costs ms | error vs re-predicted | busy ms, all "
+                 "devices (measured / profile) |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lines.append(f"| {r['m']} | {r['schedule']} | {r['split']} | {r['predicted'] * 1e3:.0f} "
                      f"| {r['measured'] * 1e3:.0f} ({r['low'] * 1e3:.0f}-{r['high'] * 1e3:.0f}) "
                      f"| {r['error']:+.1%} | {r['repredicted'] * 1e3:.0f} | "
-                     f"{r['repredicted_error']:+.1%} |")
+                     f"{r['repredicted_error']:+.1%} | {_busy(r['busy']) * 1e3:.0f} / "
+                     f"{_busy(r['busy_predicted']) * 1e3:.0f} |")
     errors = [abs(r["error"]) for r in rows]
     again = [abs(r["repredicted_error"]) for r in rows]
     lines.append(f"\nMedian |error| against the profile's prediction: "
@@ -172,7 +174,10 @@ def render(rows: list[dict], meta: dict) -> str:
                  f"{max(_gaps(rows, meta)):.0%} of each other) cannot be checked on this machine; "
                  f"on a quiet machine the remaining error is the profile-vs-runtime cost gap "
                  f"(e.g. torch computes no input gradient on the first stage, so its B is ~0 and "
-                 f"W holds the whole backward, unlike the profile's split).\n")
+                 f"W holds the whole backward, unlike the profile's split). The last column "
+                 f"shows a second limit: the same passes cost more under some schedules than "
+                 f"others (the busy time, not only the idle time, differs by schedule), which a "
+                 f"model with one cost per pass cannot predict.\n")
     lines.append("\nBusy time per device and pass kind, measured (median per step) against the "
                  "profile, ms:\n")
     lines.append("| m | schedule | device | kind | measured | predicted |")
@@ -185,6 +190,10 @@ def render(rows: list[dict], meta: dict) -> str:
     lines.append("\nRaw rows (JSON):\n\n```json\n" + json.dumps({"meta": meta, "rows": rows})
                  + "\n```\n")
     return "\n".join(lines) + "\n"
+
+
+def _busy(devices: list[dict]) -> float:
+    return sum(sum(d.values()) for d in devices)
 
 
 def _gaps(rows: list[dict], meta: dict) -> list[float]:
