@@ -34,6 +34,9 @@ FULL_MAX = 20.0
 STEP_SECONDS = 3.0
 FIRST_FREE = 300
 MIN_FREE, MAX_FREE = 40, 4000
+# CP-SAT's presolve of a sub-model takes seconds from about this many passes on (then it only
+# searches from the hint)
+PRESOLVE_PASSES = 1000
 
 
 @dataclass
@@ -174,7 +177,7 @@ def solve_lns(request: BackendRequest) -> BackendResult:
                           chosen)
         step = min(STEP_SECONDS, deadline - time.perf_counter() - 0.1)
         solver, code = _solve(sub, sub.model, instance, objective, state.starts, step, threads,
-                              rng.randrange(1 << 30))
+                              rng.randrange(1 << 30), presolve=len(cost) <= PRESOLVE_PASSES)
         stats["neighbourhoods"] += 1
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             value = int(round(solver.objective_value))
