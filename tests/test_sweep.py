@@ -409,6 +409,17 @@ def test_another_specs_folder_is_refused_without_force(tmp_path, capsys):
                  "--force"]) == 0
 
 
+def test_progress_with_its_eta_on_stderr_when_asked(tmp_path, capsys):
+    spec = small_spec(tmp_path, SMALL_SPEC.replace('memory_cap = ["1p", "none"]',
+                                                   'memory_cap = ["1p"]'))
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--no-report",
+                 "--progress"]) == 0
+    captured = capsys.readouterr()
+    assert "ETA" in captured.err and "8/8" in captured.err and "ETA" not in captured.out
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "again"), "--no-report"]) == 0
+    assert "ETA" not in capsys.readouterr().err  # not a terminal, not asked: quiet
+
+
 def test_eta_counts_what_is_left_not_the_rate_of_cheap_jobs():
     from zbopt.sweep.progress import Eta, describe
     instance = Instance(devices=2, microbatches=4).to_dict()

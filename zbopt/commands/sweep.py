@@ -45,6 +45,9 @@ def register(sub) -> None:
     parser.add_argument("--no-report", action="store_true",
                         help="skip writing results.csv/results.md/plots at the end")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--progress", action="store_true",
+                        help="show the progress bar (with its ETA) on stderr even when it is not "
+                             "a terminal")
     parser.add_argument("--force", action="store_true",
                         help="use an --out folder that holds other files or another spec's results")
     parser.set_defaults(func=run)
@@ -59,7 +62,7 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     summary = run_sweep(spec, args.out, jobs=jobs, executor=args.executor,
                         address=args.address, retry_errors=args.retry_errors,
-                        progress=not args.quiet and sys.stderr.isatty(),
+                        progress=not args.quiet and (args.progress or sys.stderr.isatty()),
                         report=not args.no_report, spec_path=args.spec, force=args.force)
     left = summary.total - summary.skipped - summary.ran
     print(f"{spec.name}: {summary.total} jobs, {summary.skipped} already done, "
