@@ -627,6 +627,10 @@
     $("h-schedule").textContent = method ? method.description : "";
     $("f-group_size").min = "0";
     $("f-group_size").max = $("f-microbatches").value || "1024";
+    // the spinners follow the family's rules; the server checks every value anyway
+    var dual = placement === "dualpipe" || (placement === "contiguous" && method && method.placement === "dualpipe");
+    $("f-microbatches").min = dual ? "2" : "1";
+    $("f-microbatches").step = dual ? "2" : "1";
   }
 
   function fillControls(setup) {
