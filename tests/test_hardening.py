@@ -389,3 +389,12 @@ def test_console_script_reports_bad_bytes_without_a_traceback(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_report_progress_names_each_chart(capsys, tmp_path):
+    code, out, err = run(capsys, "report", UNIT, "-o", tmp_path / "r.html", "--methods",
+                         "1f1b,zb-h1", "--progress")
+    assert code == 0 and "wrote" in out
+    assert "report: chart 1/3: all methods stacked" in err
+    assert "chart 2/3: " in err and "chart 3/3: " in err

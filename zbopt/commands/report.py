@@ -28,7 +28,7 @@ def run(args) -> int:
     from ..report.html import write_report
     with progress(args) as report:
         rows = rows_for(instance, args, report)  # the same rows as `zbopt compare`
-        report.update(f"report: drawing {sum(r.applies for r in rows)} charts")
-        write_report(out, instance, rows, force=args.force)
+        write_report(out, instance, rows, force=args.force,
+                     progress=lambda text: report.update(f"report: {text}"))
     print(f"wrote {out}")
     return 0

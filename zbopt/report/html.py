@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import ZboptError
 from ..instance import Instance
@@ -232,8 +232,10 @@ def _legend() -> str:
 
 
 def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
-                  charts: bool = True) -> str:
-    """The whole report as one HTML string (see the module doc)."""
+                  charts: bool = True, progress: Callable[[str], None] | None = None) -> str:
+    """The whole report as one HTML string (see the module doc); `progress(text)` hears of
+    each chart as it is drawn (they take seconds each)."""
+    tell = progress or (lambda text: None)
     applied = sorted((r for r in rows if r.applies), key=lambda r: r.timeline.span)
     timelines = [_named(r) for r in applied]
     title = title or f"zbopt report: {instance.name or 'instance'}"
@@ -271,8 +273,9 @@ def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
         if charts:
             parts += ["<h2>Charts</h2>", "<h3>All methods on one time axis</h3>",
                       f'<img class="chart" alt="all methods stacked" '
-                      f'src="data:image/png;base64,{_png(plot_stacked(timelines))}">']
-            for t in timelines:
+                      f'src="data:image/png;base64,{_stacked(timelines, tell)}">']
+            for i, t in enumerate(timelines):
+                tell(f"chart {i + 2}/{len(timelines) + 1}: {t.schedule.method}")
                 parts.append(f"<details><summary>{_e(t.schedule.method)}: Gantt chart and "
                              f"memory per device</summary><img class=\"chart\" alt=\""
                              f"{_e(t.schedule.method)}\" src=\"data:image/png;base64,"
@@ -285,15 +288,21 @@ def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
     return "\n".join(parts)
 
 
+def _stacked(timelines: Sequence[Timeline], tell: Callable[[str], None]) -> str:
+    tell(f"chart 1/{len(timelines) + 1}: all methods stacked")
+    return _png(plot_stacked(timelines))
+
+
 def write_report(path: str | Path, instance: Instance, rows: Sequence[Result],
-                 force: bool = False, title: str = "") -> Path:
+                 force: bool = False, title: str = "",
+                 progress: Callable[[str], None] | None = None) -> Path:
     """Write render_report() to `path`; never overwrites an existing file without force."""
     path = Path(path)
     if path.exists() and not force:
         raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
     if not path.parent.exists():
         raise ZboptError(f"directory {path.parent} does not exist: create it first")
-    text = render_report(instance, rows, title)
+    text = render_report(instance, rows, title, progress=progress)
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as err:
