@@ -17,7 +17,8 @@ from ..instance import Instance, check_file_keys, default_instance_path, read_ta
 from ..progress import Progress
 
 
-def add_instance_arguments(parser: argparse.ArgumentParser, optional: bool = True) -> None:
+def add_instance_arguments(parser: argparse.ArgumentParser, optional: bool = True,
+                           mem: bool = True) -> None:
     if optional:
         parser.add_argument("instance", nargs="?", default=None,
                             help="instance file (.toml/.json) or a shipped instance's name "
@@ -26,8 +27,9 @@ def add_instance_arguments(parser: argparse.ArgumentParser, optional: bool = Tru
     else:
         parser.add_argument("instance", help="instance file (.toml/.json) or a shipped "
                                              "instance's name (`zbopt instances`)")
-    parser.add_argument("--mem", default=None, metavar="CAP",
-                        help="memory cap overriding the file's: a number, '1p', '1.5p', 'none'")
+    if mem:
+        parser.add_argument("--mem", default=None, metavar="CAP",
+                            help="memory cap overriding the file's: a number, '1p', '1.5p', 'none'")
 
 
 def parse_cap(text: str) -> Any:

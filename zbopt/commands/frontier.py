@@ -24,7 +24,7 @@ def register(sub) -> None:
         "frontier", help="optimal span at each memory cap beside the greedy and the families",
         description="Solve the instance at every cap (span objective): the proven optimum and "
                     "its certified gap, the zb-greedy heuristic and every family that fits.")
-    add_instance_arguments(parser)
+    add_instance_arguments(parser, mem=False)  # the caps come from --caps
     parser.add_argument("--caps", default="1p:3p:0.25p",
                         help="START:STOP:STEP or a comma list (default 1p:3p:0.25p)")
     parser.add_argument("--solver", default="cpsat",
@@ -52,9 +52,6 @@ def run(args) -> int:
         plot_frontier,
     )
     from ..registry import get_method
-    if args.mem is not None:
-        from ..errors import ZboptError
-        raise ZboptError("frontier takes its caps from --caps, not --mem")
     get_method(args.solver, "solver")
     instance = load(args)
     caps = parse_caps(args.caps)
