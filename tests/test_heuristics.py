@@ -267,7 +267,8 @@ def test_cli_compare_lists_the_greedy_methods_and_their_reasons(capsys, tmp_path
     assert rows["v-greedy"]["placement"] == "v" and rows["v-greedy"]["fits_cap"]
     # a V instance whose cap is below both chunks of one micro-batch: listed with the reason
     inst = tmp_path / "v.toml"
-    inst.write_text('devices = 2\nmicrobatches = 4\nplacement = "v"\nm_b = 2\nmemory_cap = 3\n')
+    inst.write_text('devices = 2\nmicrobatches = 4\nplacement = "v"\nt_f = 1\nt_b = 1\nt_w = 1\n'
+                    'm_b = 2\nmemory_cap = 3\n')
     code = main(["compare", str(inst), "--json", "--methods", "v-greedy,zb-greedy"])
     out, _ = capsys.readouterr()
     assert code == 0
