@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import queue as queues
+import threading
 from typing import Any, Callable, Optional
 
 from ..errors import ZboptError
@@ -17,28 +18,61 @@ from ..result import Result
 _CONTEXT = multiprocessing.get_context("spawn")
 
 
-def _compare_one(settings, base: Instance, name: str) -> list[Result]:
+def _serve_compares(conn) -> None:
+    """The comparison worker: (settings, base, method name) in, that method's rows out, until
+    the server closes its end."""
     from .api import compare_settings
-    return compare_settings(settings, base, [name])
+    while True:
+        try:
+            settings, base, name = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            conn.send(("rows", compare_settings(settings, base, [name])))
+        except ZboptError as err:
+            conn.send(("refused", err))
+        except Exception as err:  # noqa: BLE001 (reported to the page, the worker goes on)
+            conn.send(("failed", f"{type(err).__name__}: {err}"))
 
 
 class ComparePool:
-    """One worker process for the comparison table's methods (started on first use)."""
+    """One worker process for the comparison table's methods (started on first use, one method
+    at a time; close() kills it, so stopping the server never waits for a comparison)."""
 
     def __init__(self) -> None:
-        self._pool: Optional[Any] = None
+        self._lock = threading.Lock()
+        self._process: Optional[Any] = None
+        self._conn: Optional[Any] = None
+        self._closed = False
 
     def compare_one(self, settings, base: Instance, name: str) -> list[Result]:
         """The rows of method `name` (blocking; call it from a worker thread)."""
-        if self._pool is None:
-            self._pool = _CONTEXT.Pool(1)
-        return self._pool.apply(_compare_one, (settings, base, name))
+        with self._lock:
+            if self._closed:
+                raise ZboptError("the server is stopping")
+            if self._process is None or not self._process.is_alive():
+                self._conn, child = _CONTEXT.Pipe()
+                self._process = _CONTEXT.Process(target=_serve_compares, args=(child,),
+                                                 daemon=True, name="zbopt-compare")
+                self._process.start()
+                child.close()
+            try:
+                self._conn.send((settings, base, name))
+                kind, payload = self._conn.recv()
+            except (EOFError, OSError):
+                raise RuntimeError("the comparison worker stopped") from None
+        if kind == "rows":
+            return payload
+        if kind == "refused":
+            raise payload
+        raise RuntimeError(payload)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = None
+        self._closed = True
+        process = self._process
+        if process is not None and process.is_alive():
+            process.kill()  # our own child, by its handle
+            process.join(timeout=5)
 
 
 def _solve_child(channel, solver: str, instance: Instance, params: dict) -> None:
