@@ -7,6 +7,9 @@ Parts (each a list of runs of zbopt.solve, span objective, 2 threads by default)
          compared with the authors' heuristic (tests/data/zb_paper_table5.json)
 - milp:  p=4, m=8, unit costs (comm 0) and 5/6/4 with comm 1, caps 1p and 2p; CBC and HiGHS
          (and CP-SAT cold for reference), 60 s
+- reach: the solver-reach table (1.5B costs): interleaved (2 chunks) and v at p=8, m=32, caps
+         1p/2p; contiguous p=16 m=64, p=32 m=128 (2p, 3p), p=32 m=256 (2p); the six paper
+         settings at 2p; 60 s, with the wall time of the whole call and the earlier figures
 Solver labels: plain = solve() as users call it; "search" = the backend must prove the
 optimum even when the bounds alone would; "cold" = also without the warm start hint.
 Every schedule reported went through evaluate() and validate() inside solve(). `proved_by` says
@@ -14,8 +17,8 @@ whether the lower bounds of zbopt.bounds alone already met the warm start ("boun
 backend closed the gap ("solver"). Runtimes are wall-clock medians over --repeats runs on a
 machine shared with other work, so they are noisy.
 
-Usage:
-  python benchmarks/bench_solver.py [--only p8,p16,paper,milp] [--time-limit S] [--threads N]
+Usage (ZBOPT_REACH_SOLVERS=cpsat,cpsat-lns picks the reach part's solvers; default cpsat):
+  python benchmarks/bench_solver.py [--only p8,p16,paper,milp,reach] [--time-limit S] [--threads N]
                                     [--repeats N] [--out-dir results]
 Rows of the parts run replace their old rows in results/solver.csv; results/solver.md is
 rewritten from the whole CSV.
@@ -303,6 +306,8 @@ def main(argv=None) -> int:
     rows = read_rows(csv_path)
     command = "python benchmarks/bench_solver.py " + " ".join(argv if argv is not None
                                                                else sys.argv[1:])
+    if os.environ.get("ZBOPT_REACH_SOLVERS"):
+        command = f"ZBOPT_REACH_SOLVERS={os.environ['ZBOPT_REACH_SOLVERS']} {command}"
     for part in parts:
         limit = args.time_limit or DEFAULT_LIMIT[part]
         for label, cap, instance, solver, reference in runs(part):
