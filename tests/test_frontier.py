@@ -143,3 +143,15 @@ def test_frontier_cli_bad_caps_exit_2(capsys):
 def test_frontier_needs_caps():
     with pytest.raises(ZboptError, match="no caps"):
         frontier(Instance(devices=2, microbatches=4), [])
+
+
+def test_frontier_progress_names_the_cap_and_the_solver_phase(capsys):
+    assert main(["frontier", str(UNIT), "--caps", "1p,2p", "--time-limit", "5", "--progress",
+                 "--json"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)  # stdout stays a clean document
+    lines = captured.err.strip().splitlines()
+    assert any(line.startswith("zbopt: frontier: cap 1p (1/2): bounds") for line in lines)
+    assert any("cap 2p (2/2): done" in line and "incumbent" in line for line in lines)
+    assert main(["frontier", str(UNIT), "--caps", "1p", "--time-limit", "5", "--json"]) == 0
+    assert capsys.readouterr().err == ""  # quiet when stderr is not a terminal
