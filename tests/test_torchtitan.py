@@ -180,12 +180,19 @@ def test_timed_refuses_torchtitan_runtime(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["zb-h1", "1f1b"])
-def test_torchtitan_builds_and_trains_the_plan_exactly(tmp_path, method):
+@pytest.mark.parametrize("method, placement", [("zb-h1", "contiguous"), ("1f1b", "contiguous"),
+                                               ("zb-v", "v"), ("interleaved-1f1b", "interleaved")])
+def test_torchtitan_builds_and_trains_the_plan_exactly(tmp_path, method, placement):
     needs_torchtitan()
     pytest.importorskip("torch")
     from zbopt.export.titan_runtime import verify_titan
-    result = verify_titan(read_schedule_file(plan_file(tmp_path, method=method)))
+    model, sizes = MODEL, (3, 3)
+    if placement != "contiguous":  # two stages per rank: torchtitan's "v" and "loop" maps
+        model = {**MODEL, "placement": placement, **({"chunks": 2} if placement == "interleaved"
+                                                      else {})}
+        sizes = (1, 2, 2, 1)
+    result = verify_titan(read_schedule_file(plan_file(tmp_path, method=method, model=model,
+                                                       sizes=sizes)))
     assert result.ok, result.message
     assert result.runtime == "torchtitan" and result.max_grad_error <= 1e-6
     assert result.parameters == 7 * 4  # 7 modules, two Linear layers each
