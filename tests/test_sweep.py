@@ -299,14 +299,15 @@ def test_crashing_jobs_are_recorded_and_the_rest_finish(tmp_path):
 @pytest.mark.slow
 def test_a_job_past_its_timeout_is_killed_and_recorded(tmp_path):
     spec = load_spec(small_spec(tmp_path, SMALL_SPEC.replace(
-        'name = "small"', 'name = "small"\njob_timeout = 1.5')))
-    start = time.monotonic()
+        'name = "small"', 'name = "small"\njob_timeout = 20')))
     run_sweep(spec, tmp_path / "out", jobs=2, progress=False, job_fn=sleepy_job)
-    assert time.monotonic() - start < 30
     records = load_records(tmp_path / "out")
     timed_out = [r for r in records if r["status"] == "error"]
     assert {r["method"] for r in timed_out} == {"gpipe"} and len(timed_out) == 4
     assert all("timed out" in r["message"] for r in timed_out)
+    # killed at the timeout, not after the job's own 60 s; 20 s leaves a loaded machine time
+    # to run the quick jobs
+    assert all(20 <= r["runtime"] < 60 for r in timed_out)
     assert sum(r["status"] == "heuristic" for r in records) == 12
 
 
