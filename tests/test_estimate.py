@@ -108,3 +108,15 @@ def test_cli_writes_a_layered_file_and_refuses_to_overwrite(tmp_path, capsys):
     assert main(["estimate", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert "not a decoder-only" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("extra", [{"torch_dtype": "bfloatnan"}, {"num_attention_heads": 3}])
+def test_a_config_transformers_rejects_is_one_line(tmp_path, capsys, extra):
+    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+              "num_hidden_layers": 2, "vocab_size": 128, **extra}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["estimate", str(path), "--out", str(tmp_path / "m.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("zbopt: error:")
+    assert not (tmp_path / "m.toml").exists()

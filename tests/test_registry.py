@@ -68,3 +68,15 @@ def test_a_schedule_meeting_its_bound_has_gap_zero_and_a_bound_name(name):
     assert result.fits() and result.lower_bound is not None and result.bound_name
     assert result.lower_bound <= result.span + 1e-9
     assert result.gap == pytest.approx((result.span - result.lower_bound) / result.span)
+
+
+def test_a_schedule_file_gives_its_instance_to_compare(tmp_path, capsys):
+    path = Instance(devices=3, microbatches=6, m_b=2, m_w=1, memory_cap="1p").save(
+        tmp_path / "i.toml")
+    out = tmp_path / "s.json"
+    assert main(["simulate", str(path), "-s", "zb-h1", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(out), "--json", "--methods", "zb-h1", "--quiet"]) == 0
+    direct = main(["compare", str(path), "--json", "--methods", "zb-h1", "--quiet"])
+    first, second = capsys.readouterr().out.split("\n[", 1)
+    assert direct == 0 and json.loads(first)[0]["span"] == json.loads("[" + second)[0]["span"]

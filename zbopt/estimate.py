@@ -100,8 +100,9 @@ def shape_from_config(path: str | Path) -> DecoderShape:
     settings = {k: v for k, v in data.items() if k != "model_type"}
     try:
         config = AutoConfig.for_model(kind, **settings)
-    except (ValueError, TypeError) as err:
-        raise ZboptError(f"{path}: transformers rejects this config: {err}") from None
+    except Exception as err:  # noqa: BLE001  transformers validates with many exception types
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ZboptError(f"{path}: transformers rejects this config: {first}") from None
     if getattr(config, "is_encoder_decoder", False):
         raise ZboptError(f"{path}: {kind!r} is an encoder-decoder model: give a decoder-only config")
     hidden = _positive(config, "hidden_size", path)

@@ -49,12 +49,16 @@ def parse_cap(text: str) -> Any:
 def load(args: argparse.Namespace) -> Instance:
     """The command's instance (a file, a shipped name, or the default), with --mem applied.
 
-    A layered model file is evaluated with the even partition of its layers, said on stderr."""
+    A layered model file is evaluated with the even partition of its layers, said on stderr;
+    a schedule or plan file (zbopt.schedule/1) gives the instance it was made for."""
     given = getattr(args, "instance", None)
     path = resolve_instance(given) if given else default_instance_path()
     data = read_table(path)
     if "layers" in data:
         instance = _even_partition(data, path)
+    elif isinstance(data.get("format"), str) and data["format"].startswith("zbopt.schedule/"):
+        from ..export.schedule_file import read_schedule_file
+        instance = read_schedule_file(path).instance
     else:
         check_file_keys(data, str(path))
         instance = Instance.from_dict(data, source=str(path))
