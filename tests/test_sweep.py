@@ -192,6 +192,17 @@ def test_malformed_spec_is_one_line_and_exit_2(tmp_path, capsys, text, words):
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
+def test_a_non_utf8_spec_or_a_directory_is_one_line_and_exit_2(tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_bytes(b"name = \"x\"\n\x8c\xff")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "not a UTF-8 text file" in err and err.count("\n") == 1
+    assert main(["sweep", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_malformed_spec_from_the_real_command(tmp_path):
     path = small_spec(tmp_path, 'methods = ["1f1b"]\n[axes]\ndevices = [2]\n')
     proc = subprocess.run([sys.executable, "-m", "zbopt", "sweep", str(path), "--out",
@@ -229,6 +240,21 @@ def test_a_corrupt_line_is_named_not_dropped(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "lines 2, 3" in err and err.count("\n") == 1
     assert not (tmp_path / "results.md").exists()  # no "0 jobs" report
+
+
+def test_a_report_survives_records_with_missing_or_odd_fields(tmp_path):
+    spec = load_spec(small_spec(tmp_path))
+    out = tmp_path / "out"
+    run_sweep(spec, out, jobs=1, progress=False, report=False)
+    store = ResultStore(out)
+    good = next(iter(store.records().values()))
+    for i, odd in enumerate(({"span": None}, {"span": "12"}, {"status": ["x"]}, {"label": None},
+                {"peak_memory": "big"}, {"runtime": "slow"}, {"gap": "?"}, {"microbatches": "m"})):
+        store.append({**good, **odd, "key": f"odd-{i}"})
+    paths = write_report(out)
+    assert (out / "results.md").exists() and len(paths) >= 2
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert len(rows) == 16 + 8
 
 
 def test_a_torn_tail_is_cut_before_the_next_append(tmp_path):

@@ -38,10 +38,10 @@ def normalize(record: dict[str, Any]) -> dict[str, Any]:
     """A record in the current shape (a Result's dict plus the job's fields); a record stored
     before sweeps kept Results (status "ok", "run_placement", ...) is read into that shape."""
     if "label" in record:
-        return record
-    spec = record.get("method_spec") or {}
+        return {**record, "label": str(record["label"])}
+    spec = record.get("method_spec") if isinstance(record.get("method_spec"), dict) else {}
     out = dict(record)
-    out["label"] = record.get("method")
+    out["label"] = str(record.get("method"))
     out["method"] = spec.get("name", record.get("method"))
     out["instance_placement"] = record.get("placement")
     out["placement"] = record.get("run_placement", record.get("placement"))
@@ -63,14 +63,21 @@ def note(record: dict[str, Any]) -> str:
 
 
 def usable(record: dict[str, Any]) -> bool:
-    """A result that counts: evaluated and within the memory cap."""
-    return record.get("status") in SCHEDULED and bool(record.get("fits_cap"))
+    """A result that counts: evaluated (with its numbers) and within the memory cap."""
+    return record.get("status") in SCHEDULED and record.get("fits_cap") is True \
+        and _is_number(record.get("span")) and _is_number(record.get("bubble_rate"))
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def peak(record: dict[str, Any]) -> Optional[float]:
     """The largest per-device peak of a record (None without a schedule)."""
     values = record.get("peak_memory")
-    return max(values) if values else None
+    if isinstance(values, list) and values and all(_is_number(v) for v in values):
+        return max(values)
+    return None
 
 
 def _plain(value: Any) -> Any:
@@ -177,7 +184,7 @@ def _num(x: Any, digits: int = 1) -> str:
 
 
 def _pct(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x:.2%}"
+    return f"{x:.2%}" if _is_number(x) else "-"
 
 
 def _cap(record: dict[str, Any]) -> str:
@@ -195,7 +202,7 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
                   plots: Iterable[str] = ()) -> str:
     statuses = defaultdict(int)
     for r in records:
-        statuses[r.get("status", "?")] += 1
+        statuses[str(r.get("status", "?"))] += 1
     groups = group_by_instance(records)
     out = [f"# {title}\n\n",
            f"{len(records)} jobs on {len(groups)} instances: "
@@ -226,11 +233,12 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
         out.append(f"\n### {first.get('instance_name') or 'instance'} "
                    f"(p={first.get('devices')}, m={first.get('microbatches')}, "
                    f"placement={first.get('instance_placement')}, cap={_cap(first)})\n\n")
-        ordered = sorted(recs, key=lambda r: (not usable(r), r.get("span") or 0, r["label"]))
+        ordered = sorted(recs, key=lambda r: (not usable(r), r["span"] if usable(r) else 0,
+                                              r["label"]))
         out.append(_table(
             ["method", "status", "span", "bubble", "peak memory", "fits cap", "lower bound",
              "gap", "note"],
-            [[r["label"], r.get("status", "?"), _num(r.get("span")),
+            [[r["label"], str(r.get("status", "?")), _num(r.get("span")),
               _pct(r.get("bubble_rate")), _num(peak(r)), _num(r.get("fits_cap")),
               _num(r.get("lower_bound")), _pct(r.get("gap")), _short(note(r))]
              for r in ordered]))
@@ -242,8 +250,8 @@ def runtime_rows(records: Iterable[dict[str, Any]]) -> list[list[str]]:
     import statistics
     times: dict[str, list[float]] = defaultdict(list)
     for r in records:
-        if r.get("runtime") is not None:
-            times[r["label"]].append(r["runtime"])
+        if _is_number(r.get("runtime")):
+            times[str(r.get("label"))].append(r["runtime"])
     return [[method, str(len(ts)), f"{statistics.median(ts):.3f}", f"{max(ts):.3f}"]
             for method, ts in sorted(times.items())]
 
@@ -266,7 +274,8 @@ def panels(records: Iterable[dict[str, Any]], x_field: str, ignore: tuple[str, .
            ) -> dict[str, dict[str, list[tuple[float, float]]]]:
     """{panel title: {method: [(x, bubble rate)]}} over results within the cap; one panel per
     setting of the instance keys (other than `ignore`) that vary between records."""
-    points = [r for r in records if usable(r) and r.get(x_field) is not None]
+    points = [r for r in records if usable(r) and _is_number(r.get(x_field))
+              and isinstance(r.get("instance"), dict)]
     keys = [k for k in SETTING_KEYS if k not in ignore]
     varying = [k for k in keys
                if len({repr(r.get("instance", {}).get(k)) for r in points}) > 1]
@@ -330,7 +339,7 @@ def write_plots(records: list[dict[str, Any]], directory: Path) -> list[str]:
     import matplotlib.pyplot as plt
     written = []
     for name, x_field, xlabel, ignore in _PLOTS:
-        xs = {r.get(x_field) for r in records if usable(r) and r.get(x_field) is not None}
+        xs = {r.get(x_field) for r in records if usable(r) and _is_number(r.get(x_field))}
         if len(xs) < 2:
             continue
         groups = list(panels(records, x_field, ignore).items())[:MAX_PANELS]

@@ -173,10 +173,15 @@ def instance_from_grid_point(data: Mapping[str, Any], source: str,
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep spec; every problem is one ZboptError line."""
     path = Path(path)
+    if path.is_dir():
+        raise ZboptError(f"sweep spec {path} is a directory: give the spec's .toml file")
     if not path.is_file():
         raise ZboptError(f"sweep spec {path} not found")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ZboptError(f"{path}: not a UTF-8 text file (byte {err.start}): give a TOML "
+                         f"sweep spec") from None
     except tomllib.TOMLDecodeError as err:
         raise ZboptError(f"{path}: not valid TOML: {err}") from None
     return parse_spec(data, base_dir=path.parent, source=str(path),
