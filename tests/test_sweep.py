@@ -405,6 +405,8 @@ def test_cli_sweep_and_sweep_report(tmp_path, capsys):
     assert (out / "results.md").exists() and (out / "bubble_vs_m.png").exists()
     assert main(["sweep-report", str(tmp_path / "missing")]) == 2
     assert "not found" in capsys.readouterr().err
+    assert main(["sweep-report", str(out / "results.jsonl")]) == 2
+    assert "is a file: give the sweep's --out folder" in capsys.readouterr().err
     # a folder of someone's files is not a sweep folder: refused unless --force
     other = tmp_path / "mine"
     other.mkdir()

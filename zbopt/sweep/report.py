@@ -28,6 +28,9 @@ SCHEDULED = ("optimal", "feasible", "heuristic")
 
 
 def load_records(directory: str | Path) -> list[dict[str, Any]]:
+    if Path(directory).is_file():
+        raise ZboptError(f"{directory} is a file: give the sweep's --out folder (the one holding "
+                         f"results.jsonl)")
     store = ResultStore(Path(directory))
     if not store.path.exists():
         raise ZboptError(f"{store.path} not found: run `zbopt sweep SPEC --out {directory}` first")
