@@ -243,3 +243,19 @@ def test_time_many_alternates_schedules_of_one_split(tmp_path):
     assert all(set(d.measured) == {"F", "BW"} for d in whole.per_device)  # full backward
     assert whole.per_device[0].predicted["BW"] == pytest.approx(
         sum(whole.per_device[0].predicted.values()) - whole.per_device[0].predicted["F"])
+
+
+@pytest.mark.slow
+def test_torchtitan_trains_the_profiled_preset_itself(tmp_path):
+    needs_torchtitan()
+    pytest.importorskip("transformers")
+    from zbopt.export.titan_runtime import verify_titan
+    model = {"name": "llama-tiny b=1 s=32 float32 cpu 1 thread(s)", "devices": 2,
+             "microbatches": 4, "time_unit": "us", "layers": [
+                 {"name": "tok_embeddings", "t_f": 1, "t_b": 0, "t_w": 1},
+                 {"name": "layers", "t_f": 5, "t_b": 5, "t_w": 4, "count": 6},
+                 {"name": "norm+lm_head", "t_f": 3, "t_b": 3, "t_w": 3}]}
+    result = verify_titan(read_schedule_file(plan_file(tmp_path, model=model, sizes=(3, 5))))
+    assert result.ok, result.message
+    assert any("profiled preset llama-tiny" in note for note in result.notes)
+    assert result.parameters > 7 * 4 and result.max_grad_error <= 1e-6

@@ -47,14 +47,18 @@ def block(hidden: int, width: int, dtype) -> nn.Module:
 
 
 class FqnModel(nn.Module):
-    """Modules at the given FQNs, run in the given order (see the module doc)."""
+    """Modules at the given FQNs, run in the given order (see the module doc); `pairs` places
+    given (fqn, module) pairs instead of the spec's stand-in blocks."""
 
-    def __init__(self, spec: FqnSpec):
+    def __init__(self, spec: FqnSpec | None = None,
+                 pairs: Sequence[tuple[str, nn.Module]] | None = None):
         super().__init__()
-        torch.manual_seed(spec.seed)
-        self._fqn_order = tuple(_key(f) for f in spec.fqns)
-        for k, (top, item) in enumerate(self._fqn_order):
-            module = block(spec.hidden, spec.width(k), spec.torch_dtype)
+        if pairs is None:
+            torch.manual_seed(spec.seed)
+            pairs = [(f, block(spec.hidden, spec.width(k), spec.torch_dtype))
+                     for k, f in enumerate(spec.fqns)]
+        self._fqn_order = tuple(_key(f) for f, _ in pairs)
+        for (top, item), (_, module) in zip(self._fqn_order, pairs):
             if item is None:
                 self.add_module(top, module)
                 continue
@@ -73,6 +77,18 @@ class FqnModel(nn.Module):
                 module = module[item]
             x = module(x)
         return x
+
+
+def layer_pairs(layers: Sequence[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    """(fqn, module) pairs of named layers: a layer spanning several modules ("norm+lm_head")
+    runs whole at its first name, the others hold an Identity. A layer is never split across
+    stages, so its names always land in one stage together."""
+    pairs = []
+    for name, module in layers:
+        first, *rest = name.split("+")
+        pairs.append((first, module))
+        pairs += [(other, nn.Identity()) for other in rest]
+    return pairs
 
 
 def build_batch(spec: FqnSpec):

@@ -6,8 +6,10 @@ CPU. Each process reads the fragment into torchtitan's ParallelismConfig and Tra
 builds its mesh with torchtitan's ParallelDims, and calls torchtitan's pipeline entry point
 (`pipeline_llm`): torchtitan splits the model by `module_fqns_per_model_part`, maps stages to
 ranks by the schedule name, and builds the schedule from the CSV (`_build_pipeline_schedule`).
-The model is a stand-in (zbopt.export.fqn_model) with the plan's module names, float64, so the
-losses and every gradient can be compared with a single-process run at atol 1e-6.
+The model is the profiled preset itself when the plan was profiled from one (`zbopt profile
+--preset`: its layers placed at the plan's module names), else a stand-in with those names
+(zbopt.export.fqn_model); float64 either way, so the losses and every gradient can be compared
+with a single-process run at atol 1e-6.
 
 What does not run here, and why, is listed in the result's notes: torchtitan's per-part
 parallelize function (FSDP, tensor parallel, compile, activation checkpointing: CUDA-oriented)
@@ -21,7 +23,7 @@ import inspect
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,43 @@ NOT_RUN_MODEL = ("the model is zbopt's float64 stand-in with the plan's module n
 class _TitanJob:
     toml_path: str
     fqns_by_stage: tuple[tuple[str, ...], ...]
-    spec: Any  # FqnSpec
+    spec: Any  # FqnSpec: the stand-in; used when `preset` is None
+    preset: Any = None  # PresetSpec: the profiled preset model itself
+
+
+def _titan_scalar_loss(output, target):
+    return output, None  # the preset's last layer returns the loss itself
+
+
+def _model_and_batch(job: _TitanJob):
+    """The whole model (modules at the plan's FQNs), the batch, targets and loss function."""
+    import torch
+
+    from .fqn_model import FqnModel, build_batch, layer_pairs
+    if job.preset is None:
+        x, y = build_batch(job.spec)
+        return FqnModel(job.spec), x, y, _titan_loss
+    from ..profile.models import preset_model
+    preset = job.preset
+    built = preset_model(preset.preset, preset.microbatch_size, preset.seq_len,
+                         getattr(torch, preset.dtype), torch.device("cpu"))
+    model = FqnModel(pairs=layer_pairs([(layer.name, layer.module) for layer in built.layers]))
+    x = torch.cat([built.make_input()] * preset.microbatches)
+    return model, x, torch.zeros(x.shape[0], 1), _titan_scalar_loss
+
+
+def preset_reference(job: _TitanJob) -> tuple[list[float], dict[str, Any]]:
+    """Per-micro-batch losses and gradients of their sum for the preset model, one process."""
+    import torch
+    model, x, _, _ = _model_and_batch(job)
+    losses, total = [], None
+    for chunk in torch.chunk(x, job.preset.microbatches):
+        loss = model(chunk)
+        losses.append(loss.item())
+        total = loss if total is None else total + loss
+    total.backward()
+    return losses, {name: p.grad.detach().clone() for name, p in model.named_parameters()
+                    if p.grad is not None}
 
 
 def _identity(model, **_):
@@ -63,7 +101,7 @@ def _titan_rank(rank: int, world: int, job: _TitanJob, workdir: str, out_path: s
     from torchtitan.distributed import ParallelDims
     from torchtitan.distributed.pipeline_parallel import pipeline_llm
 
-    from .fqn_model import FqnModel, build_batch, stage_modules
+    from .fqn_model import stage_modules
 
     fragment = read_fragment(job.toml_path)
     parallelism = ParallelismConfig(**fragment["parallelism"])
@@ -71,12 +109,12 @@ def _titan_rank(rank: int, world: int, job: _TitanJob, workdir: str, out_path: s
     dims = ParallelDims.from_config(parallelism, world)
     dims.build_mesh()
     all_fqns = [f for part in job.fqns_by_stage for f in part]
+    model, x, y, loss_fn = _model_and_batch(job)
     schedule, parts, has_first, has_last = pipeline_llm(
-        FqnModel(job.spec), parallel_dims=dims, training=training, parallelism=parallelism,
+        model, parallel_dims=dims, training=training, parallelism=parallelism,
         compile_config=CompileConfig(), ac_config=None, dump_folder=workdir,
         device=torch.device("cpu"), model_config=SimpleNamespace(layers=all_fqns),
-        parallelize_fn=_identity, loss_fn=_titan_loss)
-    x, y = build_batch(job.spec)
+        parallelize_fn=_identity, loss_fn=loss_fn)
     losses: list = []
     if "arg_mbs" in inspect.signature(schedule.step).parameters:  # torchtitan's trainer form
         n = job.spec.microbatches
@@ -86,7 +124,7 @@ def _titan_rank(rank: int, world: int, job: _TitanJob, workdir: str, out_path: s
                       losses=losses if has_last else None, return_outputs=False)
     else:
         schedule.step(*((x,) if has_first else ()), target=y if has_last else None,
-                      losses=losses if has_last else None)
+                      losses=losses if has_last else None, return_outputs=False)
     grads = {name: None if p.grad is None else p.grad.detach().clone()
              for part in parts for name, p in part.named_parameters()}
     torch.save({
@@ -143,12 +181,15 @@ def check_world(devices: int) -> None:
 
 
 def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hidden: int = 8,
-                 microbatch_size: int = 1, seed: int = 0) -> VerifyResult:
+                 microbatch_size: int = 1, seed: int = 0, model: str = "profiled"
+                 ) -> VerifyResult:
     """One training step of the plan through torchtitan's pipeline builder; see the module doc."""
     import torch
 
     from .fqn_model import FqnSpec, reference
     from .outputs import write_all
+    from .plan_parts import plan_model, stage_layer_names
+    from .timing import preset_of
     from .torch_csv import torch_check, torch_rows
 
     instance = loaded.instance
@@ -157,10 +198,20 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
     require_torchtitan()
     rows = torch_rows(instance, loaded.schedule)
     torch_check(rows, instance.num_stages, instance.microbatches)
-    notes = [NOT_RUN_PARALLELIZE, NOT_RUN_MODEL]
+    notes = [NOT_RUN_PARALLELIZE]
+    preset = preset_of(plan_model(loaded), instance.microbatches) if model == "profiled" else None
+    if preset is not None and stage_layer_names(loaded) is not None:
+        # float64 so that the pipeline's gradients can match one process to 1e-6
+        profiled_dtype, preset = preset.dtype, replace(preset, dtype="float64")
+        microbatch_size = preset.microbatch_size  # the preset's labels fix the rows per batch
+        notes.append(f"the model is the profiled preset {preset.preset} (micro-batch "
+                     f"{preset.microbatch_size} x {preset.seq_len} tokens) in float64, not "
+                     f"{profiled_dtype} as profiled, for exact gradients")
+    else:
+        preset = None
+        notes.append(NOT_RUN_MODEL)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="zbopt-titan-") as workdir:
-        from .plan_parts import stage_layer_names
         stage_layers = stage_layer_names(loaded)
         if stage_layers is None:
             stage_layers = [[f"layers.{s}"] for s in range(instance.num_stages)]
@@ -172,7 +223,7 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
         spec = FqnSpec(fqns=tuple(f for part in fqns for f in part),
                        microbatches=instance.microbatches, hidden=hidden,
                        rows_per_microbatch=microbatch_size, seed=seed)
-        job = _TitanJob(str(export.directory / TOML_NAME), fqns, spec)
+        job = _TitanJob(str(export.directory / TOML_NAME), fqns, spec, preset)
         failure = _run_processes(instance.devices, (instance.devices, workdir, job, timeout),
                                  timeout, worker=_titan_worker)
         seconds = time.monotonic() - started
@@ -187,7 +238,8 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
                                 **common)
         per_rank = [torch.load(f, weights_only=True) for f in files]
     # torchtitan builds the schedule with scale_grads=False: gradients of the summed loss
-    ref_losses, ref_grads = reference(spec, mean=False)
+    ref_losses, ref_grads = reference(spec, mean=False) if preset is None \
+        else preset_reference(job)
     found = compare_with(ref_losses, ref_grads, spec.microbatches, per_rank, atol)
     problems = [found.message] if found.message else []
     if [r["executed"] for r in per_rank] != [list(row) for row in rows]:
