@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import ZboptError
-from .instance import Instance, to_toml
+from .instance import Instance, read_table, to_toml
 
 LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "m_b", "m_w", "static", "count")
 _LAYER_NUMBERS = ("t_f", "t_b", "t_w", "m_b", "m_w", "static")
@@ -299,29 +298,9 @@ def is_layered(data: dict[str, Any]) -> bool:
     return isinstance(data, dict) and "layers" in data
 
 
-def read_data(path: str | Path) -> dict[str, Any]:
-    """The keys of a TOML or JSON file (ZboptError for anything unreadable)."""
-    path = Path(path)
-    if path.is_dir():
-        raise ZboptError(f"{path} is a directory: give a .toml or .json file")
-    if not path.is_file():
-        raise ZboptError(f"file {path} not found")
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except UnicodeDecodeError:
-        raise ZboptError(f"{path}: not a text file (not UTF-8)") from None
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
-        kind = "JSON" if path.suffix == ".json" else "TOML"
-        raise ZboptError(f"{path}: not valid {kind}: {err}") from None
-    if not isinstance(data, dict):
-        raise ZboptError(f"{path}: expected a table of keys, got {type(data).__name__}")
-    return data
-
-
 def load_model(path: str | Path) -> LayeredModel:
     """Read a layered model file (.toml or .json)."""
-    data = read_data(path)
+    data = read_table(path)
     if not is_layered(data):
         raise ZboptError(f"{path}: no [[layers]] array: this is a per-stage instance, not a "
                          f"layered model")
