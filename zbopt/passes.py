@@ -125,10 +125,19 @@ def block_problems(instance: Instance, item: Sequence[Pass], links=None) -> list
     inside = set(item)
     if len(inside) < len(item):
         return [f"block ({';'.join(format_pass(p) for p in item)}) repeats a pass"]
+    # every dependency links passes of one micro-batch: passes of distinct micro-batches
+    # cannot depend on each other, which settles most blocks at once
+    shared = [p for p in item if sum(q[1] == p[1] for q in item) > 1]
+    if not shared:
+        return []
     links = links or neighbours(instance)
     for i, p in enumerate(item):
+        if p not in shared:
+            continue
         if p[2] == "W" and (p[0], p[1], "B") in item[:i]:
             continue  # fused backward; the B's own check covers everything before it
+        if len(shared) == 2 and p[2] == "B" and (p[0], p[1], "W") in item[i + 1:]:
+            continue  # exactly a fused backward (B then its W): nothing else to check
         for q in _ancestors(instance, p, links):
             if q in inside:
                 return [f"block ({';'.join(format_pass(x) for x in item)}) holds "
