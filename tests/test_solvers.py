@@ -42,7 +42,9 @@ SMALL = [
 IDS = ["unit-p2", "564-p3", "stages-p3", "v-p2", "dualpipe-p2"]
 
 
-def _backend(name, instance, objective, symmetry=True, time_limit=20):
+def _backend(name, instance, objective, symmetry=True, time_limit=600):
+    # a generous limit: the backends stop as soon as they prove the optimum, so the tests do
+    # not depend on how fast the machine is
     scaled, scale, hint, horizon = backend_inputs(instance, objective)
     raw = run_backend(name, scaled, objective=objective, time_limit=time_limit, threads=2,
                       hint=hint, symmetry=symmetry, horizon=horizon)
