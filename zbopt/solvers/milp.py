@@ -87,6 +87,12 @@ def _integer(name: str, value: float) -> int:
     return int(value)
 
 
+def activation_room(instance: Instance, device: int) -> float:
+    """What a device's cap leaves for activations: the cap less its static memory (the one
+    place the model accounts for static memory)."""
+    return instance.cap[device] - instance.static_memory[device]
+
+
 def symmetry_edges(instance: Instance) -> list[tuple[Pass, Pass]]:
     """Same-kind passes of one stage in micro-batch order (identical passes: a valid choice)."""
     out = []
@@ -132,7 +138,7 @@ def _memory_orders(instance: Instance, dev: tuple[Pass, ...], device: int,
     forced before p - every release still undecided. If leaving release q (and all passes
     forced after q) out of that sum already exceeds the cap, q must precede p.
     """
-    cap = instance.cap[device]
+    cap = activation_room(instance, device)
     by_index = {index[q]: q for q in dev}
     out = []
     for p in dev:
@@ -143,15 +149,14 @@ def _memory_orders(instance: Instance, dev: tuple[Pass, ...], device: int,
         undecided = mine & ~before_bits & ~down[p]
         releases = [by_index[i] for i in _bits(undecided) if delta[by_index[i]] < 0]
         release_bits = sum(1 << index[q] for q in releases)
-        level = instance.static_memory[device] + delta[p] \
-            + sum(delta[by_index[i]] for i in _bits(before_bits))
+        level = delta[p] + sum(delta[by_index[i]] for i in _bits(before_bits))
         most = -sum(delta[q] for q in releases)
         if level <= cap + 1e-9:
             continue  # fits whatever runs before it
         if level - most > cap + 1e-9:
             # over the cap even if every release runs first
-            raise _CapTooSmall(f"device {device} exceeds its cap {cap:g} at {format_pass(p)} "
-                               f"whatever runs before it")
+            raise _CapTooSmall(f"device {device} exceeds its cap ({cap:g} left after static "
+                               f"memory) at {format_pass(p)} whatever runs before it")
         for q in releases:
             lost = -sum(delta[by_index[i]]
                         for i in _bits((down[q] | (1 << index[q])) & release_bits))
@@ -320,7 +325,8 @@ def build_model(instance: Instance, objective: str, horizon: int,
             for p in dev:
                 if p[2] != "F":
                     continue
-                level = instance.static_memory[k] + st.delta[p]
+                level = st.delta[p]
+                room = activation_room(instance, k)
                 terms = []
                 for q in dev:
                     if q == p or st.delta[q] == 0:
@@ -331,8 +337,8 @@ def build_model(instance: Instance, objective: str, horizon: int,
                     else:
                         terms.append(st.delta[q] * x)
                 if terms:
-                    prob += pulp.lpSum(terms) + level <= instance.cap[k]
-                elif level > instance.cap[k]:
+                    prob += pulp.lpSum(terms) + level <= room
+                elif level > room:
                     # forced orders alone overflow the cap: an always-false row says infeasible
                     prob += z >= horizon + 1
     return model
@@ -361,10 +367,10 @@ def hint_problem(instance: Instance, st: Structure, hint: dict[Pass, int], horiz
             if hint[b] < hint[a] + d[a]:
                 return f"{format_pass(a)} and {format_pass(b)} overlap"
     for k, dev in enumerate(st.device_passes):
-        level = instance.static_memory[k]
+        level = 0.0
         for p in sorted(dev, key=ranks.__getitem__):
             if p[2] == "F" and instance.cap is not None \
-                    and level + st.delta[p] > instance.cap[k] + 1e-9:
+                    and level + st.delta[p] > activation_room(instance, k) + 1e-9:
                 return f"device {k} is over the memory cap at {format_pass(p)}"
             level += st.delta[p]
     value = _hint_objective(st, hint, objective)
