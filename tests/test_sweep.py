@@ -535,7 +535,8 @@ def test_a_record_stored_before_results_is_read_in_the_current_shape():
     old = {"key": "k", "method": "cpsat[threads=1,time_limit=60]", "kind": "solver",
            "method_spec": {"name": "cpsat", "kind": "solver", "params": {}}, "status": "ok",
            "solver_status": "feasible", "placement": "contiguous", "run_placement": "contiguous",
-           "memory_cap": "1p", "peak_memory": 8, "fits_cap": True, "span": 10}
+           "memory_cap": "1p", "peak_memory": 8, "fits_cap": True, "span": 10,
+           "bubble_rate": 0.1}
     new = normalize(old)
     assert (new["label"], new["method"], new["status"]) == (old["method"], "cpsat", "feasible")
     assert (new["instance_placement"], new["placement"], new["cap_spec"]) == \

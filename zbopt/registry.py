@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from .errors import ZboptError
 from .instance import PLACEMENTS, Instance
-from .result import Result
+from .result import KINDS, Result
 from .schedule import Schedule, evaluate
 
 Generator = Callable[..., Schedule]
@@ -90,11 +90,13 @@ def _load_all() -> None:
 def methods(kind: str | None = None) -> dict[str, Method]:
     """Every registered method by name (of one kind, or of the schedule kinds with "schedule")."""
     _load_all()
+    # a fixed order (kind, then name), whatever order the modules happened to be imported in
+    ordered = sorted(_REGISTRY.values(), key=lambda m: (KINDS.index(m.kind), m.name))
     if kind is None:
-        return dict(_REGISTRY)
+        return {m.name: m for m in ordered}
     if kind == "schedule":
-        return {k: m for k, m in _REGISTRY.items() if m.kind != "solver"}
-    return {k: m for k, m in _REGISTRY.items() if m.kind == kind}
+        return {m.name: m for m in ordered if m.kind != "solver"}
+    return {m.name: m for m in ordered if m.kind == kind}
 
 
 def solver_names() -> tuple[str, ...]:
