@@ -22,7 +22,7 @@ from ortools.sat.python import cp_model
 
 from ..instance import Instance
 from ..passes import Pass
-from .backends.cpsat import ModelParts, add_hint, build_parts
+from .backends.cpsat import Incumbents, ModelParts, add_hint, build_parts
 from .orders import device_orders
 from .protocol import BackendRequest, BackendResult
 
@@ -144,7 +144,7 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     # the full model: its bound, and often a better schedule
     share = float(request.options.get("full_share", FULL_SHARE))
     full = min(FULL_MAX, share * (deadline - time.perf_counter()))
-    callback = _Incumbents(report) if report is not None else None
+    callback = Incumbents(report) if report is not None else None
     t = time.perf_counter()
     code = None
     if full > 0:
@@ -206,13 +206,3 @@ def solve_lns(request: BackendRequest) -> BackendResult:
                          f"LNS: {stats['neighbourhoods']} neighbourhoods, "
                          f"{stats['improved']} improved the schedule", stats=stats)
 
-
-class _Incumbents(cp_model.CpSolverSolutionCallback):
-    """Reports the full model's improving solutions and its bound."""
-
-    def __init__(self, report):
-        super().__init__()
-        self._report = report
-
-    def on_solution_callback(self) -> None:
-        self._report(float(self.objective_value), float(self.best_objective_bound))

@@ -344,7 +344,7 @@ def solve_cpsat(request: BackendRequest) -> BackendResult:
     callback = None
     if request.on_progress is not None:
         report = request.on_progress
-        callback = _Incumbents(report)
+        callback = Incumbents(report)
         solver.best_bound_callback = lambda bound: report(None, float(bound))
     code = solver.solve(model, callback)
     status = _STATUS.get(code, "unknown")
@@ -365,7 +365,7 @@ def solve_cpsat(request: BackendRequest) -> BackendResult:
                                 "conflicts": solver.num_conflicts})
 
 
-class _Incumbents(cp_model.CpSolverSolutionCallback):
+class Incumbents(cp_model.CpSolverSolutionCallback):
     """Reports every improving solution and the bound at that moment."""
 
     def __init__(self, report):
