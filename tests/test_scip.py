@@ -26,7 +26,7 @@ def test_scip_proves_the_same_optimum_as_cbc_and_returns_a_valid_order(instance)
     scaled, scale, hint, horizon = backend_inputs(instance)
     values = {}
     for name in ("scip", "cbc"):
-        raw = run_backend(name, scaled, objective="span", time_limit=30, threads=2, hint=hint,
+        raw = run_backend(name, scaled, objective="span", time_limit=600, threads=2, hint=hint,
                           horizon=horizon)
         assert raw.status == "optimal", (name, raw.message)
         schedule = _schedule_from_starts(instance, scaled, raw.starts, "span", scale, name,
@@ -39,7 +39,7 @@ def test_scip_proves_the_same_optimum_as_cbc_and_returns_a_valid_order(instance)
 def test_scip_through_solve_proves_the_tied_zero_length_case():
     instance = Instance(placement="v", devices=2, microbatches=2, t_f=2, t_b=0, t_w=4, comm=0,
                         m_b=2, m_w=1, memory_cap=[4, 6])
-    result = solve(instance, solver="scip", time_limit=20, prove_with_bounds=False)
+    result = solve(instance, solver="scip", time_limit=600, prove_with_bounds=False)
     assert result.status == "optimal" and result.objective == 28
 
 

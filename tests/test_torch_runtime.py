@@ -60,7 +60,7 @@ def cpsat_case():
     except ImportError as err:
         return None, f"zbopt.solvers (CP-SAT) cannot be imported: {err}"
     instance = Instance(devices=2, microbatches=3, memory_cap="1p", **COSTS)
-    result = solve(instance, solver="cpsat", time_limit=30)
+    result = solve(instance, solver="cpsat", time_limit=600)
     assert result.status == "optimal", result.message
     return (instance, result.schedule), ""
 
