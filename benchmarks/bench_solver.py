@@ -1,4 +1,4 @@
-"""Exact-solver benchmarks of issue 4: does solve() prove optimality within the time limits?
+"""Exact-solver benchmarks: does solve() prove optimality within the time limits?
 
 Parts (each a list of runs of zbopt.solve, span objective, 2 threads by default):
 - p8:    p=8, m=32, t_f/t_b/t_w = 5/6/4, comm 1, m_b 2, m_w 1, caps 1p, 1.5p, 2p; CP-SAT, 60 s
@@ -209,7 +209,7 @@ def _num(text: str, fmt: str = "{:,.0f}") -> str:
 
 
 def write_markdown(path: Path, rows: list[dict]) -> None:
-    lines = ["# Exact solver benchmarks (issue 4)", "",
+    lines = ["# Exact solver benchmarks", "",
              "Written by `benchmarks/bench_solver.py`. Span objective; every schedule passed "
              "`evaluate()` and `validate()`. `proved by`: *bounds* = the lower bounds of "
              "`zbopt.bounds` already met the warm start, *solver* = the backend proved it, "

@@ -49,8 +49,7 @@ def test_memory_of_handwritten_families_on_paper_setting(paper_rows):
     assert not evaluate(instance, generate("zb-h2", instance)).fits_cap
 
 
-# The Zero Bubble authors' ZB-V scheduler (sail-sg/zero-bubble-pipeline-parallelism,
-# zerobubble/scheduler/zbv.py), run outside this repository on each setting below with
+# The Zero Bubble authors' published ZB-V scheduler, run outside this repository on each setting below with
 # f_mem = m_b = 2, b_mem = -1, w_mem = -1 and its default max_mem (1F1B's peak); its order
 # timed by evaluate() gives these spans (the order itself matched zb-v's pass for pass on
 # 600 random settings of p <= 8, costs 0..9, comm 0..4).
