@@ -325,13 +325,8 @@ class Instance:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "instance") -> "Instance":
-        _check_keys(data, source)
-        try:
-            return cls(**data)
-        except ZboptError as err:
-            raise ZboptError(f"{source}: {err}") from None
-        except TypeError as err:
-            raise ZboptError(f"{source}: {err}") from None
+        check_keys(data, source)
+        return construct(cls, source, **data)
 
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
         path = Path(path)
@@ -344,11 +339,13 @@ class Instance:
         return path
 
 
-def _check_keys(data: dict[str, Any], source: str) -> None:
-    unknown = sorted(set(map(str, data)) - set(FILE_KEYS))
+def check_keys(data: dict[str, Any], source: str, allowed: tuple[str, ...] = FILE_KEYS) -> None:
+    """Unknown keys are an error (a typo must not change the problem); devices and
+    microbatches are required. Shared by instance and layered model files."""
+    unknown = sorted(set(map(str, data)) - set(allowed))
     if unknown:
         raise ZboptError(f"{source}: unknown key(s) {', '.join(unknown)}; "
-                         f"allowed keys are {', '.join(FILE_KEYS)}")
+                         f"allowed keys are {', '.join(allowed)}")
     for key in ("devices", "microbatches"):
         if key not in data:
             raise ZboptError(f"{source}: missing required key {key!r}")
@@ -378,6 +375,14 @@ def to_toml(data: dict[str, Any]) -> str:
 
 
 COST_KEYS = ("t_f", "t_b", "t_w")
+
+
+def construct(cls, source: str, **values):
+    """cls(**values), with any error a file can cause said as one line naming the file."""
+    try:
+        return cls(**values)
+    except (ZboptError, TypeError) as err:
+        raise ZboptError(f"{source}: {err}") from None
 
 
 def read_table(path: str | Path) -> dict[str, Any]:
@@ -412,7 +417,7 @@ def check_file_keys(data: dict[str, Any], source: str) -> None:
     if "layers" in data:
         raise ZboptError(f"{source} is a layered model ([[layers]]), not a per-stage instance: "
                          f"`zbopt plan` partitions it into stages")
-    _check_keys(data, source)
+    check_keys(data, source)
     missing = [key for key in COST_KEYS if key not in data]
     if missing:
         raise ZboptError(f"{source}: missing cost key(s) {', '.join(missing)}: give each pass "

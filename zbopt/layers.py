@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import ZboptError
-from .instance import Instance, read_table, to_toml
+from .instance import Instance, check_keys, construct, read_table, to_toml
 
 LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "m_b", "m_w", "static", "count")
 _LAYER_NUMBERS = ("t_f", "t_b", "t_w", "m_b", "m_w", "static")
@@ -253,13 +253,7 @@ class LayeredModel:
         if stage_keys:
             raise ZboptError(f"{source}: a layered file takes its costs from [[layers]]; remove "
                              f"the per-stage key(s) {', '.join(stage_keys)}")
-        unknown = sorted(set(data) - set(MODEL_KEYS))
-        if unknown:
-            raise ZboptError(f"{source}: unknown key(s) {', '.join(unknown)}; allowed keys are "
-                             f"{', '.join(MODEL_KEYS)}")
-        for key in ("devices", "microbatches"):
-            if key not in data:
-                raise ZboptError(f"{source}: missing required key {key!r}")
+        check_keys(data, source, MODEL_KEYS)
         layers = data.get("layers")
         if not isinstance(layers, list) or not layers:
             raise ZboptError(f"{source}: [[layers]] must be a non-empty array of tables")
@@ -267,12 +261,7 @@ class LayeredModel:
         settings = {k: v for k, v in data.items() if k != "layers"}
         if isinstance(settings.get("memory_cap"), list):
             settings["memory_cap"] = tuple(settings["memory_cap"])
-        try:
-            return cls(layers=parsed, **settings)
-        except ZboptError as err:
-            raise ZboptError(f"{source}: {err}") from None
-        except TypeError as err:
-            raise ZboptError(f"{source}: {err}") from None
+        return construct(cls, source, layers=parsed, **settings)
 
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
         path = Path(path)
