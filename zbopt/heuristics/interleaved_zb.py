@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import bounds
 from ..errors import ZboptError
 from ..instance import Instance
 from ..registry import register
@@ -50,8 +51,7 @@ def grid(instance: Instance) -> list[_engine.Policy]:
 def min_interleaved_cap(instance: Instance) -> list[float]:
     """Per device, the least cap any schedule needs: a micro-batch's forward passes every
     chunk of the device before its first backward can run there."""
-    return [instance.static_memory[d] + sum(instance.m_b[s] for s in instance.stages_of(d))
-            for d in range(instance.devices)]
+    return list(bounds.min_feasible_cap(instance))
 
 
 def interleaved_schedule(instance: Instance, method: str) -> Schedule:

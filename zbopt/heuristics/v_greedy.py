@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import bounds
 from ..errors import ZboptError
 from ..instance import Instance
 from ..registry import methods, register
@@ -46,8 +47,7 @@ def grid(instance: Instance) -> list[_engine.Policy]:
 def min_v_cap(instance: Instance) -> list[float]:
     """Per device, the least cap any V schedule needs: both chunks' activations of one
     micro-batch are held at once (its first-chunk B waits for its second-chunk F)."""
-    return [instance.static_memory[d] + sum(instance.m_b[s] for s in instance.stages_of(d))
-            for d in range(instance.devices)]
+    return list(bounds.min_feasible_cap(instance))
 
 
 def v_schedule(instance: Instance, method: str) -> Schedule:
