@@ -15,6 +15,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from . import torch_runtime
+
 
 @dataclass(frozen=True)
 class FqnSpec:
@@ -92,11 +94,7 @@ def layer_pairs(layers: Sequence[tuple[str, nn.Module]]) -> list[tuple[str, nn.M
 
 
 def build_batch(spec: FqnSpec):
-    generator = torch.Generator().manual_seed(spec.seed + 1)
-    rows = spec.microbatches * spec.rows_per_microbatch
-    x = torch.randn(rows, spec.hidden, dtype=spec.torch_dtype, generator=generator)
-    y = torch.randn(rows, spec.hidden, dtype=spec.torch_dtype, generator=generator)
-    return x, y
+    return torch_runtime.build_batch(spec, spec.torch_dtype)
 
 
 def mse(output, target):

@@ -87,13 +87,16 @@ def build_model(spec: ModelSpec):
             for _ in range(spec.num_stages)]
 
 
-def build_batch(spec: ModelSpec):
+def build_batch(spec, dtype=None):
+    """Inputs and targets of every micro-batch, drawn from the spec's seed (float64 unless
+    `dtype` says otherwise); any spec with seed, microbatches, rows_per_microbatch, hidden."""
     import torch
 
+    dtype = torch.float64 if dtype is None else dtype
     generator = torch.Generator().manual_seed(spec.seed + 1)
     rows = spec.microbatches * spec.rows_per_microbatch
-    x = torch.randn(rows, spec.hidden, dtype=torch.float64, generator=generator)
-    y = torch.randn(rows, spec.hidden, dtype=torch.float64, generator=generator)
+    x = torch.randn(rows, spec.hidden, dtype=dtype, generator=generator)
+    y = torch.randn(rows, spec.hidden, dtype=dtype, generator=generator)
     return x, y
 
 
