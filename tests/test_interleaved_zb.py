@@ -8,9 +8,10 @@ from zbopt import bounds
 from zbopt.compare import compare
 from zbopt.errors import ZboptError
 from zbopt.heuristics.interleaved_zb import interleaved_zb, interleaved_zb_1p, min_interleaved_cap
+from zbopt.heuristics.local_search import improve
 from zbopt.instance import Instance
 from zbopt.registry import get_method, run
-from zbopt.schedule import evaluate, validate
+from zbopt.schedule import Schedule, evaluate, validate
 from zbopt.solvers.api import _warm_start
 
 
@@ -73,3 +74,65 @@ def test_cap_parameter_overrides_the_instance_cap():
                         m_w=1)
     tight = evaluate(instance.with_cap(4), interleaved_zb_1p(instance, memory_cap=4))
     assert tight.peak_memory and max(tight.peak_memory) <= 4
+
+
+# ----- the local search that ends interleaved-zb and v-greedy -------------------------------
+
+def _plain_greedy(instance):
+    """One point of the greedy's grid, before any local search."""
+    from zbopt.heuristics import _engine
+    outcome = _engine.run(instance, instance.cap, _engine.Policy(b_first=False))
+    assert outcome is not None  # room kept for every started micro-batch: never stuck
+    return Schedule(tuple(tuple((q,) for q in order) for order in outcome.orders), "plain")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interleaved_instances())
+def test_local_search_is_valid_within_the_cap_and_never_longer(instance):
+    start = _plain_greedy(instance)
+    improved = improve(instance, start)
+    assert validate(instance, improved) == []
+    after = evaluate(instance, improved)
+    assert after.fits_cap
+    assert after.span <= evaluate(instance, start).span
+
+
+def test_local_search_moves_a_w_that_delays_the_critical_chain():
+    # device 1 runs W of micro-batch 0 before the forward micro-batch 1 waits for: moving that W
+    # after the backward lets device 0 finish a step earlier
+    instance = Instance(devices=2, microbatches=2, t_f=1, t_b=1, t_w=1, comm=0)
+    late = Schedule.build([["0F0", "0F1", "0B0", "0W0", "0B1", "0W1"],
+                           ["1F0", "1B0", "1W0", "1F1", "1B1", "1W1"]])
+    improved = evaluate(instance, improve(instance, late))
+    assert improved.span < evaluate(instance, late).span
+
+
+def test_local_search_keeps_a_w_deferral_out_when_it_would_break_the_cap():
+    # the same order, but a cap that holds only one W's gradient at a time on device 1
+    instance = Instance(devices=2, microbatches=2, t_f=1, t_b=1, t_w=1, comm=0, m_b=2, m_w=1)
+    late = Schedule.build([["0F0", "0F1", "0B0", "0W0", "0B1", "0W1"],
+                           ["1F0", "1B0", "1W0", "1F1", "1B1", "1W1"]])
+    capped = instance.with_cap([4, 3])
+    assert evaluate(capped, late).fits_cap
+    assert evaluate(capped, improve(capped, late)).fits_cap
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interleaved_instances())
+def test_interleaved_zb_never_longer_than_its_own_grid(instance):
+    from zbopt.heuristics import _engine
+    from zbopt.heuristics._search import best_of
+    from zbopt.heuristics.interleaved_zb import grid
+    plain = best_of(instance, [lambda pol=pol: _engine.run(instance, instance.cap, pol)
+                               for pol in grid(instance)], "plain", lambda: "")
+    assert evaluate(instance, interleaved_zb(instance)).span <= evaluate(instance, plain).span
+
+
+def test_below_the_least_cap_one_line_names_the_cap_needed():
+    instance = Instance(devices=3, microbatches=6, placement="interleaved", chunks=2, m_b=2,
+                        m_w=1, static_memory=1)
+    need = max(min_interleaved_cap(instance))
+    with pytest.raises(ZboptError) as err:
+        interleaved_zb(instance, memory_cap=need - 0.5)
+    assert "\n" not in str(err.value) and f"{need:g}" in str(err.value)
+    assert evaluate(instance.with_cap(need), interleaved_zb(instance, memory_cap=need)).fits_cap

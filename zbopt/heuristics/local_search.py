@@ -25,6 +25,7 @@ WINDOW = 10  # how far (in positions) a pass may move in one step
 # at p=8, m=32 on two chunks; none from OFF_ABOVE passes, where one re-timing costs too much).
 BUDGET = 600_000
 MAX_RETIMES = 400
+CRITICAL_DEPTH = 40  # passes followed back along the chain that made a pass late
 OFF_ABOVE = 20_000
 
 
@@ -161,6 +162,7 @@ def _candidates(c: _Compiled, orders: list[list[int]], end: list[float], spans):
         gaps.sort(reverse=True)
         for _, i in gaps:
             k = c.dep[order[i]]
+            yield from _critical_swaps(c, orders, end, where, k)
             if k >= 0:
                 d2, i2 = where[k]
                 for j in range(i2 - 1, max(-1, i2 - 1 - WINDOW), -1):
@@ -170,6 +172,25 @@ def _candidates(c: _Compiled, orders: list[list[int]], end: list[float], spans):
                     yield d, j, i - 1  # defer an earlier W into the gap: what precedes it moves up
             for j in range(i + 1, min(len(order), i + 1 + WINDOW)):
                 yield d, j, i  # fill the gap with a later pass of this device
+
+
+def _critical_swaps(c: _Compiled, orders, end, where, x: int):
+    """Along the chain of passes that made `x` late: wherever a pass waited for the pass before
+    it on its device (not for its input), move that blocker after it (a W a little further)."""
+    for _ in range(CRITICAL_DEPTH):
+        if x < 0:
+            return
+        d, i = where[x]
+        start = end[x] - c.duration[x]
+        if i > 0 and end[orders[d][i - 1]] >= start - _EPS:
+            size = len(orders[d])
+            yield d, i - 1, i
+            if c.passes[orders[d][i - 1]][2] == "W":
+                for j in range(i + 1, min(size, i + 4)):
+                    yield d, i - 1, j
+            x = orders[d][i - 1]
+        else:
+            x = c.dep[x]
 
 
 def improve_orders(instance: Instance, orders: Sequence[Sequence[Pass]],
