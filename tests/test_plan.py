@@ -13,6 +13,7 @@ from zbopt.cli import main
 from zbopt.compare import best_of
 from zbopt.errors import ZboptError
 from zbopt.export.schedule_file import read_schedule_file
+from zbopt.heuristics import _engine
 from zbopt.layers import Layer, LayeredModel, load_model
 from zbopt.plan import even_split, plan, torchtitan_split
 from zbopt.plan.bound import (
@@ -23,8 +24,10 @@ from zbopt.plan.bound import (
     partitions_below,
     segment_bounds,
 )
+from zbopt.plan.memory_bound import pipeline_bound, start_chain
 from zbopt.plan.search import schedule_methods
 from zbopt.registry import run
+from zbopt.schedule import Schedule, evaluate
 from zbopt.solvers.api import solve
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "instances" / "models" / "blocks16-p4.toml"
@@ -68,10 +71,9 @@ def test_segment_bound_is_the_bound_of_every_partition():
             ref = max(device_bound(instance, d) for d in range(instance.devices))
             assert ref <= best_lower_bound(instance)[1] + 1e-9
             value = table.partition_bound(sizes)
-            if model.memory_cap is None:
-                assert value == pytest.approx(ref, rel=1e-12, abs=1e-12)
-            else:
-                assert value >= ref - 1e-9
+            # never weaker than zbopt.bounds; the window bound may raise it (checked below
+            # against optima and valid schedules)
+            assert value >= ref - 1e-9
             values[sizes] = value
         assert least_bound(table) == pytest.approx(min(values.values(), default=INF))
         if not values:
@@ -112,6 +114,128 @@ def test_memory_throughput_bound_is_below_the_optimum():
             assert value <= result.span + 1e-9
             raised += 1
     assert raised >= 3  # the throughput bound did raise some partitions' bounds
+
+
+def _tight_model(rng: random.Random, devices: int, microbatches: int) -> LayeredModel:
+    layers = []
+    for k in range(rng.randint(devices, devices + 2)):
+        m_b = rng.choice([1, 2, 3])
+        layers.append(Layer(f"l{k}", t_f=rng.choice([0, 1, 2, 3]), t_b=rng.choice([1, 2, 3]),
+                            t_w=rng.choice([0, 1, 2, 3]), m_b=m_b, m_w=rng.choice([0, 1, m_b]),
+                            static=rng.choice([0, 1, 4])))
+    return LayeredModel(layers=tuple(layers), devices=devices, microbatches=microbatches,
+                        comm=rng.choice([0, 1]), memory_cap=rng.choice([5, 6, 8, 10]))
+
+
+def _coupled_bounds(model: LayeredModel, table, sizes) -> tuple[float, float]:
+    instance = model.instance(sizes)
+    return pipeline_bound(instance), table.full_bound(sizes)
+
+
+@pytest.mark.slow  # dozens of exact solves
+def test_memory_aware_bounds_are_below_the_optimum():
+    """The coupled bounds (memory_bound.pipeline_bound on the instance, SegmentBounds.full_bound
+    from the table) never exceed CP-SAT's proven optimum of the partition (the solver without
+    bound cuts), and they do raise zbopt.bounds' bound on some of these tight instances."""
+    rng = random.Random(11)
+    raised = checked = 0
+    for _ in range(60):
+        model = _tight_model(rng, rng.randint(2, 3), rng.randint(3, 6))
+        table = segment_bounds(model)
+        for sizes in _partitions(model.num_layers, model.devices):
+            try:
+                instance = model.instance(sizes)
+            except ZboptError:
+                continue
+            coupled, from_table = _coupled_bounds(model, table, sizes)
+            value = max(coupled, from_table, table.partition_bound(sizes))
+            if value <= best_lower_bound(instance)[1] + 1e-9:
+                continue
+            result = solve(instance, time_limit=600, threads=1, prove_with_bounds=False)
+            assert result.status == "optimal"
+            assert value <= result.span + 1e-9, (sizes, coupled, from_table, result.span)
+            checked += 1
+            raised += value > table.partition_bound(sizes) + 1e-9 or \
+                value > max(device_bound(instance, d) for d in range(instance.devices)) + 1e-9
+        if checked >= 25:
+            break
+    assert checked >= 10 and raised >= 5
+
+
+def _random_policy(rng: random.Random, instance):
+    p, m = instance.devices, instance.microbatches
+    inflight = None if rng.random() < 0.3 else tuple(rng.randint(1, m) for _ in range(p))
+    return _engine.Policy(b_first=rng.random() < 0.5,
+                          w_fill=tuple(rng.choice(("gap", "balance", "eager", "lazy")) for _ in range(p)),
+                          inflight=inflight)
+
+
+@pytest.mark.slow  # hundreds of schedules evaluated
+def test_memory_aware_bounds_hold_for_random_valid_schedules():
+    """No valid schedule within the cap (random greedy policies and every registered heuristic,
+    judged by evaluate()) has a span below the coupled bounds, on instances too large to solve
+    exactly (p=4..6, m=8..16, caps that hold few micro-batches)."""
+    rng = random.Random(5)
+    schedules = tight = 0
+    for _ in range(30):
+        p = rng.randint(4, 6)
+        model = _tight_model(rng, p, rng.randint(8, 16))
+        table = segment_bounds(model)
+        options = list(_partitions(model.num_layers, p))
+        for sizes in rng.sample(options, min(3, len(options))):
+            try:
+                instance = model.instance(sizes)
+            except ZboptError:
+                continue
+            bound = max(_coupled_bounds(model, table, sizes))
+            spans = [r.span for r in (run(name, instance) for name in schedule_methods("contiguous"))
+                     if r.fits()]
+            top = _engine._Topology(instance)
+            for _ in range(8):
+                outcome = _engine.run(instance, instance.cap, _random_policy(rng, instance), top)
+                if outcome is None:
+                    continue
+                schedule = Schedule(tuple(tuple((q,) for q in order) for order in outcome.orders))
+                timeline = evaluate(instance, schedule)
+                if timeline.fits_cap:
+                    spans.append(timeline.span)
+            for span in spans:
+                assert bound <= span + 1e-9, (sizes, bound, span)
+            schedules += len(spans)
+            tight += any(span <= bound * (1 + 1e-9) for span in spans)
+    assert schedules >= 200 and tight >= 1
+
+
+def test_start_chain_is_the_longest_path():
+    """start_chain against brute force: the least s_m - s_1 over integer start sequences."""
+    rng = random.Random(2)
+    for _ in range(200):
+        m = rng.randint(1, 5)
+        step = rng.randint(0, 2)
+        rules = [(rng.randint(1, 4), rng.randint(0, 6)) for _ in range(rng.randint(0, 3))]
+        best = math.inf
+        for gaps in itertools.product(range(0, 7), repeat=m - 1):
+            starts = list(itertools.accumulate((0, *gaps)))
+            ok = all(starts[i + 1] - starts[i] >= step for i in range(m - 1)) and all(
+                starts[i + k] - starts[i] >= r for k, r in rules for i in range(m - k))
+            if ok:
+                best = min(best, starts[-1])
+        assert start_chain(m, step, rules) == best
+
+
+def test_coupled_bound_proves_the_plan_of_a_memory_bound_pipeline():
+    """A pipeline whose middle stage can hold one micro-batch: the span is its m round trips
+    plus the paths to it and back, which the coupled bound proves (the per-device bounds of
+    zbopt.bounds stop at the load) and the plan meets."""
+    layers = tuple(Layer(f"l{k}", t_f=2, t_b=2, t_w=1, m_b=2 if k == 1 else 1, m_w=1, static=0)
+                   for k in range(3))
+    model = LayeredModel(layers=layers, devices=3, microbatches=4, comm=0, memory_cap=3)
+    instance = model.instance((1, 1, 1))
+    # device 1: 4 disjoint round trips of F1 F2 B2 B1 (8 each); device 0 adds F0, B0, W0
+    assert pipeline_bound(instance) == 4 * 8 + 2 + 2 + 1
+    assert best_lower_bound(instance)[1] < pipeline_bound(instance)
+    result = plan(model, time_limit=600)
+    assert result.result.span == pytest.approx(37) and result.result.status == "optimal"
 
 
 @pytest.mark.slow  # importing torchtitan takes seconds

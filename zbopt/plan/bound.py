@@ -12,6 +12,13 @@ over (stage, first layer). Bounds of zbopt.bounds that couple several stages are
 segment bound; the search adds them per partition (`registry.schedule_bound`). tests/test_plan.py
 checks the segment bound against zbopt.bounds.device_bound on every partition of small models and
 against CP-SAT optima where it is higher.
+
+The segment bound also holds the memory-aware window bound of zbopt.plan.memory_bound for the
+pair (first device, device d): device 0's span is at least the forward path to d, d's window
+(first F start to last B end), the backward path back and t_w of stage 0, which is at least the
+t_w of the first layer whatever stage 0 holds; the paths depend only on d's first layer. The
+coupling of several devices (memory_bound.start_chain) needs the whole partition:
+`SegmentBounds.pipeline_bound` adds it from the same table in O(p m) per partition.
 """
 
 from __future__ import annotations
@@ -19,11 +26,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Iterator
+from typing import Iterator, Optional
 
 from ..bounds import knapsack_max
 from ..instance import within_cap
 from ..layers import LayeredModel
+from .memory_bound import held_count, start_chain, window_work
 
 INF = math.inf
 
@@ -37,6 +45,37 @@ class SegmentBounds:
     model: LayeredModel
     bound: tuple[tuple[tuple[float, ...], ...], ...]
     excess: tuple[tuple[tuple[float, ...], ...], ...]
+    # per (stage, first layer, last layer), for the coupled bound of a whole partition: how many
+    # micro-batches the stage can hold, its F start to B end round trip R, its window bound
+    window: tuple[tuple[tuple[float, ...], ...], ...] = ()
+    held: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    prefix: Optional[dict] = None  # cumulative t_f, t_b, t_w over the layers
+
+    def pipeline_bound(self, sizes) -> float:
+        """memory_bound.pipeline_bound of the partition from the table (chain on the last device
+        only): max over d <= e of R_d - R_e + window_e + t_w(d), and the start chain of every
+        device's (held, R) plus max_d R_d + t_w(d)."""
+        if not self.window:
+            return 0.0
+        tf, tb, tw = self.prefix["t_f"], self.prefix["t_b"], self.prefix["t_w"]
+        n, p, m, comm = self.layers, self.stages, self.model.microbatches, self.model.comm
+        best, top, rules, i = 0.0, -INF, [], 0
+        for d, size in enumerate(sizes):
+            j = i + size - 1
+            window = self.window[d][i][j]
+            if not math.isfinite(window):
+                return INF
+            trip = (tf[n] - tf[i]) + (tb[n] - tb[i]) + 2 * (p - 1 - d) * comm
+            top = max(top, trip + tw[j + 1] - tw[i])
+            best = max(best, top - trip + window)
+            rules.append((self.held[d][i][j], trip))
+            last_tf = tf[j + 1] - tf[i]
+            i = j + 1
+        return max(best, start_chain(m, last_tf, rules) + top)
+
+    def full_bound(self, sizes) -> float:
+        """The per-device segment bound and the coupled bound of one partition."""
+        return max(self.partition_bound(sizes), self.pipeline_bound(sizes))
 
     @property
     def stages(self) -> int:
@@ -66,11 +105,14 @@ def segment_bounds(model: LayeredModel) -> SegmentBounds:
 
     tf, tb, tw, mb, mw, st = (prefix(k) for k in ("t_f", "t_b", "t_w", "m_b", "m_w", "static"))
     caps = _caps(model)
-    bound, excess = [], []
+    # device 0's span covers the path to stage d and back, d's window, and t_w of stage 0
+    tw_first = tw[1] - tw[0]
+    bound, excess, windows, helds = [], [], [], []
     for d in range(p):
-        rows_b, rows_e = [], []
+        rows_b, rows_e, rows_w, rows_h = [], [], [], []
         for i in range(n):
             row_b, row_e = [INF] * n, [0.0] * n
+            row_w, row_h = [INF] * n, [0] * n
             # stage d needs layers i..j with room for the d stages before and p-1-d after it
             for j in range(i, n):
                 if i < d or n - 1 - j < p - 1 - d:
@@ -84,12 +126,26 @@ def segment_bounds(model: LayeredModel) -> SegmentBounds:
                     continue
                 wait = (tf[n] - tf[i]) + (tb[n] - tb[j + 1]) + 2 * (p - 1 - d) * comm
                 capacity = INF if caps is None else caps[d] - seg["static"]
-                row_b[j] = _device_bound(seg, m, wait, capacity)
+                own, idle = _device_bound(seg, m, wait, capacity)
+                trip = wait + seg["t_b"]
+                held = held_count(capacity, seg["m_b"], m)
+                window = max(window_work(m, seg["t_f"], seg["t_b"], seg["t_w"], seg["m_b"],
+                                         seg["m_w"], capacity, idle),
+                             start_chain(m, seg["t_f"], [(held, trip)]) + trip)
+                # the paths from device 0 to d and back: R_0 - R_d
+                paths = (tf[i] - tf[0]) + (tb[i] - tb[0]) + 2 * d * comm
+                row_b[j] = max(own, paths + window + tw_first)
+                row_w[j], row_h[j] = window, held
             rows_b.append(tuple(row_b))
             rows_e.append(tuple(row_e))
+            rows_w.append(tuple(row_w))
+            rows_h.append(tuple(row_h))
         bound.append(tuple(rows_b))
         excess.append(tuple(rows_e))
-    return SegmentBounds(model, tuple(bound), tuple(excess))
+        windows.append(tuple(rows_w))
+        helds.append(tuple(rows_h))
+    return SegmentBounds(model, tuple(bound), tuple(excess), tuple(windows), tuple(helds),
+                         {"t_f": tf, "t_b": tb, "t_w": tw})
 
 
 def _caps(model: LayeredModel) -> tuple[float, ...] | None:
@@ -101,9 +157,10 @@ def _caps(model: LayeredModel) -> tuple[float, ...] | None:
     return (float(cap),) * model.devices
 
 
-def _device_bound(seg: dict, m: int, wait: float, capacity: float) -> float:
-    """zbopt.bounds.device_bound for a device with one stage of these totals, raised by the
-    memory throughput bound where the cap cannot hold every micro-batch at once."""
+def _device_bound(seg: dict, m: int, wait: float, capacity: float) -> tuple[float, float]:
+    """(zbopt.bounds.device_bound for a device with one stage of these totals, raised by the
+    memory throughput bound where the cap cannot hold every micro-batch at once; the forced idle
+    it adds to the load)."""
     load = m * (seg["t_f"] + seg["t_b"] + seg["t_w"])
     if math.isfinite(capacity):
         ramp_busy = knapsack_max([(seg["m_b"], seg["t_f"], m)], capacity)
@@ -115,8 +172,8 @@ def _device_bound(seg: dict, m: int, wait: float, capacity: float) -> float:
     ramp = max(0.0, wait - ramp_busy)
     if m * seg["m_b"] > capacity + 1e-9:
         # some forward starts after the first B: disjoint windows
-        return max(load + ramp + drain, _throughput(seg, m, wait, capacity))
-    return load + max(ramp, drain)
+        return max(load + ramp + drain, _throughput(seg, m, wait, capacity)), ramp + drain
+    return load + max(ramp, drain), max(ramp, drain)
 
 
 def _throughput(seg: dict, m: int, wait: float, capacity: float) -> float:

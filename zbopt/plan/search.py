@@ -32,6 +32,7 @@ from ..registry import methods, run
 from ..result import Result
 from .baselines import BASELINES
 from .bound import (
+    SegmentBounds,
     argmin_partition,
     count_below,
     least_excess,
@@ -39,6 +40,7 @@ from .bound import (
     segment_bounds,
     suffix_minmax,
 )
+from .memory_bound import pipeline_bound
 
 Progress = Callable[[dict], None]
 TOLERANCE = 1e-9
@@ -129,6 +131,7 @@ class _Search:
         self.best: Optional[Split] = None
         self.bound = 0.0
         self.solver_runs = 0
+        self.tables: dict[str, SegmentBounds] = {}  # per placement with a segment bound
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.began
@@ -172,7 +175,9 @@ class _Search:
             best = best_of(results)
             from ..registry import schedule_bound
             own = schedule_bound(instance)
-            value = max(bound or 0.0, own[1] if own else 0.0)
+            value = max(bound or 0.0, own[1] if own else 0.0, pipeline_bound(instance))
+            if placement in self.tables:
+                value = max(value, self.tables[placement].full_bound(tuple(sizes)))
             split = Split(placement, tuple(sizes), best, value)
         self.cache[key] = split
         self.offer(split)
@@ -295,6 +300,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         starts = [rule(placed) for rule in BASELINES.values()]
         if placement == "contiguous":
             table = segment_bounds(placed)
+            search.tables[placement] = table
             best = suffix_minmax(table)
             if not math.isfinite(best[0][0]):
                 raise ZboptError(_infeasible_message(model))
@@ -324,26 +330,31 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         listed_below = threshold
         if total > max_partitions:
             listed_below = _threshold_for(table, best[0][0], threshold, max_partitions)
-        listed = sorted(partitions_below(table, listed_below, best), key=table.partition_bound)
+        listed = list(partitions_below(table, listed_below, best))
         if not listed and total:
             # too many splits tie at the least bound: take some of them; the rest keep that bound
             listed = list(itertools.islice(partitions_below(table, threshold, best), max_partitions))
             listed_below = best[0][0]
+        # the coupled bound of each listed split (cheap from the table) orders and prunes them
+        lbs = {sizes: table.full_bound(sizes) for sizes in listed}
+        listed.sort(key=lbs.__getitem__)
         pruned += _count_all(table) - len(listed)
         search.tell("pruned", placement=placement, listed=len(listed), candidates=total)
         splits = []
         for sizes in listed:
-            lb = table.partition_bound(sizes)
-            if search.best is not None and lb >= search.best.span * (1 - TOLERANCE):
+            lb = lbs[sizes]
+            cached = search.cache.get((placement, sizes))
+            if cached is not None:
+                splits.append(replace(cached, bound=max(cached.bound, lb)))
+            elif search.best is not None and lb >= search.best.span * (1 - TOLERANCE):
                 splits.append(Split(placement, sizes, None, lb))
-                continue
-            if time.perf_counter() < budget_end:
+            elif time.perf_counter() < budget_end:
                 split = search.schedule(placement, sizes, lb)
                 splits.append(replace(split, bound=max(split.bound, lb)))
                 if len(search.cache) % 25 == 0:
                     search.tell("scheduling", placement=placement)
             else:
-                splits.append(search.cache.get((placement, sizes)) or Split(placement, sizes, None, lb))
+                splits.append(Split(placement, sizes, None, lb))
         # partitions not listed all have a bound >= listed_below
         bounds[placement] = listed_below
         pending.extend(splits)

@@ -1,0 +1,117 @@
+"""Memory-aware lower bounds that couple the devices of a contiguous pipeline (one stage per device).
+
+Notation for device e: k_e = floor(room_e / m_b(e)) with room_e = cap - static, the most
+micro-batches with F started and B not ended it can hold (memory is added at an F's start and an
+activation is released only when its B ends); R_e = t_f(e) + round trip + t_b(e), the least time
+from the start of F(e, j) to the end of B(e, j); fwd(d, e) and bwd(e, d) the forward path from
+the start of F(d, j) to the start of F(e, j) and the backward path from the end of B(e, j) to the
+end of B(d, j) (pass times and comm of the stages d..e-1), so R_d = fwd(d, e) + R_e + bwd(e, d).
+A device's span runs from its first pass (an F) to its last, which ends at least t_w after its
+last B; so for d <= e, since F(d, j) precedes F(e, j) by fwd and B(d, j) follows B(e, j) by bwd,
+
+    span_d >= fwd(d, e) + window_e + bwd(e, d) + t_w(d),                                   (1)
+
+where window_e is the time from e's first F start to e's last B end. Two lower bounds on window_e:
+
+- Work and idle (`window_work`). All F and B of e lie in the window. Let B(e, l) be the last B,
+  starting at y. Every other B ended before y, every F too, and a W not ended by y has not
+  started (the device runs one pass at a time), so at y the device holds m_b(e) for l and m_w(e)
+  for each pending W: at most Q_e = floor((room_e - m_b(e)) / m_w(e)) of them (the level at y is
+  at most the peak after the last F start, which the cap checks). So at most Q_e + 1 W follow the
+  window and the other m - Q_e - 1 run in it. The window also holds the forced idle of
+  zbopt.bounds (before e's first B, and before the B of its last F; both in the window, summed
+  when the cap cannot hold every forward at once, the max otherwise), disjoint from the work.
+- Chain of starts (`start_chain`). Order the micro-batches by the start s_1 <= ... <= s_m of their
+  F on e. For d <= e: if s_{i+k_d} - fwd(d, e) < min over l in [i, i+k_d) of (end of B(e, l))
+  + bwd(e, d), then at time s_{i+k_d} - fwd(d, e) each of the k_d + 1 micro-batches i..i+k_d has
+  started F on d (at most s_l - fwd) and not ended B on d (at least end B(e, l) + bwd), which the
+  cap forbids; and end B(e, l) >= s_l + R_e >= s_i + R_e. So s_{i+k_d} >= s_i + R_d for every
+  d <= e (d = e included), and s_{i+1} >= s_i + t_f(e) (one device). The least s_m - s_1 under
+  these difference constraints is their longest path (`start_chain`), and window_e >= s_m - s_1
+  + R_e (the last B on e ends at least R_e after s_m). With e alone this is the throughput bound
+  ceil(m / k_e) R_e of zbopt.plan.bound; with several devices it adds their effects up (a device
+  that holds few micro-batches with a long round trip and one deeper that holds fewer).
+
+`pipeline_bound` is the largest of (1) over d <= e with the larger window bound; every term holds
+for every valid schedule of single passes, so the maximum does. tests/test_plan.py checks it
+against CP-SAT optima of small layered models and against valid schedules of random orders.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..bounds import drain_idle, ramp_idle, round_trip
+from ..instance import Instance
+
+EPS = 1e-9
+
+
+def held_count(room: float, need: float, limit: int) -> int:
+    """How many items of size `need` fit in `room` (at most `limit`; `limit` when need is 0)."""
+    if need <= 0 or not math.isfinite(room):
+        return limit
+    return max(0, min(limit, math.floor(room / need + EPS)))
+
+
+def window_work(m: int, t_f: float, t_b: float, t_w: float, m_b: float, m_w: float,
+                room: float, idle: float) -> float:
+    """Least window (first F start to last B end) of a device from its work and forced idle."""
+    pending = held_count(room - m_b, m_w, m)
+    return m * (t_f + t_b) + max(0, m - 1 - pending) * t_w + idle
+
+
+def start_chain(m: int, step: float, rules: Sequence[tuple[int, float]]) -> float:
+    """Least s_m - s_1 with s_{i+1} >= s_i + step and s_{i+k} >= s_i + r for each (k, r)."""
+    rules = [(k, r) for k, r in rules if 1 <= k < m]
+    if not rules:
+        return (m - 1) * step
+    starts = [0.0] * m
+    for i in range(1, m):
+        value = starts[i - 1] + step
+        for k, r in rules:
+            if i >= k:
+                value = max(value, starts[i - k] + r)
+        starts[i] = value
+    return starts[-1]
+
+
+def _room(instance: Instance, d: int) -> float:
+    if instance.cap is None:
+        return math.inf
+    return instance.cap[d] - instance.static_memory[d]
+
+
+def _idle(instance: Instance, d: int) -> float:
+    ramp, drain = ramp_idle(instance, d), drain_idle(instance, d)
+    if instance.m_b[d] * instance.microbatches > _room(instance, d) + EPS:
+        return ramp + drain  # some F starts after the first B: the two waits are disjoint
+    return max(ramp, drain)
+
+
+def applies(instance: Instance) -> bool:
+    """The argument needs one stage per device on one chain and passes that never overlap."""
+    return (instance.placement == "contiguous" and instance.num_stages == instance.devices
+            and not instance.overlap)
+
+
+def pipeline_bound(instance: Instance) -> float:
+    """The memory-aware bound of the module doc on the span of any schedule (0 where it does
+    not apply)."""
+    if not applies(instance):
+        return 0.0
+    p, m = instance.devices, instance.microbatches
+    trip = [round_trip(instance, d, d) + instance.t_b[d] for d in range(p)]
+    rooms = [_room(instance, d) for d in range(p)]
+    counts = [held_count(rooms[d], instance.m_b[d], m) for d in range(p)]
+    best = 0.0
+    for e in range(p):
+        work = window_work(m, instance.t_f[e], instance.t_b[e], instance.t_w[e], instance.m_b[e],
+                           instance.m_w[e], rooms[e], _idle(instance, e))
+        chain = start_chain(m, instance.t_f[e], [(counts[d], trip[d]) for d in range(e + 1)])
+        window = max(work, chain + trip[e])
+        for d in range(e + 1):
+            # fwd(d, e) + bwd(e, d) = R_d - R_e
+            best = max(best, trip[d] - trip[e] + window + instance.t_w[d])
+    return best
