@@ -386,3 +386,32 @@ def test_v_schedules_round_trip_through_torch_csv_and_pass_torch_checks(name):
         rows = torch_rows(instance, schedule)
         assert parse_torch_csv(csv_text(rows), instance).orders == schedule.orders
         torch_check(rows, instance.num_stages, m)  # raises if torch rejects the order
+
+
+# ----- v-greedy (with its local search) at every feasible cap --------------------------------
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(v_instances(), st.lists(st.integers(0, 6), min_size=8, max_size=8))
+def test_v_greedy_fits_every_feasible_cap_and_never_loses_to_zbv(instance, extra):
+    from zbopt import bounds
+    need = bounds.min_feasible_cap(instance)
+    capped = instance.with_cap([n + e for n, e in zip(need, extra)])
+    greedy = evaluate(capped, generate("v-greedy", capped))
+    assert validate(capped, greedy.schedule) == [] and greedy.fits_cap
+    try:
+        handcrafted = evaluate(capped, generate("zb-v", capped))
+    except ZboptError:
+        return  # zb-v does not apply to this instance
+    if handcrafted.fits_cap:
+        assert greedy.span <= handcrafted.span
+
+
+def test_v_greedy_below_the_least_cap_names_the_cap_needed_in_one_line():
+    from zbopt import bounds
+    instance = Instance(devices=3, microbatches=6, placement="v", m_b=[1, 2, 3, 3, 2, 1],
+                        static_memory=1)
+    need = max(bounds.min_feasible_cap(instance))
+    with pytest.raises(ZboptError) as err:
+        generate("v-greedy", instance.with_cap(need - 0.5))
+    assert "\n" not in str(err.value) and f"{need:g}" in str(err.value)
+    assert evaluate(instance.with_cap(need), generate("v-greedy", instance.with_cap(need))).fits_cap
