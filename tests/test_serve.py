@@ -32,6 +32,7 @@ from zbopt.export.schedule_file import read_schedule_file  # noqa: E402
 from zbopt.export.torch_csv import parse_torch_csv, torch_rows  # noqa: E402
 from zbopt.instance import Instance, load_instance  # noqa: E402
 from zbopt.registry import run  # noqa: E402
+from zbopt.report.html import CODE  # noqa: E402
 from zbopt.schedule import evaluate  # noqa: E402
 from zbopt.serve import api  # noqa: E402
 from zbopt.serve.events import step_states  # noqa: E402
@@ -218,20 +219,78 @@ def test_evaluate_uses_chunks_and_group_size_like_simulate(server, instance_file
     assert default_n.timeline.peak_memory != direct.timeline.peak_memory  # N changed the order
 
 
-def test_timeline_data_is_the_evaluators(server):
-    status, doc, _ = server.request("/api/evaluate?" + q(schedule="1f1b", devices=3,
-                                                         microbatches=5))
+def _column(column) -> list:
+    """A column of the timeline document: a list, or {values, code} (a character per entry)."""
+    if isinstance(column, list):
+        return column
+    return [column["values"][CODE.index(c)] for c in column["code"]]
+
+
+def drawn_passes(tl: dict) -> dict:
+    """{(stage, mb, kind): (start, end, device)} summed back from the timeline document's gaps
+    and durations, as the page does."""
+    cols = {k: _column(tl["passes"][k]) for k in ("stage", "mb", "gap", "dur")}
+    out, device, previous = {}, -1, 0
+    for i, stage in enumerate(cols["stage"]):
+        if tl["stage_device"][stage] != device:
+            device, previous = tl["stage_device"][stage], 0
+        start = previous + cols["gap"][i]
+        previous = end = start + cols["dur"][i]
+        out[(stage, cols["mb"][i], tl["passes"]["kind"][i])] = (start, end, device)
+    return out
+
+
+@pytest.mark.parametrize("method", ["1f1b", "zb-v", "dualpipe"])
+def test_timeline_data_is_the_evaluators(server, method):
+    status, doc, _ = server.request("/api/evaluate?" + q(schedule=method, devices=4,
+                                                         microbatches=8))
+    assert status == 200
     tl = doc["timeline"]
     instance = Instance(**doc["instance"])
-    timeline = run("1f1b", instance).timeline
-    fields = tl["fields"]
-    drawn = {(r[fields.index("stage")], r[fields.index("mb")], r[fields.index("kind")]):
-             (r[fields.index("start")], r[fields.index("end")], r[fields.index("device")])
-             for r in tl["passes"]}
-    assert drawn == {p: (timeline.start[p], timeline.end[p], instance.device_of(p[0]))
-                     for p in timeline.start}
-    assert tl["memory"] == [[list(x) for x in curve] for curve in timeline.memory_curve]
+    timeline = run(method, instance).timeline
+    assert drawn_passes(tl) == {p: (timeline.start[p], timeline.end[p], instance.device_of(p[0]))
+                                for p in timeline.start}
+    curves = []
+    for times, levels in tl["memory"]:
+        t = level = 0
+        curve = []
+        for dt, dl in zip(_column(times), _column(levels)):
+            t, level = t + dt, level + dl
+            curve.append((t, level))
+        curves.append(curve)
+    assert curves == [list(curve) for curve in timeline.memory_curve]
     assert tl["peak"] == list(timeline.peak_memory)
+    # the multi-pass blocks name their passes by index; only dualpipe overlaps an F with a B
+    blocks = [item for order in timeline.schedule.orders for item in order if len(item) > 1]
+    assert len(tl["blocks"]) == len(blocks)
+    assert any(b[2] == 1 for b in tl["blocks"]) == (method == "dualpipe")
+    assert "events" not in doc  # asked for separately, after drawing
+
+
+def test_events_are_the_step_states_of_the_view(server):
+    params = q(schedule="zb-h1", devices=4, microbatches=8)
+    status, events, _ = server.request("/api/events?" + params)
+    assert status == 200
+    _, doc, _ = server.request("/api/evaluate?" + params)
+    expected = step_states(run("zb-h1", Instance(**doc["instance"])).timeline)
+    assert events == json.loads(json.dumps(expected))
+    status, body, _ = server.request("/api/events?" + q(devices=0))
+    assert status == 422 and body["field"] == "devices"
+
+
+def test_settings_a_method_ignores_share_one_view():
+    base = Instance(devices=4, microbatches=8)
+    one = api.parse_settings({"schedule": "zb-h1", "chunks": 3, "group_size": 8}, base)
+    two = api.parse_settings({"schedule": "zb-h1", "chunks": 2}, base)
+    assert one != two and api.normalized(one) == api.normalized(two)
+    assert api.evaluate_settings(one, base).span == api.evaluate_settings(two, base).span
+    # the interleaved method keeps both: they change its schedule
+    three = api.parse_settings({"schedule": "interleaved-1f1b", "chunks": 3, "group_size": 8},
+                               base)
+    four = api.parse_settings({"schedule": "interleaved-1f1b", "chunks": 2, "group_size": 8},
+                              base)
+    assert api.normalized(three) != api.normalized(four)
+    assert api.evaluate_settings(three, base).span != api.evaluate_settings(four, base).span
 
 
 def _decoded(events: dict, devices: int) -> list[tuple[list, list]]:
@@ -379,6 +438,15 @@ def test_compare_returns_the_result_documents_of_zbopt_compare(server, instance_
                            "microbatches": 6})
     expected = [r.to_dict() for r in compare(instance, chunks=3)]
     assert [r["method"] for r in rows] == [r["method"] for r in expected]
+    # the table does not depend on the method shown: the same rows (the same runs' runtimes)
+    status, again, _ = server.request("/api/compare?" + q(devices=3, microbatches=6, chunks=3,
+                                                          schedule="zb-greedy"))
+    assert again == rows
+    # a row shown next is the row's own result, not a second run (its runtime says so)
+    row = next(r for r in rows if r["method"] == "zb-greedy")
+    status, doc, _ = server.request("/api/evaluate?" + q(devices=3, microbatches=6, chunks=3,
+                                                         schedule="zb-greedy"))
+    assert doc["result"] == row
     for got, want in zip(rows, expected):
         got.pop("runtime"), want.pop("runtime")
         assert got == want

@@ -19,6 +19,8 @@ from test_serve import UNIT, Server  # noqa: E402
 from zbopt.cli import main  # noqa: E402
 from zbopt.errors import ZboptError  # noqa: E402
 from zbopt.instance import Instance, load_instance  # noqa: E402
+from zbopt.registry import run  # noqa: E402
+from zbopt.report.gantt import pass_colour  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
 
@@ -78,6 +80,25 @@ def set_controls(page, values: dict[str, str]) -> None:
     page.wait_for_function("() => !window.zbopt.busy", timeout=30000)
 
 
+def drawn_passes(page) -> tuple[int, int]:
+    """(passes in the view, passes painted on the canvas)."""
+    return (int(page.locator("#timeline svg.tl").get_attribute("data-passes")),
+            int(page.locator("#timeline canvas.passes").get_attribute("data-drawn")))
+
+
+def pass_point(page, name: str) -> dict:
+    """Where pass `name` (e.g. "2B3") is on screen, and the colour the canvas has near its
+    top left corner (its centre may hold its label)."""
+    return page.evaluate("""name => {
+        const p = window.zbopt.passPoint(name), c = document.querySelector('#timeline canvas');
+        const r = c.getBoundingClientRect(), k = c.width / r.width;
+        const d = c.getContext('2d').getImageData(Math.floor((p.left + 2 - r.left) * k),
+                                                  Math.floor((p.top + 2 - r.top) * k), 1, 1).data;
+        p.painted = '#' + [d[0], d[1], d[2]].map(v => v.toString(16).padStart(2, '0')).join('');
+        return p;
+    }""", name)
+
+
 def metric(page, label: str) -> str:
     return page.get_by_label(label, exact=True).get_attribute("data-value")
 
@@ -94,14 +115,19 @@ def simulate_span(instance_path: Path, folder: Path, **changes) -> float:
     return json.loads(out.getvalue())["span"]
 
 
-def test_page_loads_with_every_control_and_metric(page):
+def test_page_loads_with_every_control_and_metric(page, served):
+    _, path, _ = served
     for label in ("schedule", "placement", "devices", "micro-batches", "chunks", "group size",
                   "t_f", "t_b", "t_w", "comm", "memory cap"):
         assert page.get_by_label(label, exact=True).is_visible(), label
     for label in ("span", "makespan", "bubble rate", "peak memory", "lower bound", "gap"):
         assert page.get_by_label(label, exact=True).is_visible(), label
-    assert page.locator("#timeline rect.p").count() == 3 * 4 * 8  # every pass of the unit instance
+    assert drawn_passes(page) == (3 * 4 * 8, 3 * 4 * 8)  # every pass of the unit instance
     assert page.locator("#timeline path.mem").count() == 4  # a memory curve per device
+    # each pass is painted in its stage's and kind's colour, as zbopt's report colours it
+    timeline = run("zb-h1", load_instance(path)).timeline
+    for name, (stage, kind) in {"0F0": (0, "F"), "2B3": (2, "B"), "3W7": (3, "W")}.items():
+        assert pass_point(page, name)["painted"] == pass_colour(timeline, stage, kind), name
     assert page.errors == []
 
 
@@ -113,7 +139,7 @@ def test_settings_show_the_span_zbopt_simulate_prints(page, served):
                              t_b=3, t_w=1, comm=0)
     assert float(metric(page, "span")) == expected
     assert page.get_by_label("span", exact=True).inner_text().startswith(f"{expected:,.0f}")
-    assert page.locator("#timeline rect.p").count() == 3 * 6 * 12
+    assert drawn_passes(page) == (3 * 6 * 12, 3 * 6 * 12)
     page.screenshot(path=str(folder / "explorer.png"), full_page=True)
     assert page.errors == []
 
@@ -121,9 +147,10 @@ def test_settings_show_the_span_zbopt_simulate_prints(page, served):
 def test_step_moves_the_cursor_and_the_in_flight_bars(page, served):
     server, _, _ = served
     set_controls(page, {"schedule": "1f1b", "devices": "4", "micro-batches": "8"})
-    _, doc, _ = server.request("/api/evaluate?schedule=1f1b&devices=4&microbatches=8")
+    status, doc, _ = server.request("/api/events?schedule=1f1b&devices=4&microbatches=8")
+    assert status == 200
     expected, flight, pending = [], [0] * 4, [0] * 4
-    for changes in doc["events"]["changes"]:
+    for changes in doc["changes"]:
         for d, f, w in changes:
             flight[d], pending[d] = f, w
         expected.append([[a, b] for a, b in zip(flight, pending)])
@@ -136,17 +163,17 @@ def test_step_moves_the_cursor_and_the_in_flight_bars(page, served):
     seen = []
     for _ in range(6):
         page.get_by_role("button", name="step", exact=True).click()
-        seen.append((int(page.locator("#timeline svg").get_attribute("data-cursor")), bars()))
+        seen.append((int(page.locator("#timeline svg.tl").get_attribute("data-cursor")), bars()))
     assert [c for c, _ in seen] == list(range(6))
     assert [b for _, b in seen] == expected[:6]  # the server's states, event by event
     assert len({json.dumps(b) for _, b in seen}) > 1 and seen[-1][1] != [[0, 0]] * 4
     x = float(page.locator("#timeline line.cursor").get_attribute("x1"))
     assert x > float(page.locator("#timeline rect.idle").first.get_attribute("x"))
     page.get_by_role("button", name="reset", exact=True).click()
-    assert page.locator("#timeline svg").get_attribute("data-cursor") == "-1"
+    assert page.locator("#timeline svg.tl").get_attribute("data-cursor") == "-1"
     assert bars() == [[0, 0]] * 4
     page.get_by_role("button", name="play", exact=True).click()
-    page.wait_for_function("() => Number(document.querySelector('#timeline svg')"
+    page.wait_for_function("() => Number(document.querySelector('#timeline svg.tl')"
                            ".dataset.cursor) >= 3", timeout=10000)
     page.get_by_role("button", name="pause", exact=True).click()
     assert page.errors == []
@@ -162,7 +189,7 @@ def test_an_invalid_value_shows_zbopts_message_next_to_the_control(page):
     assert page.get_by_label("memory cap", exact=True).get_attribute("aria-invalid") == "true"
     # the page is not broken: the last valid view stays, greyed
     assert metric(page, "span") == span_before
-    assert page.locator("#timeline rect.p").count() > 0
+    assert drawn_passes(page)[0] > 0
     set_controls(page, {"memory cap": "2p", "devices": "0"})
     assert page.locator("[data-field='devices'] .error").inner_text() == \
         "devices must be between 1 and 64, got 0"
@@ -173,21 +200,27 @@ def test_an_invalid_value_shows_zbopts_message_next_to_the_control(page):
 
 
 def test_hover_highlight_and_zoom(page):
-    target = page.locator("#timeline rect.p[data-pass='2B3']")
-    target.hover()
+    target = pass_point(page, "2B3")
+    page.mouse.move(target["x"], target["y"])
     tip = page.locator("#tooltip")
     assert tip.is_visible() and "2B3" in tip.inner_text() and "micro-batch 3" in tip.inner_text()
-    target.click()
-    lit = page.eval_on_selector_all("#timeline rect.p.hl", "rs => rs.map(r => r.dataset.pass)")
+    page.mouse.click(target["x"], target["y"])
+    lit = page.eval_on_selector_all("#timeline rect.hl", "rs => rs.map(r => r.dataset.pass)")
     assert sorted(lit) == sorted(f"{s}{k}3" for s in range(4) for k in "FBW")
     assert "micro-batch 3" in page.locator("#hl-status").inner_text()
-    width = float(page.locator("#timeline svg").get_attribute("width"))
+    width = float(page.locator("#timeline svg.tl").get_attribute("width"))
     page.get_by_role("button", name="+", exact=True).click()
-    assert float(page.locator("#timeline svg").get_attribute("width")) == pytest.approx(
+    assert float(page.locator("#timeline svg.tl").get_attribute("width")) == pytest.approx(
         1.5 * width, rel=0.01)
-    assert page.locator("#timeline rect.p.hl").count() == 12  # the highlight survives a zoom
+    assert page.locator("#timeline rect.hl").count() == 12  # the highlight survives a zoom
+    # the other passes are washed out, the highlighted ones keep their colour
+    assert pass_point(page, "2B3")["painted"] == target["colour"]
+    assert pass_point(page, "2B4")["painted"] != pass_point(page, "2B4")["colour"]
+    margin = page.locator("#timeline svg.tl").bounding_box()
+    page.mouse.click(margin["x"] + 10, margin["y"] + 10)  # off the passes: clears the highlight
+    assert page.locator("#timeline rect.hl").count() == 0
     page.get_by_role("button", name="fit", exact=True).click()
-    assert float(page.locator("#timeline svg").get_attribute("width")) == pytest.approx(width, rel=0.02)
+    assert float(page.locator("#timeline svg.tl").get_attribute("width")) == pytest.approx(width, rel=0.02)
 
 
 def test_clicking_a_comparison_row_shows_that_method(page):

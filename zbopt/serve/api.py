@@ -207,8 +207,7 @@ def instance_of(settings: Settings, base: Instance) -> Instance:
 
 
 def _method_params(name: str, settings: Settings) -> dict:
-    generate = get_method(name, "schedule").generate
-    if settings.group_size and "group_size" in inspect.signature(generate).parameters:
+    if settings.group_size and takes_group_size(name):
         return {"group_size": settings.group_size}
     return {}
 
@@ -252,6 +251,19 @@ def evaluate_settings(settings: Settings, base: Instance) -> Result:
     return result
 
 
+def takes_group_size(name: str) -> bool:
+    return "group_size" in inspect.signature(get_method(name, "schedule").generate).parameters
+
+
+def normalized(settings: Settings) -> Settings:
+    """The same view with the settings its method ignores at 0 (chunks unless something is
+    interleaved, group size unless the method takes one): one cache entry per distinct view."""
+    interleaved = settings.placement == "interleaved" or \
+        get_method(settings.schedule, "schedule").placement == "interleaved"
+    return replace(settings, chunks=settings.chunks if interleaved else 0,
+                   group_size=settings.group_size if takes_group_size(settings.schedule) else 0)
+
+
 def compare_settings(settings: Settings, base: Instance, names: list[str] | None = None
                      ) -> list[Result]:
     """Every schedule method (or `names`) on the instance as written, through compare(); the
@@ -268,48 +280,32 @@ def compare_settings(settings: Settings, base: Instance, names: list[str] | None
     return rows
 
 
-PASS_FIELDS = ("device", "stage", "mb", "kind", "start", "end", "x0", "x1", "band", "bands",
-               "item_start", "item_end", "item_size", "step")
-
-
 def _compact(x: float) -> float | int:
     return int(x) if float(x).is_integer() else round(float(x), 6)
 
 
 def drawing(result: Result) -> dict:
-    """The timeline as the page draws it: every pass (PASS_FIELDS, times from evaluate() via
-    the report's pass_boxes), a colour per stage and kind, the memory curve and cap per device."""
+    """The timeline as the page draws it: the HTML report's compact columns (timeline_data:
+    every pass's stage, micro-batch, kind and times from evaluate() as gaps and durations in
+    each device's order, the multi-pass blocks, colours and path steps per stage, the memory
+    curve per device as steps), plus the span, each device's span and the memory unit."""
     # the report modules import matplotlib: loaded on first use (the server warms them up)
-    from ..report.gantt import label_colour, pass_boxes, pass_colour
-    from ..report.html import path_step
+    from ..report.html import timeline_data
     timeline = result.timeline
-    instance = timeline.instance
-    steps = {(stage, kind): path_step(instance, stage, kind)
-             for stage in range(instance.num_stages) for kind in "FBW"}
-    rows = []
-    for box in pass_boxes(timeline):
-        box["step"] = steps[(box["stage"], box["kind"])]
-        rows.append(list(map(box.__getitem__, PASS_FIELDS)))  # floats as they are: speed
-    palette = [{k: [pass_colour(timeline, s, k), label_colour(timeline, s, k)] for k in "FBW"}
-               for s in range(instance.num_stages)]
-    cap = instance.cap
-    return {"method": result.method, "devices": instance.devices, "fields": list(PASS_FIELDS),
-            "passes": rows, "palette": palette, "time_unit": instance.time_unit,
-            "memory_unit": instance.memory_unit,
-            "makespan": _compact(timeline.makespan), "span": _compact(timeline.span),
-            "device_span": [[_compact(a), _compact(b)] for a, b in timeline.device_span],
-            "memory": [[[_compact(t), _compact(level)] for t, level in curve]
-                       for curve in timeline.memory_curve],
-            "peak": [_compact(x) for x in timeline.peak_memory],
-            "cap": [_compact(x) for x in cap] if cap is not None else None,
-            "memory_top": _compact(max([*timeline.peak_memory, *(cap or ())]))}
+    return {**timeline_data(timeline, result.method, timeline.makespan),
+            "memory_unit": timeline.instance.memory_unit, "span": _compact(timeline.span),
+            "device_span": [[_compact(a), _compact(b)] for a, b in timeline.device_span]}
 
 
-def view_document(result: Result) -> dict:
+def view_document(result: Result, events: bool = True) -> dict:
     """What the page draws for one Result: the Result document, the placed instance, the
-    timeline (per pass start/end per device, memory per device) and the step states."""
-    return {"result": result.to_dict(), "instance": result.instance.to_dict(),
-            "timeline": drawing(result), "events": step_states(result.timeline)}
+    timeline (per pass start/end per device, memory per device) and (unless `events` is
+    False: the page then asks for them after drawing) the step states."""
+    doc = {"result": result.to_dict(), "instance": result.instance.to_dict(),
+           "timeline": drawing(result)}
+    if events:
+        doc["events"] = step_states(result.timeline)
+    return doc
 
 
 def solve_arguments(params: Mapping[str, Any]) -> tuple[str, float]:
@@ -341,9 +337,8 @@ def method_list() -> list[dict]:
     """Every schedule method: name, kind, placement, description, whether it takes a group size."""
     out = []
     for name, method in methods("schedule").items():
-        takes = "group_size" in inspect.signature(method.generate).parameters
         out.append({"name": name, "kind": method.kind, "placement": method.placement,
-                    "description": method.description, "group_size": takes})
+                    "description": method.description, "group_size": takes_group_size(name)})
     return out
 
 

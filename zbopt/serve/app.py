@@ -14,6 +14,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from importlib import resources
 from typing import Any, Optional
 
@@ -29,6 +30,7 @@ from ..instance import PLACEMENTS, Instance, default_instance_path, load_instanc
 from ..registry import methods, solver_names
 from ..result import Result
 from . import api
+from .events import step_states
 from .jobs import Jobs, Refused
 from .workers import ComparePool, solve_in_process
 
@@ -63,6 +65,28 @@ def _loopback_name(host_header: str) -> bool:
         return False
 
 
+class _Recent:
+    """The last `size` entries put, by key (a thread-safe LRU of computed answers)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+            return self._items.get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
 def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
                local_only: bool = True) -> FastAPI:
     """The app serving `instance` (default: the shipped paper instance) as the page's start.
@@ -80,7 +104,11 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
     app = FastAPI(title="zbopt explorer", docs_url=None, redoc_url=None,
                   openapi_url="/api/openapi.json", lifespan=lifespan)
     jobs = Jobs(max_solves, runner=solve_in_process)
-    comparisons: OrderedDict = OrderedDict()  # settings -> rows, the last 16
+    results = _Recent(32)  # normalized settings -> Result: a view shown again is not re-run
+    comparisons = _Recent(16)  # settings without the schedule -> {method: rows}, even partial
+    # one evaluation at a time: a request the page gave up on while it waited is dropped
+    # instead of holding the interpreter while the page waits for the newer one
+    gate = asyncio.Lock()
     # the registry imports every backend (ortools, pulp, highspy) and the drawing matplotlib:
     # load them off the start path, while the browser fetches the page
     threading.Thread(target=api.warm_up, daemon=True, name="zbopt-warm-up").start()
@@ -92,28 +120,54 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
                           "only (127.0.0.1, localhost, ::1)", status=400)
         return await call_next(request)
 
-    @functools.lru_cache(maxsize=64)
-    def evaluated(settings: api.Settings) -> bytes:
-        result = api.evaluate_settings(settings, base)
-        return json.dumps(api.view_document(result), separators=(",", ":"),
+    def result_of(settings: api.Settings) -> Result:
+        key = api.normalized(settings)
+        result = results.get(key)
+        if result is None:
+            result = api.evaluate_settings(key, base)
+            results.put(key, result)
+        return result
+
+    @functools.lru_cache(maxsize=16)
+    def evaluated(key: api.Settings) -> bytes:
+        return json.dumps(api.view_document(result_of(key), events=False),
+                          separators=(",", ":"), allow_nan=False).encode()
+
+    @functools.lru_cache(maxsize=16)
+    def stepped(key: api.Settings) -> bytes:
+        return json.dumps(step_states(result_of(key).timeline), separators=(",", ":"),
                           allow_nan=False).encode()
+
+    async def one_at_a_time(request: Request, compute, key: api.Settings) -> Response:
+        async with gate:
+            if await request.is_disconnected():
+                return _error("the client went away", status=499)
+            body = await run_in_threadpool(compute, key)
+        return Response(body, media_type="application/json")
 
     async def compared(settings: api.Settings, request: Request) -> Optional[list[Result]]:
         """Every method's rows, one method at a time in the worker process; None when the page
-        went away meanwhile (its settings changed), so stale work stops early."""
-        if settings in comparisons:
-            return comparisons[settings]
-        # bad settings: the one-line message, not one per method
-        api.check_size(api.instance_of(settings, base))
-        rows: list[Result] = []
+        went away meanwhile (its settings changed), so stale work stops early. The rows of the
+        methods done so far are kept, so the page asking again goes on from there."""
+        key = replace(settings, schedule="")  # the table does not depend on the method shown
+        done = comparisons.get(key)
+        if done is None:
+            # bad settings: the one-line message, not one per method
+            api.check_size(api.instance_of(settings, base))
+            done = {}
+            comparisons.put(key, done)
         for name in methods("schedule"):
+            if name in done:
+                continue
             if await request.is_disconnected():
                 return None
-            rows.extend(await run_in_threadpool(pool.compare_one, settings, base, name))
-        comparisons[settings] = rows
-        while len(comparisons) > 16:
-            comparisons.popitem(last=False)
-        return rows
+            rows = await run_in_threadpool(pool.compare_one, settings, base, name)
+            done[name] = rows
+            if settings.chunks != 1:  # a shown row then needs no second run
+                for row in rows:
+                    if row.applies:
+                        results.put(api.normalized(replace(settings, schedule=row.method)), row)
+        return [row for name in methods("schedule") for row in done[name]]
 
     def settings_of(request: Request, extra: tuple[str, ...] = ()) -> api.Settings:
         params = {k: v for k, v in request.query_params.items() if k not in extra}
@@ -128,7 +182,7 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
                 raise api.SettingError("job", f"no finished solve {ident!r} with a schedule: "
                                               f"press Solve again")
             return job.result
-        return api.evaluate_settings(settings_of(request, ("job",)), base)
+        return result_of(settings_of(request, ("job",)))
 
     @app.exception_handler(ZboptError)
     async def zbopt_error(request: Request, err: ZboptError) -> Response:
@@ -166,8 +220,13 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
                       "instance": base.to_dict()})
 
     @app.get("/api/evaluate")
-    def evaluate(request: Request) -> Response:
-        return Response(evaluated(settings_of(request)), media_type="application/json")
+    async def evaluate(request: Request) -> Response:
+        return await one_at_a_time(request, evaluated, api.normalized(settings_of(request)))
+
+    @app.get("/api/events")
+    async def events(request: Request) -> Response:
+        """The step states of the view: asked for after it is drawn, so they never delay it."""
+        return await one_at_a_time(request, stepped, api.normalized(settings_of(request)))
 
     @app.get("/api/compare")
     async def compare(request: Request) -> Response:
@@ -196,7 +255,7 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
         solver, limit = api.solve_arguments({k: body.pop(k) for k in ("solver", "time_limit")
                                              if k in body})
         settings = api.parse_settings(body, base)
-        shown = await run_in_threadpool(api.evaluate_settings, settings, base)
+        shown = await run_in_threadpool(result_of, settings)
         job = jobs.start(page, shown.instance, solver, limit, shown.method)
         return _json(job.snapshot(), 202)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..instance import Instance
-from ..passes import memory_delta
+from ..passes import stage_deltas
 from ..schedule import Timeline, format_item
 
 
@@ -42,6 +42,7 @@ def step_states(timeline: Timeline) -> dict:
     Also each device's largest in-flight and pending-W count over the whole schedule."""
     instance = timeline.instance
     share = activation_shares(instance)
+    deltas = stage_deltas(instance)  # memory_delta per kind and stage, looked up once
     happenings: dict[float, list] = defaultdict(list)
     for device, order in enumerate(timeline.schedule.orders):
         for item, (t0, t1) in zip(order, timeline.item_times[device]):
@@ -58,7 +59,7 @@ def step_states(timeline: Timeline) -> dict:
             if starts:
                 began.append([device, label])
                 for q in item:
-                    if memory_delta(instance, q) > 0:  # held from the block's start
+                    if deltas[q[2]][q[0]] > 0:  # held from the block's start
                         in_flight[device] += share[q[0]]
                         moved.add(device)
             else:

@@ -6,7 +6,9 @@ Both use the "spawn" start method: forking a server that runs threads is unsafe.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import queue as queues
 import threading
 from typing import Any, Callable, Optional
@@ -20,8 +22,11 @@ _CONTEXT = multiprocessing.get_context("spawn")
 
 def _serve_compares(conn) -> None:
     """The comparison worker: (settings, base, method name) in, that method's rows out, until
-    the server closes its end."""
+    the server closes its end. It runs at a lower priority than the server, so the table
+    filling in never slows the redraw of the schedule shown."""
     from .api import compare_settings
+    with contextlib.suppress(OSError, AttributeError):  # no niceness on some systems
+        os.nice(10)
     while True:
         try:
             settings, base, name = conn.recv()

@@ -13,14 +13,19 @@
     page: Math.random().toString(36).slice(2) + Date.now().toString(36),
     setup: null, doc: null, job: null, zoom: 1, cursor: -1, timer: null, highlight: null,
     evalController: null, compareController: null, evalTimer: null, compareTimer: null, busy: false,
+    evalQuery: null, shownQuery: null, events: null, eventsController: null, eventsPending: false, changedAt: null, timing: null, overlay: null, canvas: null, hovered: -1,
     source: null, solving: false, rows: []
   };
 
   function $(id) { return document.getElementById(id); }
 
+  var FORMATS = {};  // one formatter per number of digits: toLocaleString builds one per call
+
   function fmt(x, digits) {
     if (x === null || x === undefined) { return "–"; }
-    return Number(x).toLocaleString("en-US", { maximumFractionDigits: digits === undefined ? 3 : digits });
+    var d = digits === undefined ? 3 : digits;
+    if (!FORMATS[d]) { FORMATS[d] = new Intl.NumberFormat("en-US", { maximumFractionDigits: d }); }
+    return FORMATS[d].format(Number(x));
   }
 
   function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(2) + "%"; }
@@ -78,20 +83,45 @@
 
   // ----- evaluate ------------------------------------------------------------------------------
 
+  // whether the page is still working on the last change (the view or its step states)
+  function settle() {
+    state.busy = state.evalTimer !== null || state.evalController !== null || state.eventsPending;
+  }
+
   function scheduleEvaluate(delay) {
     clearTimeout(state.evalTimer);
     state.busy = true;
+    if (state.changedAt === null) { state.changedAt = performance.now(); }
     state.evalTimer = setTimeout(function () { state.evalTimer = null; evaluate(); },
                                  delay === undefined ? 120 : delay);
   }
 
   async function evaluate() {
+    var q = query();
+    clearTimeout(state.evalTimer);
+    state.evalTimer = null;
+    // already on its way, or already shown
+    if ((state.evalController && state.evalQuery === q) ||
+        (!state.evalController && q === state.shownQuery && !state.job)) {
+      state.changedAt = null;
+      settle();
+      return;
+    }
     state.busy = true;
     if (state.evalController) { state.evalController.abort(); }
+    // the table is for the settings being left: stop it so the server's time goes to the view
+    clearTimeout(state.compareTimer);
+    if (state.compareController) {
+      state.compareController.abort();
+      state.compareController = null;
+      $("compare-status").textContent = "(for the previous settings)";
+    }
     var controller = new AbortController();
     state.evalController = controller;
+    state.evalQuery = q;
     $("busy").hidden = false;
-    var q = query(), began = performance.now();
+    var began = performance.now(), changed = state.changedAt === null ? began : state.changedAt;
+    state.changedAt = null;
     try {
       var response = await fetch("/api/evaluate?" + q, { signal: controller.signal });
       if (controller !== state.evalController) { return; }
@@ -100,6 +130,7 @@
         var err = await readError(response);
         showError(err.field, err.message);
         document.body.setAttribute("data-state", "invalid");
+        state.shownQuery = null;
         document.querySelector(".timeline-panel").classList.add("stale");
         clearTimeout(state.compareTimer);
         if (state.compareController) { state.compareController.abort(); state.compareController = null; }
@@ -114,19 +145,32 @@
       $("page-error").textContent = "";
       document.querySelector(".timeline-panel").classList.remove("stale");
       state.job = null;
+      state.shownQuery = q;
       var parsed = performance.now();
       show(doc);
-      // where the time of the last re-evaluation went (ms), for the benchmark
-      state.timing = { server: answered - began, parse: parsed - answered, draw: performance.now() - parsed };
+      var drawn = performance.now();
       document.body.setAttribute("data-state", "ready");
       scheduleCompare();
+      // where the time of the last re-evaluation went (ms), for the benchmark: from the control's
+      // change to the frame showing the new view (the next frame after drawing, then its paint)
+      var view = document.body.getAttribute("data-view");
+      requestAnimationFrame(function () {
+        setTimeout(function () {
+          var painted = performance.now();
+          state.timing = { total: painted - changed, wait: began - changed, server: answered - began,
+                           parse: parsed - answered, draw: drawn - parsed, paint: painted - drawn };
+          document.body.setAttribute("data-painted", view);
+          if (!state.events && document.body.getAttribute("data-view") === view) { loadEvents(q, view); }
+        }, 0);
+      });
     } catch (e) {
       if (e.name !== "AbortError") { $("page-error").textContent = "the server did not answer: " + e.message; }
     } finally {
       if (controller === state.evalController) {
         $("busy").hidden = true;
         state.evalController = null;
-        state.busy = state.evalTimer !== null;  // settings changed again meanwhile
+        state.evalQuery = null;
+        settle();  // settings may have changed again meanwhile
       }
     }
   }
@@ -134,7 +178,11 @@
   function show(doc) {
     stop();
     state.doc = doc;
-    decodeEvents(doc);
+    state.events = null;
+    state.eventsPending = !doc.events;
+    if (state.eventsController) { state.eventsController.abort(); state.eventsController = null; }
+    ["step", "play", "cursor"].forEach(function (id) { $(id).disabled = true; });
+    if (doc.events) { decodeEvents(doc.events); }
     showMetrics(doc.result);
     var r = doc.result;
     $("showing").textContent = r.method + (r.kind === "solver" ? " (solved: " + r.status + ")" : "") +
@@ -170,33 +218,100 @@
   }
 
   // ----- the timeline --------------------------------------------------------------------------
+  // The passes are painted on a canvas as wide as the visible part of the timeline (thousands of
+  // SVG nodes took longer to build than the server took to answer); the rows, memory curves,
+  // axis, cursor and the highlighted micro-batch stay SVG, a few hundred nodes at most.
+
+  var CODE = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  var KINDS = "FBW";
 
   function rowY(d) { return L.top + d * (L.row + L.memory + L.gap); }
 
+  // a column of the server's timeline: a list, or {values, code} with one character per entry
+  // (the index of its value)
+  function decode(column) {
+    if (Array.isArray(column)) { return column; }
+    var code = column.code, values = column.values, out = new Array(code.length), index = {};
+    for (var c = 0; c < CODE.length; c++) { index[CODE.charCodeAt(c)] = c; }
+    for (var i = 0; i < code.length; i++) { out[i] = values[index[code.charCodeAt(i)]]; }
+    return out;
+  }
+
+  // the columns as typed arrays per field, each pass's start and end summed back from the gaps
+  // and durations of its device's order, and the box of the passes of multi-pass blocks
   function unpack(tl) {
     if (tl.unpacked) { return tl.unpacked; }
-    var fields = tl.fields;
-    tl.unpacked = tl.passes.map(function (row, i) {
-      var q = { index: i };
-      fields.forEach(function (f, k) { q[f] = row[k]; });
-      q.name = q.stage + q.kind + q.mb;
-      return q;
+    var stage = decode(tl.passes.stage), mb = decode(tl.passes.mb), kinds = tl.passes.kind;
+    var gap = decode(tl.passes.gap), dur = decode(tl.passes.dur), n = stage.length;
+    var P = { n: n, device: new Int32Array(n), stage: new Int32Array(n), mb: new Int32Array(n),
+              kind: new Uint8Array(n), start: new Float64Array(n), end: new Float64Array(n),
+              x0: new Float64Array(n), x1: new Float64Array(n), band: new Int32Array(n),
+              bands: new Int32Array(n).fill(1), itemStart: new Float64Array(n),
+              itemEnd: new Float64Array(n), itemSize: new Int32Array(n).fill(1),
+              first: new Int32Array(tl.devices + 1) };
+    var device = -1, previous = 0;
+    for (var i = 0; i < n; i++) {
+      var s = stage[i], d = tl.stage_device[s];
+      if (d !== device) {
+        for (var e = device + 1; e <= d; e++) { P.first[e] = i; }
+        device = d;
+        previous = 0;
+      }
+      var start = previous + gap[i], end = start + dur[i];
+      previous = end;
+      P.device[i] = d; P.stage[i] = s; P.mb[i] = mb[i]; P.kind[i] = KINDS.indexOf(kinds.charAt(i));
+      P.start[i] = P.x0[i] = P.itemStart[i] = start;
+      P.end[i] = P.x1[i] = P.itemEnd[i] = end;
+    }
+    for (var f = device + 1; f <= tl.devices; f++) { P.first[f] = n; }
+    tl.blocks.forEach(function (block) {
+      var members = block.slice(3), overlapped = block[2] === 1;
+      members.forEach(function (k, band) {
+        P.itemStart[k] = block[0]; P.itemEnd[k] = block[1]; P.itemSize[k] = members.length;
+        if (overlapped) { P.x0[k] = block[0]; P.x1[k] = block[1]; P.band[k] = band; P.bands[k] = members.length; }
+      });
     });
-    return tl.unpacked;
+    tl.unpacked = P;
+    return P;
+  }
+
+  function passName(P, i) { return P.stage[i] + KINDS.charAt(P.kind[i]) + P.mb[i]; }
+
+  function passInfo(i) {
+    var tl = state.doc.timeline, P = unpack(tl), k = P.kind[i], s = P.stage[i];
+    return { index: i, name: passName(P, i), device: P.device[i], stage: s, mb: P.mb[i],
+             kind: KINDS.charAt(k), start: P.start[i], end: P.end[i], item_start: P.itemStart[i],
+             item_end: P.itemEnd[i], item_size: P.itemSize[i], bands: P.bands[i],
+             step: tl.step[k][s], colour: tl.colour[k][s] };
+  }
+
+  // a pass's box in the drawing's coordinates
+  function boxOf(P, i) {
+    var bh = L.row / P.bands[i];
+    return { x: L.left + P.x0[i] * state.scale, y: rowY(P.device[i]) + P.band[i] * bh,
+             w: Math.max((P.x1[i] - P.x0[i]) * state.scale, 0.5), h: bh };
+  }
+
+  // the memory curve of each device: running sums of the server's (time, level) steps
+  function curves(tl) {
+    return tl.memory.map(function (steps) {
+      var t = 0, level = 0, times = decode(steps[0]), levels = decode(steps[1]);
+      return times.map(function (dt, i) { t += dt; level += levels[i]; return [t, level]; });
+    });
   }
 
   function drawTimeline() {
     var doc = state.doc;
     if (!doc) { return; }
-    var tl = doc.timeline, box = $("timeline");
-    var passes = unpack(tl);
+    var tl = doc.timeline, box = $("timeline"), P = unpack(tl);
     var width = Math.max(box.clientWidth - 2, 480) * state.zoom;
     var span = tl.makespan || 1;
     var scale = (width - L.left - L.right) / span;
     state.scale = scale;
     var height = rowY(tl.devices) + L.axis;
-    var out = ['<svg xmlns="http://www.w3.org/2000/svg" class="tl" width="' + width + '" height="' +
-               height + '" role="img" aria-label="timeline of ' + esc(tl.method) + '">'];
+    var out = ['<div class="tl-inner" style="width:' + width + "px;height:" + height + 'px">',
+               '<svg xmlns="http://www.w3.org/2000/svg" class="tl" width="' + width + '" height="' +
+               height + '" role="img" aria-label="timeline of ' + esc(tl.method) + '" data-passes="' + P.n + '">'];
     for (var d = 0; d < tl.devices; d++) {
       var y = rowY(d);
       out.push('<rect class="idle" x="' + L.left + '" y="' + y + '" width="' + (span * scale).toFixed(2) +
@@ -205,35 +320,22 @@
     }
     // memory strips: the evaluator's step curve under each device, its cap dashed
     var top = tl.memory_top || 1;
-    tl.memory.forEach(function (curve, d) {
+    var r2 = function (x) { return Math.round(x * 100) / 100; };
+    curves(tl).forEach(function (curve, d) {
       var y0 = rowY(d) + L.row + 2, h = L.memory - 4, bottom = y0 + h;
-      var yOf = function (level) { return (bottom - h * level / top).toFixed(2); };
+      var yOf = function (level) { return r2(bottom - h * level / top); };
+      // a step curve: across to each change at the level before it, then up or down
       var parts = ["M" + L.left + "," + bottom];
-      curve.forEach(function (p, i) {
-        var x = (L.left + p[0] * scale).toFixed(2);
-        if (i > 0) { parts.push("L" + x + "," + yOf(curve[i - 1][1])); }
-        parts.push("L" + x + "," + yOf(p[1]));
-      });
-      var end = (L.left + span * scale).toFixed(2);
-      parts.push("L" + end + "," + yOf(curve[curve.length - 1][1]) + "L" + end + "," + bottom + "Z");
+      for (var i = 0; i < curve.length; i++) {
+        parts.push("H" + r2(L.left + curve[i][0] * scale) + "V" + yOf(curve[i][1]));
+      }
+      var end = r2(L.left + span * scale);
+      parts.push("H" + end + "V" + bottom + "Z");
       out.push('<path class="mem" data-device="' + d + '" d="' + parts.join("") + '"><title>device ' + d +
                ' memory: peak ' + fmt(tl.peak[d]) + (tl.cap ? " / cap " + fmt(tl.cap[d]) : "") + '</title></path>');
       if (tl.cap) {
         out.push('<line class="cap" x1="' + L.left + '" x2="' + end + '" y1="' + yOf(tl.cap[d]) +
                  '" y2="' + yOf(tl.cap[d]) + '"/>');
-      }
-    });
-    passes.forEach(function (q) {
-      var bh = L.row / q.bands, y = rowY(q.device) + q.band * bh;
-      var x = L.left + q.x0 * scale, w = Math.max((q.x1 - q.x0) * scale, 0.5);
-      var colours = tl.palette[q.stage][q.kind];
-      out.push('<rect class="p" data-i="' + q.index + '" data-mb="' + q.mb + '" data-pass="' + q.name +
-               '" x="' + x.toFixed(2) + '" y="' + y.toFixed(2) + '" width="' + w.toFixed(2) + '" height="' +
-               bh.toFixed(2) + '" fill="' + colours[0] + '"/>');
-      var label = String(q.mb);
-      if (w >= 6.5 * label.length + 3 && bh >= 10) {
-        out.push('<text class="lbl" x="' + (x + w / 2).toFixed(2) + '" y="' + (y + bh / 2 + 3.5).toFixed(2) +
-                 '" fill="' + colours[1] + '">' + label + '</text>');
       }
     });
     // time axis
@@ -244,19 +346,63 @@
       out.push('<line class="axis" x1="' + tx + '" x2="' + tx + '" y1="' + axisY + '" y2="' + (axisY + 4) + '"/>');
       out.push('<text class="tick" x="' + tx + '" y="' + (axisY + 15) + '">' + fmt(t) + '</text>');
     }
-    out.push('<g class="path"></g>');
-    out.push('<rect class="future" x="' + L.left + '" y="0" width="0" height="' + (axisY - 1) + '"/>');
-    out.push('<line class="cursor" x1="' + L.left + '" x2="' + L.left + '" y1="0" y2="' + (axisY + 4) + '"/>');
-    out.push("</svg>");
+    out.push('</svg><canvas class="passes" aria-hidden="true"></canvas>');
+    out.push('<svg xmlns="http://www.w3.org/2000/svg" class="overlay" width="' + width + '" height="' + height +
+             '" aria-hidden="true"><g class="hl"></g><g class="path"></g>' +
+             '<rect class="hover" x="0" y="0" width="0" height="0" style="display:none"/>' +
+             '<rect class="future" x="' + L.left + '" y="0" width="0" height="' + (axisY - 1) + '"/>' +
+             '<line class="cursor" x1="' + L.left + '" x2="' + L.left + '" y1="0" y2="' + (axisY + 4) + '"/></svg></div>');
     var keep = box.scrollLeft / Math.max(box.scrollWidth, 1);
     box.innerHTML = out.join("");
     box.scrollLeft = keep * box.scrollWidth;
-    state.svg = box.querySelector("svg");
-    state.rects = state.svg.querySelectorAll("rect.p");
+    state.svg = box.querySelector("svg.tl");
+    state.overlay = box.querySelector("svg.overlay");
+    state.canvas = box.querySelector("canvas.passes");
+    state.hovered = -1;
+    paintPasses();
     $("zoom-level").textContent = Math.round(state.zoom * 100) + "%";
     drawBars();
     placeCursor();
     if (state.highlight !== null) { highlight(state.highlight); }
+  }
+
+  // the passes in the visible part of the timeline; the highlighted micro-batch's at full
+  // colour, the others washed out
+  function paintPasses() {
+    var doc = state.doc, canvas = state.canvas;
+    if (!doc || !canvas) { return; }
+    var tl = doc.timeline, P = unpack(tl), box = $("timeline");
+    var view = Math.max(box.clientWidth, 1), height = rowY(tl.devices), ratio = window.devicePixelRatio || 1;
+    var left = box.scrollLeft, scale = state.scale, lit = state.highlight;
+    canvas.style.left = left + "px";
+    canvas.style.width = view + "px";
+    canvas.style.height = height + "px";
+    canvas.width = Math.max(1, Math.round(view * ratio));
+    canvas.height = Math.max(1, Math.round(height * ratio));
+    var ctx = canvas.getContext("2d");
+    ctx.setTransform(ratio, 0, 0, ratio, -left * ratio, 0);
+    ctx.font = "10px system-ui, sans-serif";
+    ctx.textAlign = "center";
+    ctx.textBaseline = "middle";
+    var lo = left - 1, hi = left + view + 1, drawn = 0;
+    for (var i = 0; i < P.n; i++) {
+      var x = L.left + P.x0[i] * scale, w = Math.max((P.x1[i] - P.x0[i]) * scale, 0.5);
+      if (x > hi || x + w < lo) { continue; }
+      var bh = L.row / P.bands[i], y = rowY(P.device[i]) + P.band[i] * bh;
+      var k = P.kind[i], s = P.stage[i];
+      ctx.globalAlpha = lit === null || P.mb[i] === lit ? 1 : 0.22;
+      ctx.fillStyle = tl.colour[k][s];
+      // a hairline of white between neighbours where there is room for it
+      var edge = w > 2 ? 0.2 : 0;
+      ctx.fillRect(x + edge, y + 0.2, w - 2 * edge, bh - 0.4);
+      var label = String(P.mb[i]);
+      if (w >= 6.5 * label.length + 3 && bh >= 10) {
+        ctx.fillStyle = tl.ink[k][s];
+        ctx.fillText(label, x + w / 2, y + bh / 2 + 0.5);
+      }
+      drawn++;
+    }
+    canvas.setAttribute("data-drawn", String(drawn));
   }
 
   function niceStep(range, ticks) {
@@ -268,15 +414,46 @@
 
   // ----- hover, highlight, zoom ----------------------------------------------------------------
 
-  function passAt(target) {
-    if (!target || !target.getAttribute) { return null; }
-    var i = target.getAttribute("data-i");
-    return i === null ? null : unpack(state.doc.timeline)[Number(i)];
+  // the pass under the mouse (its index), or -1: the device row from y, then the last pass of
+  // that device starting at or before the time under x (a device's passes are in time order)
+  function passAt(e) {
+    if (!state.doc || !state.svg) { return -1; }
+    var tl = state.doc.timeline, P = unpack(tl), r = state.svg.getBoundingClientRect();
+    var px = e.clientX - r.left, py = e.clientY - r.top;
+    var d = Math.floor((py - L.top) / (L.row + L.memory + L.gap));
+    if (d < 0 || d >= tl.devices) { return -1; }
+    var dy = py - rowY(d);
+    if (dy < 0 || dy > L.row) { return -1; }
+    var t = (px - L.left) / state.scale, lo = P.first[d], hi = P.first[d + 1] - 1, found = -1;
+    while (lo <= hi) {
+      var mid = (lo + hi) >> 1;
+      if (P.x0[mid] <= t) { found = mid; lo = mid + 1; } else { hi = mid - 1; }
+    }
+    // the bands of an overlapped block share its start: look back over them
+    for (var i = found; i >= P.first[d] && i > found - 8; i--) {
+      var b = boxOf(P, i);
+      if (px >= b.x && px <= b.x + b.w && dy >= b.y - rowY(d) && dy <= b.y - rowY(d) + b.h) { return i; }
+    }
+    return -1;
   }
 
   function hover(e) {
-    var q = passAt(e.target), tip = $("tooltip");
-    if (!q) { tip.style.display = "none"; tip.removeAttribute("data-pass"); return; }
+    var i = passAt(e), tip = $("tooltip"), mark = state.overlay ? state.overlay.querySelector("rect.hover") : null;
+    $("timeline").style.cursor = i < 0 ? "" : "pointer";
+    if (i < 0) {
+      tip.style.display = "none";
+      tip.removeAttribute("data-pass");
+      if (mark) { mark.style.display = "none"; }
+      state.hovered = -1;
+      return;
+    }
+    var q = passInfo(i), P = unpack(state.doc.timeline), b = boxOf(P, i);
+    mark.setAttribute("x", b.x.toFixed(2));
+    mark.setAttribute("y", b.y.toFixed(2));
+    mark.setAttribute("width", b.w.toFixed(2));
+    mark.setAttribute("height", b.h.toFixed(2));
+    mark.style.display = "";
+    state.hovered = i;
     var unit = state.doc.timeline.time_unit ? " " + state.doc.timeline.time_unit : "";
     var lines = ["<b>" + q.name + "</b> on device " + q.device,
                  "stage " + q.stage + " · micro-batch " + q.mb + " · " + q.kind + " " + KIND_NAMES[q.kind],
@@ -287,37 +464,59 @@
     tip.innerHTML = lines.join("<br>");
     tip.setAttribute("data-pass", q.name);
     tip.style.display = "block";
-    var b = tip.getBoundingClientRect(), x = e.clientX + 14, y = e.clientY + 14;
-    if (x + b.width > window.innerWidth) { x = Math.max(0, e.clientX - b.width - 8); }
-    if (y + b.height > window.innerHeight) { y = Math.max(0, e.clientY - b.height - 8); }
+    var tb = tip.getBoundingClientRect(), x = e.clientX + 14, y = e.clientY + 14;
+    if (x + tb.width > window.innerWidth) { x = Math.max(0, e.clientX - tb.width - 8); }
+    if (y + tb.height > window.innerHeight) { y = Math.max(0, e.clientY - tb.height - 8); }
     tip.style.left = x + "px";
     tip.style.top = y + "px";
   }
 
+  // where pass `name` is on screen (scrolled into view first): for tests and the curious
+  function passPoint(name) {
+    var P = unpack(state.doc.timeline), box = $("timeline");
+    for (var i = 0; i < P.n; i++) {
+      if (passName(P, i) !== name) { continue; }
+      var b = boxOf(P, i);
+      if (b.x < box.scrollLeft || b.x + b.w > box.scrollLeft + box.clientWidth) {
+        box.scrollLeft = Math.max(0, b.x - box.clientWidth / 2);
+        paintPasses();
+      }
+      var r = state.svg.getBoundingClientRect();
+      return { x: r.left + b.x + b.w / 2, y: r.top + b.y + b.h / 2, left: r.left + b.x, top: r.top + b.y,
+               width: b.w, height: b.h, colour: passInfo(i).colour };
+    }
+    return null;
+  }
+
   function clearHighlight() {
+    var had = state.highlight !== null;
     state.highlight = null;
     if (!state.svg) { return; }
-    state.svg.classList.remove("dim");
     state.svg.removeAttribute("data-highlight");
-    state.svg.querySelectorAll("rect.p.hl").forEach(function (r) { r.classList.remove("hl"); });
-    state.svg.querySelector("g.path").innerHTML = "";
+    state.overlay.querySelector("g.hl").innerHTML = "";
+    state.overlay.querySelector("g.path").innerHTML = "";
+    if (had) { paintPasses(); }
     $("hl-status").textContent = "Hover a pass for its times; click it to highlight its micro-batch. Ctrl + wheel zooms.";
   }
 
   function highlight(mb) {
     clearHighlight();
     state.highlight = mb;
-    state.svg.classList.add("dim");
     state.svg.setAttribute("data-highlight", mb);
-    var mine = unpack(state.doc.timeline).filter(function (q) { return q.mb === mb; });
-    mine.forEach(function (q) { state.rects[q.index].classList.add("hl"); });
+    paintPasses();
+    var P = unpack(state.doc.timeline), mine = [];
+    for (var i = 0; i < P.n; i++) { if (P.mb[i] === mb) { mine.push(passInfo(i)); } }
+    state.overlay.querySelector("g.hl").innerHTML = mine.map(function (q) {
+      var b = boxOf(P, q.index);
+      return '<rect class="hl" data-pass="' + q.name + '" x="' + b.x.toFixed(2) + '" y="' + b.y.toFixed(2) +
+             '" width="' + b.w.toFixed(2) + '" height="' + b.h.toFixed(2) + '"/>';
+    }).join("");
     var path = mine.filter(function (q) { return q.step >= 0; }).sort(function (a, b) { return a.step - b.step; });
     var points = path.map(function (q) {
-      var bh = L.row / q.bands;
-      return (L.left + (q.x0 + q.x1) / 2 * state.scale).toFixed(1) + "," +
-             (rowY(q.device) + q.band * bh + bh / 2).toFixed(1);
+      var b = boxOf(P, q.index);
+      return (b.x + b.w / 2).toFixed(1) + "," + (b.y + b.h / 2).toFixed(1);
     });
-    state.svg.querySelector("g.path").innerHTML = '<polyline points="' + points.join(" ") + '"/>';
+    state.overlay.querySelector("g.path").innerHTML = '<polyline points="' + points.join(" ") + '"/>';
     var last = mine.reduce(function (a, q) { return Math.max(a, q.end); }, 0);
     $("hl-status").textContent = "micro-batch " + mb + ": devices " +
       path.map(function (q) { return q.device; }).join(" → ") + ", done at " + fmt(last) +
@@ -325,9 +524,10 @@
   }
 
   function click(e) {
-    var q = passAt(e.target);
-    if (!q || state.highlight === q.mb) { clearHighlight(); return; }
-    highlight(q.mb);
+    var i = passAt(e);
+    var mb = i < 0 ? null : unpack(state.doc.timeline).mb[i];
+    if (mb === null || state.highlight === mb) { clearHighlight(); return; }
+    highlight(mb);
   }
 
   function zoomTo(z) {
@@ -337,8 +537,8 @@
 
   // ----- the step control ----------------------------------------------------------------------
 
-  function decodeEvents(doc) {
-    var ev = doc.events, p = doc.timeline.devices, n = ev.time.length;
+  function decodeEvents(ev) {
+    var p = state.doc.timeline.devices, n = ev.time.length;
     var flight = new Float64Array(n * p), pending = new Float64Array(n * p);
     var f = new Float64Array(p), w = new Float64Array(p);
     for (var k = 0; k < n; k++) {
@@ -351,7 +551,35 @@
     var top = 0;
     ev.peak_in_flight.forEach(function (x, d) { top = Math.max(top, x, ev.peak_pending_w[d]); });
     state.barTop = top || 1;
+    state.events = ev;
     $("cursor").max = String(n - 1);
+    ["step", "play", "cursor"].forEach(function (id) { $(id).disabled = false; });
+  }
+
+  // the step states of the shown view, asked for once it is on screen
+  async function loadEvents(q, view) {
+    if (state.eventsController) { state.eventsController.abort(); }
+    var controller = new AbortController();
+    state.eventsController = controller;
+    try {
+      var response = await fetch("/api/events?" + q, { signal: controller.signal });
+      if (!response.ok) {
+        $("cursor-label").textContent = "no step states: " + (await readError(response)).message;
+        return;
+      }
+      var ev = await response.json();
+      if (document.body.getAttribute("data-view") !== view) { return; }  // another view since
+      decodeEvents(ev);
+      setCursor(-1);
+    } catch (e) {
+      if (e.name !== "AbortError") { $("cursor-label").textContent = "no step states: " + e.message; }
+    } finally {
+      if (controller === state.eventsController) {
+        state.eventsController = null;
+        state.eventsPending = false;
+        settle();
+      }
+    }
   }
 
   function drawBars() {
@@ -374,7 +602,7 @@
   }
 
   function setCursor(k) {
-    var n = state.doc ? state.doc.events.time.length : 0;
+    var n = state.events ? state.events.time.length : 0;
     state.cursor = Math.max(-1, Math.min(k, n - 1));
     $("cursor").value = String(state.cursor);
     placeCursor();
@@ -383,10 +611,14 @@
   function placeCursor() {
     var doc = state.doc;
     if (!doc || !state.svg) { return; }
-    var ev = doc.events, p = doc.timeline.devices, k = state.cursor;
+    var ev = state.events, p = doc.timeline.devices, k = state.cursor;
+    if (!ev) {
+      k = state.cursor = -1;
+      ev = { time: [], peak_in_flight: [] };
+    }
     var t = k < 0 ? 0 : ev.time[k];
     var x = L.left + t * state.scale, end = L.left + doc.timeline.makespan * state.scale;
-    var line = state.svg.querySelector("line.cursor"), future = state.svg.querySelector("rect.future");
+    var line = state.overlay.querySelector("line.cursor"), future = state.overlay.querySelector("rect.future");
     line.setAttribute("x1", x);
     line.setAttribute("x2", x);
     line.style.display = k < 0 ? "none" : "";
@@ -394,14 +626,14 @@
     future.setAttribute("x", x);
     future.setAttribute("width", k < 0 ? 0 : Math.max(0, end - x));
     state.svg.setAttribute("data-cursor", String(k));
-    var usable = BARS.width - 60, top = state.barTop;
+    var usable = BARS.width - 60, top = state.events ? state.barTop : 1;
     document.querySelectorAll("#bars g.bar").forEach(function (g, d) {
       var f = k < 0 ? 0 : state.flight[k * p + d], w = k < 0 ? 0 : state.pending[k * p + d];
       g.setAttribute("data-in-flight", String(f));
       g.setAttribute("data-pending-w", String(w));
       g.querySelector("rect.flight").setAttribute("width", (usable * f / top).toFixed(2));
       g.querySelector("rect.pending").setAttribute("width", (usable * w / top).toFixed(2));
-      var peak = BARS.left + usable * ev.peak_in_flight[d] / top;
+      var peak = BARS.left + usable * (ev.peak_in_flight[d] || 0) / top;
       var pk = g.querySelector("line.peak");
       pk.setAttribute("x1", peak);
       pk.setAttribute("x2", peak);
@@ -409,7 +641,8 @@
       g.querySelector("text.val-w").textContent = fmt(w, 2) + " W";
     });
     var unit = doc.timeline.time_unit ? " " + doc.timeline.time_unit : "";
-    $("cursor-label").textContent = k < 0 ? "before the first event (" + ev.time.length + " events)" :
+    $("cursor-label").textContent = !state.events ? "loading the events…" :
+      k < 0 ? "before the first event (" + ev.time.length + " events)" :
       "event " + (k + 1) + " of " + ev.time.length + " · t = " + fmt(t) + unit;
     if (k < 0) {
       $("event-text").textContent = "Step moves the cursor to the next moment a pass starts or ends; the bars show each device's activations in flight (F done, B not yet) and pending W (B done, W not yet), the tick its peak.";
@@ -428,7 +661,8 @@
 
   function play() {
     if (state.timer) { stop(); return; }
-    var n = state.doc.events.time.length;
+    if (!state.events) { return; }
+    var n = state.events.time.length;
     if (state.cursor >= n - 1) { setCursor(-1); }
     var every = Math.max(16, Math.min(250, 12000 / n));
     $("play").textContent = "pause";
@@ -569,6 +803,7 @@
       if (s.view) {
         show(s.view);
         state.job = s.job;
+        state.shownQuery = null;
         markCompareRow();
       }
     });
@@ -669,13 +904,24 @@
       var field = e.target.name;
       if (field && $("e-" + field)) { $("e-" + field).textContent = ""; }
       syncControls();
+      // typing waits for a pause; a committed change (below) goes at once
       scheduleEvaluate(e.target.tagName === "SELECT" ? 0 : 150);
+    });
+    form.addEventListener("change", function () {
+      if (state.changedAt === null) { state.changedAt = performance.now(); }
+      syncControls();
+      evaluate();
     });
     form.addEventListener("submit", function (e) { e.preventDefault(); });
     var box = $("timeline");
-    box.addEventListener("mouseover", hover);
     box.addEventListener("mousemove", hover);
     box.addEventListener("mouseleave", function () { $("tooltip").style.display = "none"; });
+    var scrolled = false;
+    box.addEventListener("scroll", function () {
+      if (scrolled) { return; }
+      scrolled = true;
+      requestAnimationFrame(function () { scrolled = false; paintPasses(); });
+    });
     box.addEventListener("click", click);
     box.addEventListener("wheel", function (e) {
       if (!e.ctrlKey) { return; }
@@ -702,6 +948,8 @@
       resized = setTimeout(drawTimeline, 150);
     });
     state.evaluateNow = evaluate;
+    state.passPoint = passPoint;
+    state.passInfo = passInfo;
     window.zbopt = state;  // for the curious (and the browser tests and benchmark)
     await evaluate();
     document.body.setAttribute("data-ready", "1");
