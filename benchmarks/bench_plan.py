@@ -18,7 +18,8 @@ device d); "tight" = c_min + 25% of the difference, "mid" = c_min + 60%, "1f1b" 
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive] [--time-limit S]
                                   [--time-limit-p16 S] [--filter TEXT] [--out results/plan.md]
-Sections of the parts not run are kept from the previous results/plan.md.
+Sections of the parts not run are kept from the previous results/plan.md, and so are the
+estimated rows of models --filter leaves out (--filter llama-32L: the p=8 rows only).
 """
 
 from __future__ import annotations
@@ -123,11 +124,20 @@ def part_estimated(args) -> list[str]:
              "312 TFLOP/s at 50%, 100 GB/s links; times in us). Spans in us.", "", HEADER,
              _rule(HEADER)]
     gaps, gains_even, gains_tt, walls = [], [], [], []
+    kept = _previous_rows(args.previous.get("estimated", ""))
+    carried = []
     for shape, p, m, limit in ((LLAMA3_8B, 8, 32, args.time_limit),
                                (LLAMA2_70B, 16, 64, args.time_limit_p16)):
         for vocab in (32000, 128256):
             model = estimated(shape, vocab, p, m)
             if args.filter and args.filter not in model.name:
+                # keep the rows of the earlier run for the models this run leaves out
+                for row in kept.get(model.name, []):
+                    lines.append(row)
+                    carried.append(model.name)
+                    cells = [c.strip() for c in row.strip("|").split("|")]
+                    gains_even.append(_unpct(cells[8]))
+                    gains_tt.append(_unpct(cells[9]))
                 continue
             for cap_name, cap in cap_levels(model).items():
                 row, data = plan_row(model.name, model, cap_name, cap, limit)
@@ -137,6 +147,10 @@ def part_estimated(args) -> list[str]:
                     walls.append(data["wall"])
                 gains_even.append(data["gain"]["even"] or 0.0)
                 gains_tt.append(data["gain"]["torchtitan"] or 0.0)
+    if carried:
+        lines += ["", f"Rows of {', '.join(dict.fromkeys(carried))} are kept from the earlier run "
+                      f"({args.previous_stamp.get('estimated', 'see git history')}): this run's "
+                      f"--filter left them out."]
     if gaps:
         lines += ["", f"p=8, 32 blocks, m=32: certified gap median {_pct(statistics.median(gaps))}, "
                       f"max {_pct(max(gaps))}; {sum(g <= 0.01 for g in gaps)} of {len(gaps)} plans "
@@ -148,6 +162,19 @@ def part_estimated(args) -> list[str]:
                   f"torchtitan's rule median {_pct(statistics.median(gains_tt))} (max "
                   f"{_pct(max(gains_tt))})."]
     return lines
+
+
+def _previous_rows(section: str) -> dict[str, list[str]]:
+    """Table rows of an earlier estimated section, by model name."""
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if line.startswith("| llama-"):
+            rows.setdefault(line.split("|")[1].strip(), []).append(line)
+    return rows
+
+
+def _unpct(cell: str) -> float:
+    return float(cell.rstrip("%")) / 100 if cell.endswith("%") else 0.0
 
 
 def _rule(header: str) -> str:
@@ -220,22 +247,27 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out)
     sections = _sections(out.read_text()) if out.exists() else {}
+    args.previous = dict(sections)
+    args.previous_stamp = {k: m.group(1) for k, v in sections.items()
+                           if (m := re.search(r"Command: `[^`]*` \(([^;]*);", v))}
     command = "python benchmarks/bench_plan.py " + " ".join(sys.argv[1:])
     for name in args.only.split(","):
         began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        load = os.getloadavg()[0]
         body = PARTS[name](args)
         sections[name] = (f"Command: `{command}` ({began}; {platform.processor() or platform.machine()}, "
-                          f"{os.cpu_count()} cores shared with other work)\n\n" + "\n".join(body) + "\n")
+                          f"{os.cpu_count()} cores shared with other work, load average {load:.1f} "
+                          f"at the start)\n\n" + "\n".join(body) + "\n")
     text = ["# Partition planning (`zbopt plan`)", "",
             "Written by `benchmarks/bench_plan.py` (see its docstring for the caps and models). "
             "Gains are (baseline span - plan span) / baseline span, each baseline with its best "
             "registered schedule; the certified gap is (plan span - the lower bound over ALL "
             "splits) / plan span; status optimal means that bound is met (scope: schedules of "
             "single passes on the contiguous placement, every split).", "",
-            "These runs shared the machine's 2 cores with other engineers' work (until about "
-            "02:45 UTC): wall times are noisy, and a time-limited search on a busy machine "
-            "schedules fewer splits and gives the solver less, so gaps and gains may be "
-            "pessimistic.", ""]
+            "These runs shared the machine's 2 cores with other engineers' work (each section "
+            "gives the load average at its start): wall times are noisy, and a time-limited "
+            "search on a busy machine schedules fewer splits and gives the solver less, so gaps "
+            "and gains may be pessimistic.", ""]
     for name in PARTS:
         if name in sections:
             text += [f"## {name}", "", f"<!-- part:{name} -->", sections[name].rstrip("\n"),

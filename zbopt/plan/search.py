@@ -188,13 +188,18 @@ class _Search:
             self.best = split
 
     def improve_locally(self, placement: str, start: Split, budget_end: float) -> None:
-        """Move one stage boundary by one layer while the best schedule gets shorter."""
+        """Move one stage boundary by one layer while the best schedule gets shorter (a
+        neighbour whose bound is already at the current span is not scheduled)."""
         current = start
+        table = self.tables.get(placement)
         while time.perf_counter() < budget_end:
             moved = False
             for neighbour in _neighbours(current.sizes):
                 if time.perf_counter() >= budget_end:
                     return
+                if table is not None and (placement, neighbour) not in self.cache and \
+                        table.full_bound(neighbour) >= current.span * (1 - TOLERANCE):
+                    continue
                 candidate = self.schedule(placement, neighbour)
                 if candidate.span < current.span * (1 - TOLERANCE):
                     current, moved = candidate, True
