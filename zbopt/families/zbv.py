@@ -52,18 +52,15 @@ equal costs: other costs keep the memory but may stretch the timing.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
 from ..errors import ZboptError
 from ..instance import Instance
-from ..passes import Pass, dependencies, duration, format_pass, lag, memory_delta, neighbours
+from ..passes import Pass, format_pass, stage_deltas, stage_lag
 from ..registry import register
 from ..schedule import Schedule
-
-# The simulation's pass slots: F of the down and up stage, B and W of the up and down stage
-# (the backward leaves the V the way the forward entered it).
-_LEGS = {"F": ("down", "up"), "B": ("up", "down"), "W": ("up", "down")}
 
 
 @dataclass(frozen=True)
@@ -74,186 +71,253 @@ class _Outcome:
 
 
 class _VRounds:
-    """One run of the authors' ZB-V rounds (see the module doc) on `instance`."""
+    """One run of the authors' ZB-V rounds (see the module doc) on `instance`.
+
+    Stage s sits on device s (down) or 2p-1-s (up); per-stage lists of counts and end times
+    (None: not run yet) keep the hot loop free of dict and tuple look-ups. A device's waits
+    only grow, so the worst wait so far is a running maximum, and a run stops (returns None)
+    as soon as it reaches `bound`: its final worst wait could not be below it.
+    """
 
     def __init__(self, instance: Instance, plan: Instance, fill_f: bool, fill_b: bool,
-                 allowance: tuple[float, ...] | None) -> None:
+                 allowance: tuple[float, ...] | None, bound: float = math.inf) -> None:
         p, m = instance.devices, instance.microbatches
         # `plan` times the passes (one cost per kind); `instance` holds the memory
-        self.instance, self.plan, self.p, self.m = instance, plan, p, m
+        self.instance, self.p, self.m = instance, p, m
         self.fill_f, self.fill_b = fill_f, fill_b
-        self.allowance = allowance
-        self.top_allowance = max(allowance) if allowance else -1.0
-        self.links = neighbours(instance)
-        self.stage = [{"down": d, "up": 2 * p - 1 - d} for d in range(p)]
+        self.comm = instance.comm
+        stages = 2 * p
+        self.dev = [instance.device_of(s) for s in range(stages)]
+        # lag into stage s from its predecessor (F) and from its successor (B)
+        self.lag_f = [0] + [stage_lag(instance, s - 1, s) for s in range(1, stages)]
+        self.lag_b = [stage_lag(instance, s + 1, s) for s in range(stages - 1)] + [0]
+        self.t_f, self.t_b, self.t_w = list(plan.t_f), list(plan.t_b), list(plan.t_w)
+        deltas = stage_deltas(instance)
+        self.d_f, self.d_b, self.d_w = list(deltas["F"]), list(deltas["B"]), list(deltas["W"])
         unit = [(instance.m_b[d] + instance.m_b[2 * p - 1 - d]) / 2 for d in range(p)]
         self.unit = unit
         self.max_mem = [2 * p * u for u in unit]  # 1F1B's peak: p times both chunks' activation
-        self.count: list[dict[tuple[str, str], int]] = [{} for _ in range(p)]
-        self.end: dict[Pass, float] = {}
+        self.room = [x + 1e-9 * max(1.0, x) for x in self.max_mem]
+        self.worst_b = [max(self.d_b[d], self.d_b[2 * p - 1 - d]) for d in range(p)]
+        # one spare slot per stage: a source one past the last micro-batch reads "not run"
+        self.end_f: list[list[float | None]] = [[None] * (m + 1) for _ in range(stages)]
+        self.end_b: list[list[float | None]] = [[None] * (m + 1) for _ in range(stages)]
+        self.end_w: list[list[float | None]] = [[None] * (m + 1) for _ in range(stages)]
+        self.nf, self.nb, self.nw = [0] * stages, [0] * stages, [0] * stages
         self.clock = [0.0] * p
         self.mem = [0.0] * p
         self.wait = [0.0] * p
-        self.pending_w: list[deque[Pass]] = [deque() for _ in range(p)]
+        self.top_wait = 0.0  # max(0, *wait): waits only grow
+        self.bound = bound
+        # worst(d) adds, with an allowance, the allowance's spread above device d's own
+        self.spread = [max(allowance) - a for a in allowance] if allowance else None
+        self.pending_w: list[deque[int]] = [deque() for _ in range(p)]  # stages of pending W
         self.orders: list[list[Pass]] = [[] for _ in range(p)]
-        # where the reference reads a missing input's arrival, it reads the end of the down
-        # stage's last W on the last device instead (-1 until that pass ran); kept for fidelity
-        self.sentinel: Pass = (p - 1, m - 1, "W")
 
     # ----- bookkeeping ---------------------------------------------------------------------
 
-    def n(self, d: int, kind: str, leg: str) -> int:
-        return self.count[d].get((kind, leg), 0)
+    def ended(self, end: list[float | None], j: int) -> float:
+        # where the reference reads a missing input's arrival it gets -1; kept for fidelity
+        t = end[j]
+        return -1.0 if t is None else t
 
-    def pass_of(self, d: int, kind: str, leg: str) -> Pass:
-        return (self.stage[d][leg], self.n(d, kind, leg), kind)
-
-    def ended(self, p: Pass) -> float:
-        return self.end.get(p, -1.0)
-
-    def worst(self, d: int = -1) -> float:
-        top = max([0.0, *self.wait])
-        if d >= 0 and self.allowance is not None:
-            top = max(top, self.top_allowance - self.allowance[d])
+    def worst(self, d: int) -> float:
+        top = self.top_wait
+        if self.spread is not None and self.spread[d] > top:
+            top = self.spread[d]
         return top
 
-    def put(self, d: int, kind: str, leg: str) -> None:
-        instance = self.instance
-        p = self.pass_of(d, kind, leg)
-        if p[1] >= self.m:
-            raise ZboptError(f"zb-v: the authors' rounds run out of micro-batches on device {d} "
-                             f"(m={self.m}, p={self.p}): raise microbatches")
-        ready = self.clock[d]
-        for q in dependencies(instance, p, self.links):
-            if q not in self.end:
-                raise ZboptError(f"zb-v: the authors' rounds would run {format_pass(p)} before "
-                                 f"{format_pass(q)} here (p={self.p}, m={self.m}): raise "
-                                 f"microbatches or use v-greedy")
-            ready = max(ready, self.end[q] + lag(instance, q, p))
-        if self.n(d, "F", "down") > 0:
-            self.wait[d] += ready - self.clock[d]
-        self.end[p] = self.clock[d] = ready + duration(self.plan, p)
-        self.mem[d] += memory_delta(instance, p)
-        self.orders[d].append(p)
-        if kind == "B":
-            self.pending_w[d].append((p[0], p[1], "W"))
-        self.count[d][(kind, leg)] = self.n(d, kind, leg) + 1
+    def start(self, d: int, s: int, j: int, kind: str, ready: float) -> float:
+        """Book the device's wait for a pass ready at `ready`; the time it starts."""
+        clock = self.clock[d]
+        if ready < clock:
+            ready = clock
+        if self.nf[d] > 0:
+            w = self.wait[d] = self.wait[d] + (ready - clock)
+            if w > self.top_wait:
+                self.top_wait = w
+                if w >= self.bound:
+                    raise _Beaten
+        self.orders[d].append((s, j, kind))
+        return ready
+
+    def missing(self, q: Pass, s: int, j: int, kind: str) -> ZboptError:
+        return ZboptError(f"zb-v: the authors' rounds would run {format_pass((s, j, kind))} "
+                          f"before {format_pass(q)} here (p={self.p}, m={self.m}): raise "
+                          f"microbatches or use v-greedy")
+
+    def out_of_microbatches(self, d: int) -> ZboptError:
+        return ZboptError(f"zb-v: the authors' rounds run out of micro-batches on device {d} "
+                          f"(m={self.m}, p={self.p}): raise microbatches")
+
+    def put_f(self, s: int) -> None:
+        j = self.nf[s]
+        d = self.dev[s]
+        if j >= self.m:
+            raise self.out_of_microbatches(d)
+        ready = 0.0
+        if s > 0:
+            e = self.end_f[s - 1][j]
+            if e is None:
+                raise self.missing((s - 1, j, "F"), s, j, "F")
+            ready = e + self.lag_f[s]
+        t = self.start(d, s, j, "F", ready)
+        self.end_f[s][j] = self.clock[d] = t + self.t_f[s]
+        self.mem[d] += self.d_f[s]
+        self.nf[s] = j + 1
+
+    def put_b(self, s: int) -> None:
+        j = self.nb[s]
+        d = self.dev[s]
+        if j >= self.m:
+            raise self.out_of_microbatches(d)
+        if s < 2 * self.p - 1:
+            e = self.end_b[s + 1][j]
+            if e is None:
+                raise self.missing((s + 1, j, "B"), s, j, "B")
+            ready = e + self.lag_b[s]
+        else:
+            e = self.end_f[s][j]
+            if e is None:
+                raise self.missing((s, j, "F"), s, j, "B")
+            ready = e + 0
+        t = self.start(d, s, j, "B", ready)
+        self.end_b[s][j] = self.clock[d] = t + self.t_b[s]
+        self.mem[d] += self.d_b[s]
+        self.pending_w[d].append(s)
+        self.nb[s] = j + 1
 
     def put_w(self, d: int) -> None:
-        stage, _, _ = self.pending_w[d].popleft()
-        self.put(d, "W", "down" if stage == d else "up")
+        s = self.pending_w[d].popleft()
+        j = self.nw[s]
+        ready = self.end_b[s][j] + 0
+        t = self.start(d, s, j, "W", ready)
+        self.end_w[s][j] = self.clock[d] = t + self.t_w[s]
+        self.mem[d] += self.d_w[s]
+        self.nw[s] = j + 1
 
-    def w_cost(self, d: int) -> float:
-        return duration(self.plan, self.pending_w[d][0])
-
-    def fill(self, d: int, source: Pass | None, optional: bool) -> None:
-        """Pending W passes before a pass whose input `source` arrives late (see module doc)."""
-        comm = self.instance.comm
-        while self.pending_w[d] and source is not None \
-                and self.ended(source) + comm >= self.clock[d] + self.w_cost(d):
-            self.put_w(d)
-        arrival = self.ended(source if source is not None else self.sentinel)
-        if self.pending_w[d] and arrival + comm - self.clock[d] > self.worst(d) - self.wait[d] \
-                and optional:
+    def fill(self, d: int, source: float | None, optional: bool) -> None:
+        """Pending W passes before a pass whose input ends at `source` (-1: not run yet; None:
+        the pass has no input on another device), see the module doc."""
+        pending, comm = self.pending_w[d], self.comm
+        if source is not None:
+            limit = source + comm
+            while pending and limit >= self.clock[d] + self.t_w[pending[0]]:
+                self.put_w(d)
+            arrival = source
+        else:
+            arrival = self.ended(self.end_w[self.p - 1], self.m - 1)
+        if optional and pending \
+                and arrival + comm - self.clock[d] > self.worst(d) - self.wait[d]:
             self.put_w(d)
 
     def make_room(self, d: int, delta: float) -> None:
-        while self.mem[d] + delta > self.max_mem[d] + 1e-9 * max(1.0, self.max_mem[d]) \
-                and self.pending_w[d]:
+        pending, room = self.pending_w[d], self.room[d]
+        while pending and self.mem[d] + delta > room:
             self.put_w(d)
 
     # ----- phases ----------------------------------------------------------------------------
 
-    def run(self) -> _Outcome:
-        self.warm_up()
-        for _ in range(2 * self.m):
-            self.backward_round()
-            self.forward_round()
-        for d in range(self.p):
-            while self.pending_w[d]:
-                self.put_w(d)
-        return _Outcome(tuple(tuple(o) for o in self.orders), self.worst(), tuple(self.wait))
+    def run(self) -> _Outcome | None:
+        """The outcome; None if the worst wait reached `bound` on the way."""
+        try:
+            self.warm_up()
+            for _ in range(2 * self.m):
+                self.backward_round()
+                self.forward_round()
+            for d in range(self.p):
+                while self.pending_w[d]:
+                    self.put_w(d)
+        except _Beaten:
+            return None
+        return _Outcome(tuple(tuple(o) for o in self.orders), self.top_wait, tuple(self.wait))
 
     def warm_up(self) -> None:
-        p, m, comm = self.p, self.m, self.instance.comm
+        p, m, comm, nf = self.p, self.m, self.comm, self.nf
         for d in range(p):
-            self.put(d, "F", "down")
+            self.put_f(d)
         for d in reversed(range(p)):
             if d < p - 1:
-                arrival = self.ended((self.stage[d + 1]["up"], 0, "F")) + comm
-                f_cost = duration(self.plan, self.pass_of(d, "F", "down"))
+                arrival = self.ended(self.end_f[2 * p - 2 - d], 0) + comm
+                f_cost = self.t_f[d]
                 while self.mem[d] + self.unit[d] * (2 + 2 * d) <= self.max_mem[d] \
-                        and self.clock[d] + f_cost <= arrival and self.n(d, "F", "down") < m:
+                        and self.clock[d] + f_cost <= arrival and nf[d] < m:
                     for j in range(d + 1):
-                        self.put(j, "F", "down")
-            self.put(d, "F", "up")
+                        self.put_f(j)
+            self.put_f(2 * p - 1 - d)
         leg = 0
         for d in range(1, p):
             def started(x: int) -> int:
-                return self.n(x, "F", "down") + self.n(x, "F", "up")
-            while started(d) < started(d - 1) \
-                    or self.n(d, "F", "up") <= self.n(d - 1, "F", "up") < m:
+                return nf[x] + nf[2 * p - 1 - x]
+            while started(d) < started(d - 1) or nf[2 * p - 1 - d] <= nf[2 * p - d] < m:
                 for j in range(p - 1, d - 1, -1):
-                    if self.n(j, "F", _LEGS["F"][leg]) < m:
-                        self.put(j, "F", _LEGS["F"][leg])
+                    s = j if leg == 0 else 2 * p - 1 - j
+                    if nf[s] < m:
+                        self.put_f(s)
                 leg = 1 - leg
 
     def backward_round(self) -> None:
-        p, m = self.p, self.m
+        p, m, nb, end_b = self.p, self.m, self.nb, self.end_b
         for d in range(p):
-            worst_b = max(memory_delta(self.instance, (s, 0, "B")) for s in self.stage[d].values())
-            self.make_room(d, worst_b)
+            self.make_room(d, self.worst_b[d])
         up_first, down_first = [], []
         for d in range(p):
-            if self.n(d, "B", "down") >= self.n(d, "B", "up"):
+            downs, ups = nb[d], nb[2 * p - 1 - d]
+            if downs >= ups:
                 up_first.append(d)
             elif d == p - 1:
                 down_first.append(d)
+            elif end_b[d + 1][downs] is not None or ups >= m:
+                down_first.append(d)
             else:
-                source = (self.stage[d + 1]["down"], self.n(d, "B", "down"), "B")
-                if source in self.end or self.n(d, "B", "up") >= m:
-                    down_first.append(d)
-                else:
-                    up_first.append(d)
-        for d, leg in [(d, "down") for d in reversed(down_first)] + [(d, "up") for d in up_first]:
-            source = None
-            if leg == "down" and d < p - 1:
-                source = (self.stage[d + 1]["down"], self.n(d, "B", "down"), "B")
-            if leg == "up" and d > 0:
-                source = (self.stage[d - 1]["up"], self.n(d, "B", "up"), "B")
-            self.fill(d, source, optional=leg == "down" or self.fill_b)
-            self.put(d, "B", leg)
+                up_first.append(d)
+        for d in reversed(down_first):
+            source = self.ended(end_b[d + 1], nb[d]) if d < p - 1 else None
+            self.fill(d, source, optional=True)
+            self.put_b(d)
+        for d in up_first:
+            up = 2 * p - 1 - d
+            source = self.ended(end_b[up + 1], nb[up]) if d > 0 else None
+            self.fill(d, source, optional=self.fill_b)
+            self.put_b(up)
 
     def forward_round(self) -> None:
-        p, m = self.p, self.m
+        p, m, nf, end_f = self.p, self.m, self.nf, self.end_f
         for d in range(p):
-            ups, downs = self.n(d, "F", "up"), self.n(d, "F", "down")
+            up = 2 * p - 1 - d
+            ups, downs = nf[up], nf[d]
             if ups >= m:
                 continue
             if ups >= downs:
-                leg = "down"
-            elif d == p - 1 or (self.stage[d + 1]["up"], ups, "F") in self.end:
-                leg = "up"
-            elif downs < m and (d == 0 or (self.stage[d - 1]["down"], downs, "F") in self.end):
-                leg = "down"
+                s = d
+            elif d == p - 1 or end_f[up - 1][ups] is not None:
+                s = up
+            elif downs < m and (d == 0 or end_f[d - 1][downs] is not None):
+                s = d
             else:
                 continue
-            self.make_room(d, memory_delta(self.instance, self.pass_of(d, "F", leg)))
+            self.make_room(d, self.d_f[s])
             source = None
-            if leg == "down" and d > 0:
-                source = (self.stage[d - 1]["down"], downs, "F")
-            if leg == "up" and d < p - 1:
-                source = (self.stage[d + 1]["up"], ups, "F")
+            if s == d and d > 0:
+                source = self.ended(end_f[d - 1], downs)
+            if s == up and d < p - 1:
+                source = self.ended(end_f[up - 1], ups)
             self.fill(d, source, optional=self.fill_f)
-            self.put(d, "F", leg)
+            self.put_f(s)
+
+
+class _Beaten(Exception):
+    """A run's worst wait reached the bound it had to stay below."""
 
 
 def _refined(instance: Instance, plan: Instance, fill_f: bool, fill_b: bool) -> _Outcome:
-    """Rerun with the last run's waits as the allowance while the worst wait keeps shrinking."""
+    """Rerun with the last run's waits as the allowance while the worst wait keeps shrinking
+    (a rerun stops once its worst wait reaches the last one's: it cannot win any more)."""
     best = _VRounds(instance, plan, fill_f, fill_b, None).run()
+    assert best is not None  # no bound: runs to the end or raises
     while True:
-        nxt = _VRounds(instance, plan, fill_f, fill_b, best.waits).run()
-        if not nxt.worst_wait < best.worst_wait:
+        nxt = _VRounds(instance, plan, fill_f, fill_b, best.waits, best.worst_wait).run()
+        if nxt is None or not nxt.worst_wait < best.worst_wait:
             return best
         best = nxt
 
