@@ -7,12 +7,13 @@ before anything is scheduled. The search then
    method of the placement, and improves the best by moving one stage boundary at a time;
 2. lists the partitions whose bound is below the best span found (the only ones that can beat
    it; the rest are pruned), up to `max_partitions` of the lowest bound, and schedules them in
-   order of their bound while time allows;
-3. gives the rest of the time to the exact solver, first on the best partition, then on the
+   order of their bound (the coupled bound of zbopt.plan.memory_bound) while time allows;
+3. polishes the shortest schedules with local search (zbopt.plan.polish) for a share of the rest;
+4. gives the rest of the time to the exact solver, first on the best partition, then on the
    partition with the lowest proven bound, raising that partition's bound or lowering the span.
 The bound over all partitions is the least of: the bound of every partition not listed (all at
 or above the listing threshold), and the proven bound of every partition listed (its own bound,
-or the solver's). Other placements: the same steps 1 and 3 around the baselines and a
+or the solver's). Other placements: the same steps 1, 3 and 4 around the baselines and a
 load-balanced split, with a weaker bound over all partitions (the total load over p).
 """
 
@@ -41,9 +42,12 @@ from .bound import (
     suffix_minmax,
 )
 from .memory_bound import pipeline_bound
+from .polish import polish
 
 Progress = Callable[[dict], None]
 TOLERANCE = 1e-9
+POLISH_SHARE = 0.3  # of the time left after the heuristics, before the solver
+POLISHED = 3  # schedules polished by local search
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,22 @@ class _Search:
                     break
             if not moved:
                 return
+
+    def polish_best(self, budget_end: float, count: int = POLISHED) -> None:
+        """Local search on the `count` shortest schedules whose split's bound is below them."""
+        splits = sorted((s for s in self.cache.values()
+                         if s.result is not None and s.bound < s.span * (1 - TOLERANCE)),
+                        key=lambda s: s.span)[:count]
+        for index, split in enumerate(splits):
+            now = time.perf_counter()
+            if now >= budget_end:
+                return
+            better = polish(split.result, now + (budget_end - now) / (len(splits) - index))
+            if better is not None:
+                updated = replace(split, result=better)
+                self.cache[(split.placement, split.sizes)] = updated
+                self.offer(updated)
+                self.tell("local search", placement=split.placement, sizes=list(split.sizes))
 
     def solve(self, split: Split, time_limit: float) -> Split:
         """The exact solver on one partition: a better schedule or a higher proven bound."""
@@ -372,6 +392,11 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         return min([*bounds.values(), *proven, search.best.span])
 
     search.bound = overall()
+    if overall() < search.best.span * (1 - TOLERANCE):
+        # a share of what is left (all of it without the solver) polishes the best schedules
+        search.polish_best(time.perf_counter() + POLISH_SHARE * search.left() if exact
+                           else search.deadline)
+        search.bound = overall()
     solved: set[tuple[str, tuple[int, ...]]] = set()
     # the exact solver: the best partition first, then the weakest proven bound below the span
     while exact and search.left() > 1.0 and overall() < search.best.span * (1 - TOLERANCE):
