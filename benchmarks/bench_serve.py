@@ -1,10 +1,13 @@
-"""Time `zbopt serve`: startup, re-evaluate latency over HTTP (p <= 16, m <= 64) against the
-same computation in-process, the page's redraw in chromium, and a burst of 200 requests.
-Writes results/serve.md.
+"""Time `zbopt serve`: startup and first view, where a re-evaluation's time goes on the server,
+the page's redraw in chromium after a control change for every registered schedule method at
+p=16, m=64, and a burst of 200 requests. Writes results/serve.md.
 
-Usage: python benchmarks/bench_serve.py [--repeats N] [--starts N] [--no-browser]
+Usage: python benchmarks/bench_serve.py [--repeats N] [--starts N] [--before REV] [--no-browser]
+
 Every server is a `python -m zbopt serve --port 0` subprocess on 127.0.0.1 (stopped by its
-handle). Each timed request changes t_f by one unit so no answer comes from the server's cache.
+handle). Each timed change raises t_f by one unit, so no answer comes from a cache. --before REV
+also serves the page and server of commit REV (zbopt/serve/ as it was then, everything else as
+now, in a temporary copy) and times it in the same run, method by method, as the peer.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -24,19 +29,28 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from zbopt.instance import default_instance_path, load_instance
+from zbopt.registry import methods
 from zbopt.serve import api
 
-SIZES = [(4, 16), (8, 32), (16, 64)]
-METHODS = ["1f1b", "zb-h1", "zb-h2", "interleaved-1f1b", "zb-v", "dualpipe", "zb-greedy",
-           "v-greedy"]
+ROOT = Path(__file__).resolve().parents[1]
+P, M = 16, 64
+T_F = 18522  # the shipped instance's t_f; each timed change adds one
+
+
+ONLY: list[str] = []
+
+
+def chosen() -> dict:
+    """The schedule methods to time: every registered one unless --methods names some."""
+    return {k: v for k, v in methods("schedule").items() if not ONLY or k in ONLY}
 
 
 class Server:
-    def __init__(self):
+    def __init__(self, root: Path = ROOT):
         self.began = time.perf_counter()
         self.process = subprocess.Popen([sys.executable, "-m", "zbopt", "serve", "--port", "0"],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                        text=True)
+                                        text=True, cwd=root)
         line = self.process.stdout.readline()
         self.printed = time.perf_counter() - self.began
         if "http://" not in line:
@@ -52,7 +66,7 @@ class Server:
             return err.code, err.read()
 
     def stop(self) -> None:
-        self.process.terminate()
+        self.process.terminate()  # our own child, by its handle
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -69,76 +83,205 @@ def ms(x: float) -> str:
     return f"{1000 * x:.0f}"
 
 
-def startup(starts: int) -> list[str]:
-    printed, page, ready = [], [], []
+def before_tree(rev: str, folder: Path) -> Path:
+    """A copy of zbopt with zbopt/serve/ as it was at `rev` (read with git show)."""
+    root = folder / "before"
+    shutil.copytree(ROOT / "zbopt", root / "zbopt",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.rmtree(root / "zbopt" / "serve")
+    names = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "zbopt/serve"], cwd=ROOT,
+                           check=True, capture_output=True, text=True).stdout.split()
+    for name in names:
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(subprocess.run(["git", "show", f"{rev}:{name}"], cwd=ROOT, check=True,
+                                          capture_output=True).stdout)
+    return root
+
+
+# ----- startup -------------------------------------------------------------------------------
+
+def startup(starts: int, browser) -> list[str]:
+    printed, page_at, ready, painted = [], [], [], []
     for _ in range(starts):
         server = Server()
         try:
             status, _ = server.get("/")
-            page.append(time.perf_counter() - server.began)
+            page_at.append(time.perf_counter() - server.began)
             assert status == 200
             status, _ = server.get("/api/settings")
             ready.append(time.perf_counter() - server.began)
             printed.append(server.printed)
         finally:
             server.stop()
+        if browser is None:
+            continue
+        server = Server()
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(server.url)
+            page.wait_for_selector("body[data-painted]", timeout=60000)
+            painted.append(time.perf_counter() - server.began)
+            page.close()
+        finally:
+            server.stop()
+    rows = [f"| URL printed | {statistics.median(printed):.2f} | {max(printed):.2f} |",
+            f"| page (`GET /`) answered | {statistics.median(page_at):.2f} | {max(page_at):.2f} |",
+            f"| `GET /api/settings` answered (every method registered) | "
+            f"{statistics.median(ready):.2f} | {max(ready):.2f} |"]
+    if painted:
+        rows.append(f"| chromium shows the first timeline (page opened as soon as the URL is "
+                    f"printed) | {statistics.median(painted):.2f} | {max(painted):.2f} |")
     return ["## Startup", "",
             f"`python -m zbopt serve --port 0`, {starts} starts; seconds from spawning the "
-            f"process (Python start-up included) to each point.", "",
-            "| point | median | max |", "|---|---|---|",
-            f"| URL printed | {statistics.median(printed):.2f} | {max(printed):.2f} |",
-            f"| page (`GET /`) answered | {statistics.median(page):.2f} | {max(page):.2f} |",
-            f"| `GET /api/settings` answered (every method registered) | "
-            f"{statistics.median(ready):.2f} | {max(ready):.2f} |", ""]
+            f"process (Python start-up included) to each point. The first view does not wait for "
+            f"the comparison table: the page asks for it after drawing.", "",
+            "| point | median | max |", "|---|---|---|", *rows, ""]
 
 
-def latency(server: Server, repeats: int) -> list[str]:
+# ----- the server's share --------------------------------------------------------------------
+
+def server_split(server: Server, repeats: int) -> list[str]:
+    """Per method: the HTTP round trip of /api/evaluate, and in-process what of it is
+    registry.run (generator, evaluate(), lower bound: other modules) and what is the view."""
     base = load_instance(default_instance_path())
-    lines = ["## Re-evaluate latency", "",
-             f"`GET /api/evaluate` with the shipped instance's costs, {repeats} requests per "
-             f"row (t_f raised by 1 us each time, so none is a cache hit), on a server that "
-             f"answered one request before. *HTTP* is the "
-             f"round trip (evaluation, bound, timeline data, step states, JSON). *in-process* is "
-             f"`api.evaluate_settings` + `api.view_document` on the same settings in this "
-             f"process on settings just as new (so the lower bound is computed afresh in both), the "
-             f"peer the HTTP figure is compared with; *of which run()* is its share spent in "
-             f"registry.run (generating, evaluating, bounding the schedule), the rest is the "
-             f"timeline data and step states. Milliseconds.", "",
-             "| p | m | method | passes | HTTP median | HTTP p95 | in-process median | "
-             "of which run() | HTTP / in-process | answer KB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    worst = []
-    for p, m in SIZES:
-        for method in METHODS:
-            http, local, method_only, size, passes = [], [], [], 0, 0
-            for i in range(repeats):
-                params = {"schedule": method, "devices": p, "microbatches": m, "chunks": 2,
-                          "t_f": 18522 + i}
-                began = time.perf_counter()
-                status, body = server.get("/api/evaluate?" + urllib.parse.urlencode(params))
-                http.append(time.perf_counter() - began)
-                if status != 200:
-                    raise RuntimeError(f"{method} p={p} m={m}: {body[:200]!r}")
-                size = len(body)
-                passes = len(json.loads(body)["timeline"]["passes"])
-                settings = api.parse_settings({**params, "t_f": 18522 + repeats + i}, base)
-                began = time.perf_counter()
-                result = api.evaluate_settings(settings, base)
-                method_only.append(time.perf_counter() - began)
-                json.dumps(api.view_document(result))
-                local.append(time.perf_counter() - began)
-            h, lo = statistics.median(http), statistics.median(local)
-            worst.append((percentile(http, 0.95), method, p, m))
-            lines.append(f"| {p} | {m} | {method} | {passes:,} | {ms(h)} | "
-                         f"{ms(percentile(http, 0.95))} | {ms(lo)} | "
-                         f"{ms(statistics.median(method_only))} | {h / lo:.2f} | "
-                         f"{size / 1024:.0f} |")
-            print(lines[-1], flush=True)
-    slow = sorted(worst, reverse=True)[:3]
-    lines += ["", "Slowest p95: " + ", ".join(f"{method} p={p} m={m} {ms(t)} ms"
-                                               for t, method, p, m in slow) + ".", ""]
-    return lines
+    api.warm_up()  # this process draws too: matplotlib and every method loaded before timing
+    lines = ["## Where a re-evaluation's time goes on the server", "",
+             f"p={P}, m={M}, the shipped instance; {repeats} requests per method, t_f raised by "
+             f"one each time (no cache hit). *HTTP* is `GET /api/evaluate` (what the page waits "
+             f"for). In this process on settings just as new: *run()* is `registry.run` "
+             f"(generator, evaluate(), lower bound: not the server's code), *view* is the "
+             f"server's own part (the timeline document and its JSON); *step states* are "
+             f"`GET /api/events`' work, asked for after the page has drawn. Milliseconds, "
+             f"medians.", "",
+             "| method | placement | passes | HTTP | run() | view | step states | answer KB |",
+             "|---|---|---|---|---|---|---|---|"]
+    from zbopt.serve.events import step_states
+    for name, method in chosen().items():
+        http, run_t, view_t, step_t, size, passes = [], [], [], [], 0, 0
+        for i in range(repeats):
+            params = {"schedule": name, "devices": P, "microbatches": M, "chunks": 2,
+                      "t_f": T_F + 100 + i}
+            began = time.perf_counter()
+            status, body = server.get("/api/evaluate?" + urllib.parse.urlencode(params))
+            http.append(time.perf_counter() - began)
+            if status != 200:
+                raise RuntimeError(f"{name}: {body[:200]!r}")
+            size = len(body)
+            settings = api.parse_settings({**params, "t_f": T_F + 200 + i}, base)
+            began = time.perf_counter()
+            result = api.evaluate_settings(settings, base)
+            run_t.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            json.dumps(api.view_document(result, events=False), separators=(",", ":"))
+            view_t.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            json.dumps(step_states(result.timeline), separators=(",", ":"))
+            step_t.append(time.perf_counter() - began)
+            passes = result.instance.num_passes
+        lines.append(f"| {name} | {method.placement} | {passes:,} | "
+                     f"{ms(statistics.median(http))} | {ms(statistics.median(run_t))} | "
+                     f"{ms(statistics.median(view_t))} | {ms(statistics.median(step_t))} | "
+                     f"{size / 1024:.0f} |")
+        print(lines[-1], flush=True)
+    return lines + [""]
 
+
+# ----- redraw in chromium --------------------------------------------------------------------
+
+CHANGE = """([id, value]) => {
+    const node = document.getElementById(id);
+    node.value = value;
+    node.dispatchEvent(new Event('input', {bubbles: true}));
+    node.dispatchEvent(new Event('change', {bubbles: true}));
+    const z = window.zbopt;
+    if (!('changedAt' in z)) {  // the earlier page evaluated on input only, after a debounce
+        clearTimeout(z.evalTimer);
+        z.evalTimer = null;
+        z.evaluateNow();
+    }
+}"""
+
+
+class Page:
+    """One explorer page in chromium on `server`."""
+
+    def __init__(self, browser, server: Server):
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.page.goto(server.url)
+        self.page.wait_for_selector("body[data-ready='1']", timeout=120000)
+
+    def view(self) -> int:
+        return self.page.evaluate("() => Number(document.body.dataset.view || 0)")
+
+    def change(self, control: str, value: str) -> float | None:
+        """Seconds from the control's change to its new view on screen (seen in a frame); None
+        when the control already has that value."""
+        if self.page.input_value(f"#{control}") == value:
+            return None
+        before = self.view()
+        began = time.perf_counter()
+        self.page.evaluate(CHANGE, [control, value])
+        self.page.wait_for_function(f"() => Number(document.body.dataset.view) > {before}",
+                                    timeout=120000, polling="raf")
+        took = time.perf_counter() - began
+        # no comparison table in the background of the next change: each change is timed alone
+        self.page.evaluate("() => clearTimeout(window.zbopt.compareTimer)")
+        self.page.wait_for_function("() => !window.zbopt.busy", timeout=120000)
+        return took
+
+    def timing(self) -> dict | None:
+        return self.page.evaluate("() => window.zbopt.timing")
+
+
+def redraw(pages: dict[str, Page], repeats: int) -> list[str]:
+    rows = []
+    ours = "now"
+    for name, method in chosen().items():
+        medians, split = {}, ""
+        for label, page in pages.items():
+            page.change("f-devices", str(P))
+            page.change("f-microbatches", str(M))
+            page.change("f-schedule", name)
+            times, parts = [], []
+            for i in range(repeats):
+                times.append(page.change("f-t_f", str(T_F + 1 + i)))
+                if label == ours:
+                    parts.append(page.timing())
+            medians[label] = times
+            if label == ours and parts and parts[0]:
+                split = " / ".join(f"{statistics.median(x[k] for x in parts):.0f}"
+                                   for k in ("total", "server", "parse", "draw", "paint"))
+        now = statistics.median(medians[ours])
+        row = f"| {name} | {method.placement} | {ms(now)} | {ms(percentile(medians[ours], 0.95))} |"
+        if "before" in medians:
+            was = statistics.median(medians["before"])
+            row += f" {ms(was)} | {was / now:.1f} |"
+        rows.append(row + f" {split} |")
+        print(rows[-1], flush=True)
+    head = "| method | placement | median | p95 |"
+    rule = "|---|---|---|---|"
+    if "before" in pages:
+        head += " before: median | before / now |"
+        rule += "---|---|"
+    return [f"## Redraw in chromium after a control change, p={P}, m={M}", "",
+            f"Headless chromium (Playwright, system chromium) on the page: t_f is set and its "
+            f"`input` and `change` events fired, then the clock runs until the new view is on "
+            f"screen (the page's view counter seen in an animation frame). {repeats} changes per "
+            f"method, milliseconds. The comparison table is held back between changes so each "
+            f"change is timed alone.", "",
+            "*before* is the same change on the page and server of the earlier commit (timeline as "
+            "SVG, step states in the same answer; it evaluated on `input` after a 150 ms pause, "
+            "left out here), in the same run, method by method, so both saw the same load."
+            if "before" in pages else "",
+            "",
+            "*total / server / parse / draw / paint* is the page's own record of the same wait "
+            "(medians): from the change to the frame after drawing, the `/api/evaluate` round "
+            "trip, JSON parsing, building the drawing, and the wait for the next frame.", "",
+            head + " total / server / parse / draw / paint |", rule + "---|", *rows, ""]
+
+
+# ----- burst ---------------------------------------------------------------------------------
 
 def burst(server: Server, total: int = 200, workers: int = 20) -> list[str]:
     def one(i: int) -> tuple[int, float]:
@@ -160,7 +303,7 @@ def burst(server: Server, total: int = 200, workers: int = 20) -> list[str]:
     return ["## Burst", "",
             f"{total} `GET /api/evaluate` from {workers} threads at once (p=8, m=8..22, four "
             f"families; every tenth malformed), against a fresh server that answered one "
-            f"request before.", "",
+            f"request before. The server evaluates one request at a time.", "",
             "| requests | wall s | requests/s | median ms | p95 ms | max ms | statuses | "
             "answers after |", "|---|---|---|---|---|---|---|---|",
             f"| {total} | {wall:.2f} | {total / wall:.0f} | {ms(statistics.median(times))} | "
@@ -169,89 +312,83 @@ def burst(server: Server, total: int = 200, workers: int = 20) -> list[str]:
             f"{'yes' if status == 200 else 'NO'} |", ""]
 
 
-def redraw(server: Server, repeats: int) -> list[str]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        return ["## Redraw in chromium", "", "skipped: playwright is not installed", ""]
-    rows = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(server.url)
-        page.wait_for_selector("body[data-ready='1']", timeout=60000)
-        for p, m, method in [(8, 32, "zb-h1"), (16, 64, "zb-h1"), (16, 64, "interleaved-1f1b"),
-                             (16, 64, "zb-v")]:
-            page.get_by_label("schedule", exact=True).select_option(method)
-            page.get_by_label("devices", exact=True).fill(str(p))
-            page.get_by_label("micro-batches", exact=True).fill(str(m))
-            page.wait_for_function("() => !window.zbopt.busy", timeout=60000)
-            times, parts = [], []
-            for i in range(repeats):
-                before = page.evaluate("() => Number(document.body.dataset.view)")
-                began = time.perf_counter()
-                # bypass the input debounce: time the server round trip and the drawing
-                page.get_by_label("t_f", exact=True).fill(str(18522 + 7 + i))
-                page.evaluate("() => { clearTimeout(window.zbopt.evalTimer); window.zbopt.evalTimer = null; }")
-                page.evaluate("() => window.zbopt.evaluateNow()")
-                page.wait_for_function(f"() => Number(document.body.dataset.view) > {before}",
-                                       timeout=60000)
-                times.append(time.perf_counter() - began)
-                parts.append(page.evaluate("() => window.zbopt.timing"))
-            rects = page.locator("#timeline rect.p").count()
-            split = " / ".join(f"{statistics.median(x[k] for x in parts):.0f}"
-                               for k in ("server", "parse", "draw"))
-            rows.append(f"| {p} | {m} | {method} | {rects:,} | {ms(statistics.median(times))} | "
-                        f"{ms(percentile(times, 0.95))} | {split} |")
-            print(rows[-1], flush=True)
-        browser.close()
-    return ["## Re-evaluate and redraw in chromium", "",
-            f"Headless chromium (Playwright) on the page: change t_f, then time until the new "
-            f"view is drawn (request, JSON parse, SVG of every pass, memory strips, step bars); "
-            f"the page's 150 ms input debounce is left out. {repeats} changes per row. "
-            f"Milliseconds.", "",
-            "*server / parse / draw* is the page's own split of the same wait (medians): the "
-            "answer's round trip, JSON parsing, and building the drawing.", "",
-            "| p | m | method | passes drawn | median | p95 | server / parse / draw |",
-            "|---|---|---|---|---|---|---|",
-            *rows, ""]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--before", default="", help="also time zbopt/serve/ of this commit")
     parser.add_argument("--no-browser", action="store_true")
+    parser.add_argument("--methods", default="", help="comma-separated (default: every one)")
     args = parser.parse_args()
+    if args.methods:
+        ONLY.extend(args.methods.split(","))
     load = os.getloadavg()[0]
-    lines = ["# zbopt serve: startup, latency, redraw, burst", "",
+    command = f"python benchmarks/bench_serve.py --repeats {args.repeats} --starts {args.starts}" \
+              f"{' --before ' + args.before if args.before else ''}" \
+              f"{' --no-browser' if args.no_browser else ''}" \
+              f"{' --methods ' + args.methods if args.methods else ''}"
+    lines = ["# zbopt serve: startup, server time, redraw, burst", "",
              f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores "
-             f"shared with other work (load average {load:.1f} at the start), so expect noise.",
-             "", f"Command: `python benchmarks/bench_serve.py --repeats {args.repeats} --starts "
-             f"{args.starts}{' --no-browser' if args.no_browser else ''}`", ""]
-    lines += startup(args.starts)
-    print("\n".join(lines), flush=True)
-    server = Server()
-    try:
-        server.get("/api/settings")
-        server.get("/api/evaluate?devices=2&microbatches=2")  # the first answer loads the drawing
-        lines += latency(server, args.repeats)
-        if not args.no_browser:
-            lines += redraw(server, args.repeats)
-    finally:
-        server.stop()
+             f"shared with other work (load average {load:.1f} at the start).", "",
+             f"Command: `{command}`", ""]
+    with tempfile.TemporaryDirectory() as folder, contextlib_playwright(args.no_browser) as pw:
+        browser = None if pw is None else pw.chromium.launch(executable_path="/usr/bin/chromium",
+                                                             args=["--no-sandbox"])
+        lines += startup(args.starts, browser)
+        print("\n".join(lines), flush=True)
+        servers = {"now": Server()}
+        if args.before and browser is not None:
+            servers["before"] = Server(before_tree(args.before, Path(folder)))
+        try:
+            for server in servers.values():
+                server.get("/api/settings")
+                server.get("/api/evaluate?devices=2&microbatches=2")  # loads the drawing
+            lines += server_split(servers["now"], args.repeats)
+            if browser is not None:
+                pages = {label: Page(browser, server) for label, server in servers.items()}
+                lines += redraw(pages, args.repeats)
+        finally:
+            for server in servers.values():
+                server.stop()
+        if browser is not None:
+            browser.close()
     fresh = Server()
     try:
         fresh.get("/api/settings")
-        fresh.get("/api/evaluate?devices=2&microbatches=2")  # the first answer loads the drawing
+        fresh.get("/api/evaluate?devices=2&microbatches=2")
         lines += burst(fresh)
     finally:
         fresh.stop()
-    lines += [f"Load average at the end: {os.getloadavg()[0]:.1f}.", ""]
-    out = Path(__file__).resolve().parents[1] / "results" / "serve.md"
+    end = os.getloadavg()[0]
+    lines += [f"Load average at the end: {end:.1f}"
+              f"{' (other work shared the CPU: expect noise)' if max(load, end) > 1.5 else ''}.",
+              ""]
+    out = ROOT / "results" / "serve.md"
     out.write_text("\n".join(lines))
-    print("\n".join(lines[-6:]))
     print(f"wrote {out}")
+
+
+class contextlib_playwright:
+    """sync_playwright(), or None when --no-browser or playwright is missing."""
+
+    def __init__(self, skip: bool):
+        self.skip = skip
+        self.manager = None
+
+    def __enter__(self):
+        if self.skip:
+            return None
+        try:
+            from playwright.sync_api import sync_playwright
+        except ImportError:
+            return None
+        self.manager = sync_playwright()
+        return self.manager.__enter__()
+
+    def __exit__(self, *exc):
+        if self.manager is not None:
+            self.manager.__exit__(*exc)
+        return False
 
 
 if __name__ == "__main__":

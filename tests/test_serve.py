@@ -32,7 +32,6 @@ from zbopt.export.schedule_file import read_schedule_file  # noqa: E402
 from zbopt.export.torch_csv import parse_torch_csv, torch_rows  # noqa: E402
 from zbopt.instance import Instance, load_instance  # noqa: E402
 from zbopt.registry import run  # noqa: E402
-from zbopt.report.html import CODE  # noqa: E402
 from zbopt.schedule import evaluate  # noqa: E402
 from zbopt.serve import api  # noqa: E402
 from zbopt.serve.events import step_states  # noqa: E402
@@ -219,25 +218,12 @@ def test_evaluate_uses_chunks_and_group_size_like_simulate(server, instance_file
     assert default_n.timeline.peak_memory != direct.timeline.peak_memory  # N changed the order
 
 
-def _column(column) -> list:
-    """A column of the timeline document: a list, or {values, code} (a character per entry)."""
-    if isinstance(column, list):
-        return column
-    return [column["values"][CODE.index(c)] for c in column["code"]]
-
-
 def drawn_passes(tl: dict) -> dict:
-    """{(stage, mb, kind): (start, end, device)} summed back from the timeline document's gaps
-    and durations, as the page does."""
-    cols = {k: _column(tl["passes"][k]) for k in ("stage", "mb", "gap", "dur")}
-    out, device, previous = {}, -1, 0
-    for i, stage in enumerate(cols["stage"]):
-        if tl["stage_device"][stage] != device:
-            device, previous = tl["stage_device"][stage], 0
-        start = previous + cols["gap"][i]
-        previous = end = start + cols["dur"][i]
-        out[(stage, cols["mb"][i], tl["passes"]["kind"][i])] = (start, end, device)
-    return out
+    """{(stage, mb, kind): (start, end, device)} from the timeline document's columns."""
+    cols = tl["passes"]
+    return {(stage, mb, kind): (start, end, tl["stage_device"][stage])
+            for stage, mb, kind, start, end in zip(cols["stage"], cols["mb"], cols["kind"],
+                                                    cols["start"], cols["end"])}
 
 
 @pytest.mark.parametrize("method", ["1f1b", "zb-v", "dualpipe"])
@@ -250,14 +236,8 @@ def test_timeline_data_is_the_evaluators(server, method):
     timeline = run(method, instance).timeline
     assert drawn_passes(tl) == {p: (timeline.start[p], timeline.end[p], instance.device_of(p[0]))
                                 for p in timeline.start}
-    curves = []
-    for times, levels in tl["memory"]:
-        t = level = 0
-        curve = []
-        for dt, dl in zip(_column(times), _column(levels)):
-            t, level = t + dt, level + dl
-            curve.append((t, level))
-        curves.append(curve)
+    assert len(tl["passes"]["stage"]) == len(timeline.start)  # each pass once
+    curves = [list(zip(times, levels)) for times, levels in tl["memory"]]
     assert curves == [list(curve) for curve in timeline.memory_curve]
     assert tl["peak"] == list(timeline.peak_memory)
     # the multi-pass blocks name their passes by index; only dualpipe overlaps an F with a B

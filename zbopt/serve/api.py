@@ -285,16 +285,47 @@ def _compact(x: float) -> float | int:
 
 
 def drawing(result: Result) -> dict:
-    """The timeline as the page draws it: the HTML report's compact columns (timeline_data:
-    every pass's stage, micro-batch, kind and times from evaluate() as gaps and durations in
-    each device's order, the multi-pass blocks, colours and path steps per stage, the memory
-    curve per device as steps), plus the span, each device's span and the memory unit."""
+    """The timeline as the page draws it, in columns (plain numbers: encoding them is a small
+    part of an answer): every pass's stage, micro-batch, kind, start and end from evaluate() in
+    each device's order, the multi-pass blocks as [start, end, overlapped, pass indices...],
+    colours and path steps per kind and stage, and each device's memory curve as times and
+    levels."""
     # the report modules import matplotlib: loaded on first use (the server warms them up)
-    from ..report.html import timeline_data
+    from ..report.gantt import is_overlapped, label_colour, pass_colour
+    from ..report.html import path_step
     timeline = result.timeline
-    return {**timeline_data(timeline, result.method, timeline.makespan),
-            "memory_unit": timeline.instance.memory_unit, "span": _compact(timeline.span),
-            "device_span": [[_compact(a), _compact(b)] for a, b in timeline.device_span]}
+    instance = timeline.instance
+    starts, ends = timeline.start, timeline.end
+    stage, mb, kind, start, end, blocks = [], [], [], [], [], []
+    for d, order in enumerate(timeline.schedule.orders):
+        for item, (t0, t1) in zip(order, timeline.item_times[d]):
+            if len(item) > 1:
+                first = len(stage)
+                blocks.append([t0, t1, int(is_overlapped(item)), *range(first, first + len(item))])
+            for p in item:
+                stage.append(p[0])
+                mb.append(p[1])
+                kind.append(p[2])
+                start.append(starts[p])
+                end.append(ends[p])
+    stages = range(instance.num_stages)
+    cap = instance.cap
+    return {"method": result.method, "devices": instance.devices,
+            "time_unit": instance.time_unit, "memory_unit": instance.memory_unit,
+            "makespan": _compact(timeline.makespan), "span": _compact(timeline.span),
+            "device_span": [[_compact(a), _compact(b)] for a, b in timeline.device_span],
+            "passes": {"stage": stage, "mb": mb, "kind": "".join(kind), "start": start,
+                       "end": end},
+            "blocks": blocks,
+            "stage_device": [instance.device_of(s) for s in stages],
+            "colour": [[pass_colour(timeline, s, k) for s in stages] for k in "FBW"],
+            "ink": [[label_colour(timeline, s, k) for s in stages] for k in "FBW"],
+            "step": [[path_step(instance, s, k) for s in stages] for k in "FBW"],
+            "memory": [[[t for t, _ in curve], [level for _, level in curve]]
+                       for curve in timeline.memory_curve],
+            "peak": [_compact(x) for x in timeline.peak_memory],
+            "cap": [_compact(x) for x in cap] if cap is not None else None,
+            "memory_top": _compact(max([*timeline.peak_memory, *(cap or ())]))}
 
 
 def view_document(result: Result, events: bool = True) -> dict:

@@ -222,46 +222,30 @@
   // SVG nodes took longer to build than the server took to answer); the rows, memory curves,
   // axis, cursor and the highlighted micro-batch stay SVG, a few hundred nodes at most.
 
-  var CODE = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
   var KINDS = "FBW";
 
   function rowY(d) { return L.top + d * (L.row + L.memory + L.gap); }
 
-  // a column of the server's timeline: a list, or {values, code} with one character per entry
-  // (the index of its value)
-  function decode(column) {
-    if (Array.isArray(column)) { return column; }
-    var code = column.code, values = column.values, out = new Array(code.length), index = {};
-    for (var c = 0; c < CODE.length; c++) { index[CODE.charCodeAt(c)] = c; }
-    for (var i = 0; i < code.length; i++) { out[i] = values[index[code.charCodeAt(i)]]; }
-    return out;
-  }
-
-  // the columns as typed arrays per field, each pass's start and end summed back from the gaps
-  // and durations of its device's order, and the box of the passes of multi-pass blocks
+  // the server's columns as typed arrays, with the box of the passes of multi-pass blocks (an
+  // overlapped F&B block draws its passes as stacked bands over the whole block) and where each
+  // device's passes begin (they come device by device, each in time order)
   function unpack(tl) {
     if (tl.unpacked) { return tl.unpacked; }
-    var stage = decode(tl.passes.stage), mb = decode(tl.passes.mb), kinds = tl.passes.kind;
-    var gap = decode(tl.passes.gap), dur = decode(tl.passes.dur), n = stage.length;
-    var P = { n: n, device: new Int32Array(n), stage: new Int32Array(n), mb: new Int32Array(n),
-              kind: new Uint8Array(n), start: new Float64Array(n), end: new Float64Array(n),
-              x0: new Float64Array(n), x1: new Float64Array(n), band: new Int32Array(n),
-              bands: new Int32Array(n).fill(1), itemStart: new Float64Array(n),
-              itemEnd: new Float64Array(n), itemSize: new Int32Array(n).fill(1),
-              first: new Int32Array(tl.devices + 1) };
-    var device = -1, previous = 0;
+    var cols = tl.passes, n = cols.stage.length;
+    var P = { n: n, device: new Int32Array(n), stage: Int32Array.from(cols.stage),
+              mb: Int32Array.from(cols.mb), kind: new Uint8Array(n), start: Float64Array.from(cols.start),
+              end: Float64Array.from(cols.end), band: new Int32Array(n), bands: new Int32Array(n).fill(1),
+              itemSize: new Int32Array(n).fill(1), first: new Int32Array(tl.devices + 1) };
+    P.x0 = P.start.slice(); P.x1 = P.end.slice(); P.itemStart = P.start.slice(); P.itemEnd = P.end.slice();
+    var device = -1;
     for (var i = 0; i < n; i++) {
-      var s = stage[i], d = tl.stage_device[s];
+      var d = tl.stage_device[P.stage[i]];
       if (d !== device) {
         for (var e = device + 1; e <= d; e++) { P.first[e] = i; }
         device = d;
-        previous = 0;
       }
-      var start = previous + gap[i], end = start + dur[i];
-      previous = end;
-      P.device[i] = d; P.stage[i] = s; P.mb[i] = mb[i]; P.kind[i] = KINDS.indexOf(kinds.charAt(i));
-      P.start[i] = P.x0[i] = P.itemStart[i] = start;
-      P.end[i] = P.x1[i] = P.itemEnd[i] = end;
+      P.device[i] = d;
+      P.kind[i] = KINDS.indexOf(cols.kind.charAt(i));
     }
     for (var f = device + 1; f <= tl.devices; f++) { P.first[f] = n; }
     tl.blocks.forEach(function (block) {
@@ -292,11 +276,10 @@
              w: Math.max((P.x1[i] - P.x0[i]) * state.scale, 0.5), h: bh };
   }
 
-  // the memory curve of each device: running sums of the server's (time, level) steps
+  // the memory curve of each device as [time, level] points
   function curves(tl) {
-    return tl.memory.map(function (steps) {
-      var t = 0, level = 0, times = decode(steps[0]), levels = decode(steps[1]);
-      return times.map(function (dt, i) { t += dt; level += levels[i]; return [t, level]; });
+    return tl.memory.map(function (curve) {
+      return curve[0].map(function (t, i) { return [t, curve[1][i]]; });
     });
   }
 
