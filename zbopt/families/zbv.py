@@ -113,6 +113,7 @@ class _VRounds:
         self.spread = [max(allowance) - a for a in allowance] if allowance else None
         self.pending_w: list[deque[int]] = [deque() for _ in range(p)]  # stages of pending W
         self.orders: list[list[Pass]] = [[] for _ in range(p)]
+        self.sensitive: set[str] = set()
 
     # ----- bookkeeping ---------------------------------------------------------------------
 
@@ -196,9 +197,11 @@ class _VRounds:
         self.mem[d] += self.d_w[s]
         self.nw[s] = j + 1
 
-    def fill(self, d: int, source: float | None, optional: bool) -> None:
+    def fill(self, d: int, source: float | None, optional: bool, switch: str = "") -> None:
         """Pending W passes before a pass whose input ends at `source` (-1: not run yet; None:
-        the pass has no input on another device), see the module doc."""
+        the pass has no input on another device), see the module doc. `switch` names the flag
+        ("f": fill_f, "b": fill_b) that made the optional W optional: `sensitive` records
+        whether that flag ever mattered in this run."""
         pending, comm = self.pending_w[d], self.comm
         if source is not None:
             limit = source + comm
@@ -207,9 +210,11 @@ class _VRounds:
             arrival = source
         else:
             arrival = self.ended(self.end_w[self.p - 1], self.m - 1)
-        if optional and pending \
-                and arrival + comm - self.clock[d] > self.worst(d) - self.wait[d]:
-            self.put_w(d)
+        if pending and arrival + comm - self.clock[d] > self.worst(d) - self.wait[d]:
+            if switch:
+                self.sensitive.add(switch)
+            if optional:
+                self.put_w(d)
 
     def make_room(self, d: int, delta: float) -> None:
         pending, room = self.pending_w[d], self.room[d]
@@ -278,7 +283,7 @@ class _VRounds:
         for d in up_first:
             up = 2 * p - 1 - d
             source = self.ended(end_b[up + 1], nb[up]) if d > 0 else None
-            self.fill(d, source, optional=self.fill_b)
+            self.fill(d, source, optional=self.fill_b, switch="b")
             self.put_b(up)
 
     def forward_round(self) -> None:
@@ -302,7 +307,7 @@ class _VRounds:
                 source = self.ended(end_f[d - 1], downs)
             if s == up and d < p - 1:
                 source = self.ended(end_f[up - 1], ups)
-            self.fill(d, source, optional=self.fill_f)
+            self.fill(d, source, optional=self.fill_f, switch="f")
             self.put_f(s)
 
 
@@ -310,15 +315,21 @@ class _Beaten(Exception):
     """A run's worst wait reached the bound it had to stay below."""
 
 
-def _refined(instance: Instance, plan: Instance, fill_f: bool, fill_b: bool) -> _Outcome:
+def _refined(instance: Instance, plan: Instance, fill_f: bool, fill_b: bool
+             ) -> tuple[_Outcome, set[str]]:
     """Rerun with the last run's waits as the allowance while the worst wait keeps shrinking
-    (a rerun stops once its worst wait reaches the last one's: it cannot win any more)."""
-    best = _VRounds(instance, plan, fill_f, fill_b, None).run()
+    (a rerun stops once its worst wait reaches the last one's: it cannot win any more). Also
+    the flags ("f", "b") that mattered in some run: flipping any other one repeats every run."""
+    first = _VRounds(instance, plan, fill_f, fill_b, None)
+    best = first.run()
     assert best is not None  # no bound: runs to the end or raises
+    sensitive = set(first.sensitive)
     while True:
-        nxt = _VRounds(instance, plan, fill_f, fill_b, best.waits, best.worst_wait).run()
+        rerun = _VRounds(instance, plan, fill_f, fill_b, best.waits, best.worst_wait)
+        nxt = rerun.run()
+        sensitive |= rerun.sensitive
         if nxt is None or not nxt.worst_wait < best.worst_wait:
-            return best
+            return best, sensitive
         best = nxt
 
 
@@ -348,9 +359,18 @@ def zb_v(instance: Instance) -> Schedule:
         raise ZboptError(f"zb-v runs on placement 'v', the instance is {instance.placement!r}")
     twin = uniform_twin(instance)
     best: _Outcome | None = None
+    mattered: dict[tuple[bool, bool], set[str]] = {}
     for fill_b in (True, False):
         for fill_f in (True, False):
-            outcome = _refined(instance, twin, fill_f, fill_b)
+            # the same runs as an earlier combination whose flag never mattered: its outcome,
+            # already weighed (and a tie never wins), so nothing to run
+            if not fill_f and "f" not in mattered[(fill_b, True)]:
+                mattered[(fill_b, fill_f)] = mattered[(fill_b, True)]
+                continue
+            if not fill_b and "b" not in mattered[(True, fill_f)]:
+                mattered[(fill_b, fill_f)] = mattered[(True, fill_f)]
+                continue
+            outcome, mattered[(fill_b, fill_f)] = _refined(instance, twin, fill_f, fill_b)
             if best is None or outcome.worst_wait < best.worst_wait:
                 best = outcome
     return Schedule.build(best.orders)
