@@ -122,6 +122,10 @@ def block_problems(instance: Instance, item: Sequence[Pass], links=None) -> list
     micro-batch, in that order), whose W the runtime computes with its B."""
     if len(item) < 2:
         return []
+    if len(item) == 2:  # the common blocks, settled without building sets
+        a, b = item
+        if a != b and (a[1] != b[1] or (a[2] == "B" and b == (a[0], a[1], "W"))):
+            return []
     inside = set(item)
     if len(inside) < len(item):
         return [f"block ({';'.join(format_pass(p) for p in item)}) repeats a pass"]

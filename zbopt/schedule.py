@@ -13,13 +13,14 @@ dependency's item + comm where devices differ).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
-from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from .errors import ZboptError
-from .instance import Instance
+from .instance import KINDS, Instance
 from .passes import (
     Item,
     Pass,
@@ -29,6 +30,7 @@ from .passes import (
     format_pass,
     item_duration,
     item_memory,
+    lag,
     neighbours,
 )
 
@@ -109,8 +111,6 @@ class Timeline:
 
     instance: Instance
     schedule: Schedule
-    start: dict[Pass, float]
-    end: dict[Pass, float]
     item_times: tuple[tuple[tuple[float, float], ...], ...]  # per device, per item: (start, end)
     makespan: float
     span: float
@@ -123,6 +123,20 @@ class Timeline:
     memory_curve: tuple[tuple[tuple[float, float], ...], ...]  # per device: (time, level) steps
     fits_cap: bool
     cap_violations: tuple[str, ...] = field(default=())
+
+    @functools.cached_property
+    def start(self) -> dict[Pass, float]:
+        """Every pass's start (a pass in a block gets its share of the block's interval)."""
+        return self._pass_times[0]
+
+    @functools.cached_property
+    def end(self) -> dict[Pass, float]:
+        return self._pass_times[1]
+
+    @functools.cached_property
+    def _pass_times(self) -> tuple[dict[Pass, float], dict[Pass, float]]:
+        # built on first use: most callers (compare, sweeps) read only the metrics
+        return _pass_times(self.instance, self.schedule, self.item_times)
 
     def metrics(self) -> dict:
         return {
@@ -142,111 +156,241 @@ class Timeline:
         return self.span if name == "span" else self.makespan
 
 
+# ----- the pass table: the rules of passes.py as flat arrays, built once per instance ---------
+
+@dataclass(frozen=True)
+class _Table:
+    """Every pass of an instance by a dense id, with what evaluating a schedule asks of it."""
+
+    index: dict[Pass, int]
+    passes: tuple[Pass, ...]
+    device: tuple[int, ...]  # the device of the pass's stage
+    dep: tuple[int, ...]  # the id of the one pass it waits for, -1 for none
+    gap: tuple[float, ...]  # time from that pass's end to this one's start (comm across devices)
+    cost: tuple[float, ...]
+    add: tuple[float, ...]  # item_memory of the pass alone: taken at its start ...
+    release: tuple[float, ...]  # ... and freed at its end
+    shape: tuple[int, ...]  # stage and kind as one number: what a block's cost depends on
+    blocks: dict = field(default_factory=dict)  # shape of a block -> its duration and memory
+
+
+@functools.lru_cache(maxsize=8)
+def _table(instance: Instance) -> _Table:
+    links = neighbours(instance)
+    passes: list[Pass] = []
+    device: list[int] = []
+    dep: list[int] = []
+    gap: list[float] = []
+    cost: list[float] = []
+    add: list[float] = []
+    release: list[float] = []
+    shape: list[int] = []
+    for stages, mbs in instance.chains:
+        # Instance.passes() order: stage, micro-batch, kind; a pass's id is its place in it
+        base = len(passes)
+        where = {(s, k): base + 3 * len(mbs) * n + KINDS.index(k)
+                 for n, s in enumerate(stages) for k in KINDS}
+        passes += itertools.product(stages, mbs, KINDS)
+        n = 3 * len(mbs)
+        for s in stages:
+            # the rules of passes.py asked once per stage and kind: the same for every
+            # micro-batch, and a dependency stays within its micro-batch (checked on the ends)
+            row = []
+            for k in KINDS:
+                ends = [dependencies(instance, (s, j, k), links) for j in (mbs[0], mbs[-1])]
+                if any(len(b) > 1 or (b and b[0][1] != j) for b, j in zip(ends, (mbs[0], mbs[-1]))) \
+                        or [(q[0], q[2]) for q in ends[0]] != [(q[0], q[2]) for q in ends[1]]:
+                    raise AssertionError(f"the evaluator's pass table cannot hold the rule of {s}{k}")
+                before = ends[0]
+                p = (s, mbs[0], k)
+                row.append((where[before[0][0], before[0][2]] - where[s, KINDS[0]] if before else None,
+                            lag(instance, before[0], p) if before else 0, instance.cost(s, k),
+                            *item_memory(instance, (p,)), 3 * s + KINDS.index(k)))
+            first = where[s, KINDS[0]]
+            dep += [-1 if r[0] is None else i + r[0]
+                    for i in range(first, first + n, 3) for r in row]
+            device += [instance.device_of(s)] * n
+            gap += [r[1] for r in row] * len(mbs)
+            cost += [r[2] for r in row] * len(mbs)
+            add += [r[3] for r in row] * len(mbs)
+            release += [r[4] for r in row] * len(mbs)
+            shape += [r[5] for r in row] * len(mbs)
+    return _Table(index=dict(zip(passes, range(len(passes)))), passes=tuple(passes),
+                  device=tuple(device), dep=tuple(dep), gap=tuple(gap), cost=tuple(cost),
+                  add=tuple(add), release=tuple(release), shape=tuple(shape))
+
+
+def _block(instance: Instance, table: _Table, item: Item, ids: tuple[int, ...]):
+    """(ids, duration, memory added, memory released, summed cost) of a block of passes."""
+    key = tuple(map(table.shape.__getitem__, ids))
+    known = table.blocks.get(key)
+    if known is None:
+        raw = sum(instance.cost(s, k) for s, _, k in item) or 1.0
+        known = table.blocks[key] = (item_duration(instance, item), *item_memory(instance, item), raw)
+    return (ids, *known)
+
+
+# ----- structure, timing and metrics ----------------------------------------------------------
+
 def structure_problems(instance: Instance, schedule: Schedule) -> list[str]:
     """Missing, duplicated, unknown and misplaced passes, and malformed blocks."""
+    return _read(instance, schedule)[0]
+
+
+def _read(instance: Instance, schedule: Schedule):
+    """(problems, rows): every structural problem and, when there is none, each device's items:
+    a pass by its id, a block as _block() describes it."""
     problems: list[str] = []
     if schedule.release is not None and (len(schedule.release) != schedule.devices
                                          or any(r < 0 for r in schedule.release)):
         problems.append("release must give one non-negative start time per device")
     if schedule.devices != instance.devices:
         return [f"the schedule has {schedule.devices} device orders, the instance "
-                f"{instance.devices} devices"]
-    expected = set(instance.passes())
-    counts = Counter(schedule.passes())
-    for p, n in sorted(counts.items()):
-        if p not in expected:
-            problems.append(f"pass {format_pass(p)} is not in the instance")
-        elif n > 1:
-            problems.append(f"pass {format_pass(p)} appears {n} times")
-    missing = sorted(expected - set(counts))
-    if missing:
-        shown = ", ".join(format_pass(p) for p in missing[:10])
-        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-        problems.append(f"{len(missing)} pass(es) missing: {shown}{more}")
-    links = neighbours(instance)
+                f"{instance.devices} devices"], None
+    table = _table(instance)
+    get, device = table.index.get, table.device
+    counts = [0] * len(table.passes)
+    unknown: list[Pass] = []
+    placed: list[str] = []  # per item, in order: empty and malformed blocks, misplaced passes
+    links = None
+    rows = []
     for d, order in enumerate(schedule.orders):
+        row = []
         for item in order:
+            if len(item) == 1:
+                x = get(item[0])
+                if x is None:
+                    unknown.append(item[0])
+                else:
+                    counts[x] += 1
+                    if device[x] != d:
+                        placed.append(_misplaced(instance, item[0], d))
+                row.append(x)
+                continue
             if not item:
-                problems.append(f"device {d} has an empty block")
-            problems.extend(block_problems(instance, item, links))
+                placed.append(f"device {d} has an empty block")
+            links = links or neighbours(instance)
+            placed.extend(block_problems(instance, item, links))
+            ids = []
             for p in item:
-                if p in expected and instance.device_of(p[0]) != d:
-                    problems.append(f"pass {format_pass(p)} is on device {d} but stage {p[0]} "
-                                    f"lives on device {instance.device_of(p[0])}")
-    return problems
+                x = get(p)
+                if x is None:
+                    unknown.append(p)
+                else:
+                    counts[x] += 1
+                    if device[x] != d:
+                        placed.append(_misplaced(instance, p, d))
+                ids.append(x)
+            row.append(_block(instance, table, item, tuple(ids)) if item and None not in ids else None)
+        rows.append(row)
+    if unknown or counts.count(1) != len(counts):
+        wrong = dict.fromkeys(unknown, 0)
+        wrong.update((table.passes[i], n) for i, n in enumerate(counts) if n > 1)
+        for p, n in sorted(wrong.items()):
+            problems.append(f"pass {format_pass(p)} is not in the instance" if n == 0
+                            else f"pass {format_pass(p)} appears {n} times")
+        missing = sorted(table.passes[i] for i, n in enumerate(counts) if n == 0)
+        if missing:
+            shown = ", ".join(format_pass(p) for p in missing[:10])
+            more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+            problems.append(f"{len(missing)} pass(es) missing: {shown}{more}")
+    return problems + placed, rows
 
 
-def _simulate(instance: Instance, schedule: Schedule):
-    """ASAP times per item (Kahn's algorithm over device order + dependency edges).
+def _misplaced(instance: Instance, p: Pass, d: int) -> str:
+    return (f"pass {format_pass(p)} is on device {d} but stage {p[0]} "
+            f"lives on device {instance.device_of(p[0])}")
 
-    Returns (item_times, stuck) where stuck lists, per device, the first item that never ran.
+
+def _simulate(instance: Instance, schedule: Schedule, rows):
+    """ASAP times per item, for a schedule whose structure is valid.
+
+    Each device runs its items in order until one waits for a pass not yet done; it resumes
+    when that pass ends. Returns (starts, ends, stuck): per device, the start and end of each
+    item that ran and, per device that could not finish, its first item that never ran with
+    what it waits for.
     """
-    comm = instance.comm
-    device_of = instance.device_of
-    links = neighbours(instance)
-    costs = {"F": instance.t_f, "B": instance.t_b, "W": instance.t_w}
-    where: dict[Pass, tuple[int, int]] = {}
-    for d, order in enumerate(schedule.orders):
-        for i, item in enumerate(order):
-            for p in item:
-                where[p] = (d, i)
-    # For every item: its external dependencies, as (device, index, lag)
-    waiting = [[0] * len(order) for order in schedule.orders]
-    dependants: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
-    for d, order in enumerate(schedule.orders):
-        for i, item in enumerate(order):
-            seen = set()
-            for p in item:
-                for q in dependencies(instance, p, links):
-                    src = where[q]
-                    if src == (d, i) or src in seen:
-                        continue
-                    seen.add(src)
-                    gap = comm if device_of(q[0]) != d else 0
-                    dependants.setdefault(src, []).append((d, i, gap))
-                    waiting[d][i] += 1
-            if i > 0:
-                waiting[d][i] += 1
-    ready_at = [[0.0] * len(order) for order in schedule.orders]
-    if schedule.release is not None:
-        for d, order in enumerate(schedule.orders):
-            if order:
-                ready_at[d][0] = float(schedule.release[d])
-    times: list[list[tuple[float, float] | None]] = [[None] * len(o) for o in schedule.orders]
-    queue = deque((d, 0) for d, order in enumerate(schedule.orders)
-                  if order and waiting[d][0] == 0)
-    done = 0
-    while queue:
-        d, i = queue.popleft()
-        start = ready_at[d][i]
-        item = schedule.orders[d][i]
-        end = start + (costs[item[0][2]][item[0][0]] if len(item) == 1
-                       else item_duration(instance, item))
-        times[d][i] = (start, end)
-        done += 1
-        if i + 1 < len(schedule.orders[d]):
-            if end > ready_at[d][i + 1]:
-                ready_at[d][i + 1] = end
-            waiting[d][i + 1] -= 1
-            if waiting[d][i + 1] == 0:
-                queue.append((d, i + 1))
-        for d2, i2, gap in dependants.get((d, i), ()):
-            if end + gap > ready_at[d2][i2]:
-                ready_at[d2][i2] = end + gap
-            waiting[d2][i2] -= 1
-            if waiting[d2][i2] == 0:
-                queue.append((d2, i2))
-    stuck = []
-    if done < sum(len(o) for o in schedule.orders):
-        for d, order in enumerate(schedule.orders):
-            for i, item in enumerate(order):
-                if times[d][i] is None:
-                    blockers = [q for p in item for q in dependencies(instance, p, links)
-                                if q in where and where[q] != (d, i)
-                                and times[where[q][0]][where[q][1]] is None]
-                    stuck.append((d, item, blockers))
+    table = _table(instance)
+    dep, gap, cost = table.dep, table.gap, table.cost
+    end: list[float | None] = [None] * len(table.passes)  # end of the item that ran each pass
+    waiting: list[list[int] | None] = [None] * len(table.passes)  # devices waiting for a pass
+    devices = len(rows)
+    clock = ([float(r) for r in schedule.release] if schedule.release is not None
+             else [0.0] * devices)
+    position = [0] * devices
+    starts: list[list[float]] = [[] for _ in range(devices)]
+    ends: list[list[float]] = [[] for _ in range(devices)]
+    todo = list(range(devices - 1, -1, -1))
+    while todo:
+        d = todo.pop()
+        row, i, now = rows[d], position[d], clock[d]
+        begun, done = starts[d].append, ends[d].append
+        n = len(row)
+        while i < n:
+            x = row[i]
+            if x.__class__ is int:  # one pass: at most one dependency
+                q = dep[x]
+                if q >= 0:
+                    ready = end[q]
+                    if ready is None:
+                        _wait(waiting, q, d)
+                        break
+                    ready += gap[x]
+                    if ready > now:
+                        now = ready
+                begun(now)
+                now = end[x] = now + cost[x]
+                done(now)
+                if waiting[x] is not None:
+                    todo.extend(waiting[x])
+                    waiting[x] = None
+            else:  # a block starts once the inputs of all its passes have arrived
+                blocked = -1
+                ids = x[0]
+                for y in ids:
+                    q = dep[y]
+                    if q >= 0 and q not in ids:
+                        ready = end[q]
+                        if ready is None:
+                            blocked = q
+                            break
+                        ready += gap[y]
+                        if ready > now:
+                            now = ready
+                if blocked >= 0:
+                    _wait(waiting, blocked, d)
                     break
-    return times, stuck
+                begun(now)
+                now += x[1]
+                done(now)
+                for y in ids:
+                    end[y] = now
+                    if waiting[y] is not None:
+                        todo.extend(waiting[y])
+                        waiting[y] = None
+            i += 1
+        position[d], clock[d] = i, now
+    stuck = []
+    if any(position[d] < len(row) for d, row in enumerate(rows)):
+        links = neighbours(instance)
+        where = {p: (d, i) for d, order in enumerate(schedule.orders)
+                 for i, item in enumerate(order) for p in item}
+        for d, order in enumerate(schedule.orders):
+            i = position[d]
+            if i < len(order):
+                item = order[i]
+                blockers = [q for p in item for q in dependencies(instance, p, links)
+                            if q in where and where[q] != (d, i)
+                            and where[q][1] >= position[where[q][0]]]
+                stuck.append((d, item, blockers))
+    return starts, ends, stuck
+
+
+def _wait(waiting: list, q: int, d: int) -> None:
+    if waiting[q] is None:
+        waiting[q] = [d]
+    else:
+        waiting[q].append(d)
 
 
 def _deadlock_message(stuck) -> str:
@@ -259,14 +403,13 @@ def _deadlock_message(stuck) -> str:
 
 def validate(instance: Instance, schedule: Schedule) -> list[str]:
     """Every problem with a schedule, one message each; an empty list means it is valid."""
-    problems = structure_problems(instance, schedule)
+    problems, rows = _read(instance, schedule)
     if problems:
         return problems
-    times, stuck = _simulate(instance, schedule)
+    starts, ends, stuck = _simulate(instance, schedule, rows)
     if stuck:
         return [_deadlock_message(stuck)]
-    timeline = _timeline(instance, schedule, times)
-    return list(timeline.cap_violations)
+    return list(_timeline(instance, schedule, rows, starts, ends).cap_violations)
 
 
 def check(instance: Instance, schedule: Schedule) -> Timeline:
@@ -282,18 +425,18 @@ def evaluate(instance: Instance, schedule: Schedule) -> Timeline:
 
     A schedule over the memory cap is evaluated; `fits_cap` and `cap_violations` say so.
     """
-    problems = structure_problems(instance, schedule)
+    problems, rows = _read(instance, schedule)
     if problems:
         raise ZboptError("invalid schedule: " + "; ".join(problems))
-    times, stuck = _simulate(instance, schedule)
+    starts, ends, stuck = _simulate(instance, schedule, rows)
     if stuck:
         raise ZboptError(_deadlock_message(stuck))
-    return _timeline(instance, schedule, times)
+    return _timeline(instance, schedule, rows, starts, ends)
 
 
-def _timeline(instance: Instance, schedule: Schedule, times) -> Timeline:
-    start: dict[Pass, float] = {}
-    end: dict[Pass, float] = {}
+def _timeline(instance: Instance, schedule: Schedule, rows, starts, ends) -> Timeline:
+    table = _table(instance)
+    adds, releases = table.add, table.release
     busy, device_span, peaks, curves, violations = [], [], [], [], []
     caps = instance.cap
     for d, order in enumerate(schedule.orders):
@@ -301,17 +444,12 @@ def _timeline(instance: Instance, schedule: Schedule, times) -> Timeline:
         peak = level
         curve = [(0.0, level)]
         total = 0.0
-        for item, (t0, t1) in zip(order, times[d]):
-            duration = t1 - t0
-            raw = sum(instance.cost(s, k) for s, _, k in item) or 1.0
-            cursor = t0
-            for p in item:  # sub-intervals for display, scaled to the block's length
-                length = instance.cost(p[0], p[2]) * duration / raw if len(item) > 1 \
-                    else duration
-                start[p], end[p] = cursor, cursor + length
-                cursor += length
-            total += duration
-            add, release = item_memory(instance, item)
+        for i, (x, t0, t1) in enumerate(zip(rows[d], starts[d], ends[d])):
+            total += t1 - t0
+            if x.__class__ is int:
+                add, release = adds[x], releases[x]
+            else:
+                add, release = x[2], x[3]
             if add:
                 level += add
                 curve.append((t0, level))
@@ -319,20 +457,20 @@ def _timeline(instance: Instance, schedule: Schedule, times) -> Timeline:
                 peak = level
                 if caps is not None and not fits(level, caps[d]) and len(violations) < 20:
                     violations.append(f"device {d} holds {level:g} > cap {caps[d]:g} "
-                                      f"after {format_item(item)}")
+                                      f"after {format_item(order[i])}")
             if release:
                 level -= release
                 curve.append((t1, level))
         busy.append(total)
-        device_span.append((times[d][0][0], times[d][-1][1]) if order else (0.0, 0.0))
+        device_span.append((starts[d][0], ends[d][-1]) if order else (0.0, 0.0))
         peaks.append(peak)
         curves.append(tuple(curve))
     makespan = max(e for _, e in device_span)
     span = max(e - s for s, e in device_span)
     ideal = max(busy)
     return Timeline(
-        instance=instance, schedule=schedule, start=start, end=end,
-        item_times=tuple(tuple(t) for t in times),
+        instance=instance, schedule=schedule,
+        item_times=tuple(tuple(zip(s, e)) for s, e in zip(starts, ends)),
         makespan=makespan, span=span, ideal=ideal,
         bubble_rate=(span - ideal) / span if span else 0.0,
         busy=tuple(busy), idle=tuple(span - b for b in busy),
@@ -341,3 +479,25 @@ def _timeline(instance: Instance, schedule: Schedule, times) -> Timeline:
         fits_cap=caps is None or all(fits(pk, c) for pk, c in zip(peaks, caps)),
         cap_violations=tuple(violations),
     )
+
+
+def _pass_times(instance: Instance, schedule: Schedule, item_times):
+    """(start, end) of every pass: a pass alone takes its item's interval, the passes of a block
+    share it in proportion to their costs (for display)."""
+    table = _table(instance)
+    cost, index = table.cost, table.index
+    start: dict[Pass, float] = {}
+    end: dict[Pass, float] = {}
+    for order, times in zip(schedule.orders, item_times):
+        for item, (t0, t1) in zip(order, times):
+            duration = t1 - t0
+            if len(item) == 1:
+                start[item[0]], end[item[0]] = t0, t0 + duration
+                continue
+            raw = _block(instance, table, item, tuple(index[p] for p in item))[4]
+            cursor = t0
+            for p in item:
+                length = cost[index[p]] * duration / raw
+                start[p], end[p] = cursor, cursor + length
+                cursor += length
+    return start, end
