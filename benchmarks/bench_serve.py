@@ -210,6 +210,9 @@ class Page:
         self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
         self.page.goto(server.url)
         self.page.wait_for_selector("body[data-ready='1']", timeout=120000)
+        # the first view's comparison table would compute in the background of every change
+        self.page.evaluate("""() => { const z = window.zbopt; clearTimeout(z.compareTimer);
+                                      if (z.compareController) { z.compareController.abort(); } }""")
 
     def view(self) -> int:
         return self.page.evaluate("() => Number(document.body.dataset.view || 0)")
@@ -235,9 +238,9 @@ class Page:
 
 
 def redraw(pages: dict[str, Page], repeats: int) -> list[str]:
-    rows = []
+    rows, summary = [], []
     ours = "now"
-    for name, method in chosen().items():
+    for index, (name, method) in enumerate(chosen().items()):
         medians, split = {}, ""
         for label, page in pages.items():
             page.change("f-devices", str(P))
@@ -245,7 +248,7 @@ def redraw(pages: dict[str, Page], repeats: int) -> list[str]:
             page.change("f-schedule", name)
             times, parts = [], []
             for i in range(repeats):
-                times.append(page.change("f-t_f", str(T_F + 1 + i)))
+                times.append(page.change("f-t_f", str(T_F + 1 + 10 * index + i)))
                 if label == ours:
                     parts.append(page.timing())
             medians[label] = times
@@ -253,6 +256,8 @@ def redraw(pages: dict[str, Page], repeats: int) -> list[str]:
                 split = " / ".join(f"{statistics.median(x[k] for x in parts):.0f}"
                                    for k in ("total", "server", "parse", "draw", "paint"))
         now = statistics.median(medians[ours])
+        summary.append((name, now, statistics.median(medians["before"])
+                        if "before" in medians else None))
         row = f"| {name} | {method.placement} | {ms(now)} | {ms(percentile(medians[ours], 0.95))} |"
         if "before" in medians:
             was = statistics.median(medians["before"])
@@ -278,12 +283,26 @@ def redraw(pages: dict[str, Page], repeats: int) -> list[str]:
             "*total / server / parse / draw / paint* is the page's own record of the same wait "
             "(medians): from the change to the frame after drawing, the `/api/evaluate` round "
             "trip, JSON parsing, building the drawing, and the wait for the next frame.", "",
-            head + " total / server / parse / draw / paint |", rule + "---|", *rows, ""]
+            head + " total / server / parse / draw / paint |", rule + "---|", *rows, "",
+            *verdict(summary)]
+
+
+def verdict(summary: list[tuple[str, float, float | None]]) -> list[str]:
+    fast = [name for name, now, _ in summary if now <= 0.3]
+    slow = [f"{name} {ms(now)} ms" for name, now, _ in summary if now > 0.3]
+    out = [f"Within 300 ms (median): {len(fast)} of {len(summary)} methods"
+           f"{' (' + ', '.join(fast) + ')' if fast else ''}."]
+    if slow:
+        out.append(f"Slower: {', '.join(slow)}.")
+    ratios = [was / now for _, now, was in summary if was]
+    if ratios:
+        out.append(f"Median before / now over the methods: {statistics.median(ratios):.1f}x.")
+    return [" ".join(out), ""]
 
 
 # ----- burst ---------------------------------------------------------------------------------
 
-def burst(server: Server, total: int = 200, workers: int = 20) -> list[str]:
+def burst(server: Server, label: str, total: int = 200, workers: int = 20) -> list[str]:
     def one(i: int) -> tuple[int, float]:
         params = {"schedule": ("zb-h1", "1f1b", "zb-h2", "gpipe")[i % 4], "devices": 8,
                   "microbatches": 8 + 2 * (i % 8)}
@@ -300,10 +319,12 @@ def burst(server: Server, total: int = 200, workers: int = 20) -> list[str]:
     times = [t for _, t in answers]
     statuses = {s: sum(1 for x, _ in answers if x == s) for s in sorted({s for s, _ in answers})}
     status, _ = server.get("/api/settings")
-    return ["## Burst", "",
+    return [f"## Burst ({label})", "",
             f"{total} `GET /api/evaluate` from {workers} threads at once (p=8, m=8..22, four "
             f"families; every tenth malformed), against a fresh server that answered one "
-            f"request before. The server evaluates one request at a time.", "",
+            f"request before" + (": the server of the earlier commit, which evaluated "
+                                 "requests side by side in threads." if label == "before" else
+                                 ": it evaluates one request at a time."), "",
             "| requests | wall s | requests/s | median ms | p95 ms | max ms | statuses | "
             "answers after |", "|---|---|---|---|---|---|---|---|",
             f"| {total} | {wall:.2f} | {total / wall:.0f} | {ms(statistics.median(times))} | "
@@ -352,13 +373,18 @@ def main() -> None:
                 server.stop()
         if browser is not None:
             browser.close()
-    fresh = Server()
-    try:
-        fresh.get("/api/settings")
-        fresh.get("/api/evaluate?devices=2&microbatches=2")
-        lines += burst(fresh)
-    finally:
-        fresh.stop()
+    with tempfile.TemporaryDirectory() as folder:
+        roots = {"now": ROOT}
+        if args.before:
+            roots["before"] = before_tree(args.before, Path(folder))
+        for label, root in roots.items():
+            fresh = Server(root)
+            try:
+                fresh.get("/api/settings")
+                fresh.get("/api/evaluate?devices=2&microbatches=2")
+                lines += burst(fresh, label)
+            finally:
+                fresh.stop()
     end = os.getloadavg()[0]
     lines += [f"Load average at the end: {end:.1f}"
               f"{' (other work shared the CPU: expect noise)' if max(load, end) > 1.5 else ''}.",
