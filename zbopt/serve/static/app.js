@@ -681,6 +681,8 @@
       $("compare-status").textContent = "";
     } catch (e) {
       if (e.name !== "AbortError") { $("compare-status").textContent = "the server did not answer: " + e.message; }
+    } finally {
+      if (controller === state.compareController) { state.compareController = null; }
     }
   }
 
