@@ -50,7 +50,7 @@ LLAMA3_8B = dict(hidden=4096, heads=32, kv_heads=8, layers=32, ffn=14336)
 LLAMA2_70B = dict(hidden=8192, heads=64, kv_heads=8, layers=80, ffn=28672)
 HEADER = ("| model | p | m | cap | cap GB | even | torchtitan | plan | gain vs even | "
           "gain vs torchtitan | bound (all splits) | certified gap | status | time s | "
-          "splits scheduled | solver runs |")
+          "splits scheduled | solver runs | plan split | bound from |")
 
 
 def estimated(shape: dict, vocab: int, devices: int, microbatches: int, blocks=None) -> LayeredModel:
@@ -96,6 +96,22 @@ def _fmt(x) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.3g}"
 
 
+def _sizes(sizes) -> str:
+    return "-".join(str(n) for n in sizes)
+
+
+def _bound_from(result) -> str:
+    """Which split's proven bound is the bound over all splits (the one to prove higher or to
+    schedule shorter to close the gap)."""
+    if result.result.status == "optimal":
+        return "-"
+    if result.bound_split is None:
+        return "unlisted splits"
+    if tuple(result.bound_split) == tuple(result.split.sizes):
+        return "plan split"
+    return _sizes(result.bound_split)
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
@@ -114,7 +130,8 @@ def plan_row(label: str, model: LayeredModel, cap_name: str, cap, time_limit: fl
            f"{'-' if cap is None else f'{cap / 1e9:.1f}'} | {base['even']} | {base['torchtitan']} | "
            f"{_fmt(r.span)} ({r.method}) | {_pct(gain['even'])} | {_pct(gain['torchtitan'])} | "
            f"{_fmt(r.lower_bound)} | {_pct(r.gap)} | {r.status} | {wall:.1f} | "
-           f"{result.partitions_scheduled} | {result.solver_runs} |")
+           f"{result.partitions_scheduled} | {result.solver_runs} | {_sizes(result.split.sizes)} | "
+           f"{_bound_from(result)} |")
     print(row, file=sys.stderr, flush=True)
     return row, {"gap": r.gap, "gain": gain, "wall": wall, "span": r.span, "sizes": result.split.sizes}
 
@@ -133,6 +150,8 @@ def part_estimated(args) -> list[str]:
             if args.filter and args.filter not in model.name:
                 # keep the rows of the earlier run for the models this run leaves out
                 for row in kept.get(model.name, []):
+                    missing = HEADER.count("|") - row.count("|")
+                    row += " - |" * max(0, missing)  # columns added since that run
                     lines.append(row)
                     carried.append(model.name)
                     cells = [c.strip() for c in row.strip("|").split("|")]

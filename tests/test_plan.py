@@ -25,8 +25,10 @@ from zbopt.plan.bound import (
     segment_bounds,
 )
 from zbopt.plan.memory_bound import pipeline_bound, start_chain
+from zbopt.plan.polish import polish
 from zbopt.plan.search import schedule_methods
-from zbopt.registry import run
+from zbopt.registry import get_method, run
+from zbopt.result import Result
 from zbopt.schedule import Schedule, evaluate
 from zbopt.solvers.api import solve
 
@@ -354,3 +356,30 @@ def test_bad_plan_arguments(capsys, argv, fragment):
     assert main(["plan", str(EXAMPLE), "--quiet", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert fragment in err and "\n" not in err
+
+
+def test_polish_only_returns_shorter_schedules_within_the_cap():
+    """Local search on the greedy's schedules of tight random splits: whatever polish returns is
+    valid, within the cap, evaluated afresh, and shorter; and it does shorten some of them."""
+    rng = random.Random(8)
+    shorter = 0
+    for _ in range(12):
+        model = _tight_model(rng, rng.randint(3, 5), rng.randint(6, 12))
+        for sizes in itertools.islice(_partitions(model.num_layers, model.devices), 2):
+            try:
+                instance = model.instance(sizes)
+            except ZboptError:
+                continue
+            timeline = evaluate(instance, get_method("zb-greedy").generate(instance))
+            if not timeline.fits_cap:
+                continue
+            base = Result("zb-greedy", "heuristic", "heuristic", instance, timeline)
+            better = polish(base, deadline=math.inf)
+            if better is None:
+                continue
+            again = evaluate(instance, better.schedule)
+            assert again.fits_cap and again.span == pytest.approx(better.span)
+            assert better.span < base.span and better.method == "zb-greedy+local-search"
+            assert pipeline_bound(instance) <= better.span + 1e-9
+            shorter += 1
+    assert shorter >= 1

@@ -76,6 +76,9 @@ class Plan:
     partitions_scheduled: int
     partitions_pruned: int
     solver_runs: int
+    # the split whose proven bound is the bound over all partitions (None: the splits left
+    # unlisted, or the plan's own span)
+    bound_split: Optional[tuple[int, ...]] = None
 
     @property
     def stages(self) -> list[list[str]]:
@@ -112,7 +115,8 @@ class Plan:
         return {**self.result.to_dict(), "partition": self.partition_dict(),
                 "baselines": baselines, "gain": self.gain(), "scope": self.scope,
                 "partitions_scheduled": self.partitions_scheduled,
-                "partitions_pruned": self.partitions_pruned, "solver_runs": self.solver_runs}
+                "partitions_pruned": self.partitions_pruned, "solver_runs": self.solver_runs,
+                "bound_split": list(self.bound_split) if self.bound_split else None}
 
 
 def schedule_methods(placement: str) -> list[str]:
@@ -437,7 +441,11 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         fitting = [s for s in options if s.result is not None]
         baselines[name] = min(fitting, key=lambda s: s.span) if fitting else (options[0] if options else None)
     search.tell("done")
-    return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs)
+    weakest = min(pending, key=lambda s: s.bound, default=None)
+    bound_split = weakest.sizes if weakest is not None and weakest.bound <= lower and \
+        lower < chosen.span * (1 - TOLERANCE) else None
+    return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs,
+                bound_split)
 
 
 def _total_load(model: LayeredModel) -> float:
