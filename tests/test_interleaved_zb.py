@@ -9,6 +9,8 @@ from zbopt.compare import compare
 from zbopt.errors import ZboptError
 from zbopt.heuristics.interleaved_zb import interleaved_zb, interleaved_zb_1p, min_interleaved_cap
 from zbopt.heuristics.local_search import improve
+from zbopt.heuristics.refine import refine
+from zbopt.heuristics.sink_placement import place_sinks
 from zbopt.instance import Instance
 from zbopt.registry import get_method, run
 from zbopt.schedule import Schedule, evaluate, validate
@@ -136,3 +138,28 @@ def test_below_the_least_cap_one_line_names_the_cap_needed():
         interleaved_zb(instance, memory_cap=need - 0.5)
     assert "\n" not in str(err.value) and f"{need:g}" in str(err.value)
     assert evaluate(instance.with_cap(need), interleaved_zb(instance, memory_cap=need)).fits_cap
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interleaved_instances(), st.sampled_from([0.0, 0.5, 1.0, 2.0]))
+def test_sink_placement_keeps_the_other_passes_order_and_the_cap(instance, threshold):
+    start = _plain_greedy(instance)
+    orders = [[item[0] for item in order] for order in start.orders]
+    placed = place_sinks(instance, orders, threshold)
+    assert placed is not None  # the greedy's own order fits, so its W can always make room
+    sinks = {q for q in instance.passes() if q[2] == "W" or (q[2] == "B" and q[0] == 0)}
+    for before, after in zip(orders, placed):
+        assert sorted(before) == sorted(after)
+        assert [q for q in before if q not in sinks] == [q for q in after if q not in sinks]
+    schedule = Schedule(tuple(tuple((q,) for q in order) for order in placed))
+    assert validate(instance, schedule) == [] and evaluate(instance, schedule).fits_cap
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interleaved_instances())
+def test_refine_is_valid_within_the_cap_and_never_longer(instance):
+    start = _plain_greedy(instance)
+    refined = refine(instance, start)
+    assert validate(instance, refined) == []
+    after = evaluate(instance, refined)
+    assert after.fits_cap and after.span <= evaluate(instance, start).span

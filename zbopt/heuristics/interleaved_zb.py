@@ -6,10 +6,10 @@ frees memory. A micro-batch's first-chunk F on a device reserves room for its la
 F there, so a started micro-batch always finishes its forward and the greedy fits every cap
 that admits a schedule (all chunks' activations of one micro-batch on each device). A grid
 over its choices (B or F first, how W fills, which chunk first, how much room is reserved) is
-judged by evaluate(); the smallest span within the cap wins, then a bounded local search
-(local_search.py) moves passes within device orders while that shortens the span. In-flight limits like 1F1B's
-(per stage, a multiple of the stages left on the chain) are part of the grid: at 1p they beat
-memory alone.
+judged by evaluate(); the smallest span within the cap wins, then the improvement step of
+refine.py (its passes that nothing waits for re-placed, and a bounded local search). In-flight
+limits like 1F1B's (per stage, a multiple of the stages left on the chain) are part of the
+grid: at 1p they beat memory alone.
 
 Registered names: `interleaved-zb` (the instance's cap, unlimited if none) and
 `interleaved-zb-1p` (cap 1p whatever the instance says). Both take `memory_cap=`.
@@ -24,8 +24,9 @@ from ..errors import ZboptError
 from ..instance import Instance
 from ..registry import register
 from ..schedule import Schedule
-from . import _engine, local_search
+from . import _engine
 from ._search import _UNSET, best_of, capped_instance
+from .refine import refine
 from .v_greedy import MIN_POLICIES, PRIORITY
 from .zb_greedy import SIMULATION_BUDGET
 
@@ -74,7 +75,7 @@ def interleaved_schedule(instance: Instance, method: str) -> Schedule:
         policies = policies[:max(MIN_POLICIES, SIMULATION_BUDGET // instance.num_passes)]
     candidates = [lambda pol=pol: _engine.run(instance, instance.cap, pol, top)
                   for pol in policies]
-    return local_search.improve(instance, best_of(instance, candidates, method, needed))
+    return refine(instance, best_of(instance, candidates, method, needed))
 
 
 @register("interleaved-zb", "interleaved",

@@ -6,8 +6,8 @@ reserves room for its F on the second chunk, so a started micro-batch can always
 forward on that device and the greedy never deadlocks (a tighter variant keeps room for one
 micro-batch only). A grid over its choices (B or F first, how W fills, which chunk first, how
 much room) plus the handcrafted `zb-v` order when it is registered and fits is judged by
-evaluate(); the smallest span within the cap wins, then a bounded local search
-(local_search.py) moves passes within device orders while that shortens the span.
+evaluate(); the smallest span within the cap wins, then the improvement step of
+refine.py: its passes that nothing waits for re-placed, and a bounded local search.
 
 Registered names: `v-greedy` (the instance's cap, unlimited if none), `v-half` and `v-min`
 (caps of about 1/2 and 1/3 of 1F1B's activation memory, like the V-Half / V-Min schedules).
@@ -23,8 +23,9 @@ from ..errors import ZboptError
 from ..instance import Instance
 from ..registry import methods, register
 from ..schedule import Schedule
-from . import _engine, local_search
+from . import _engine
 from ._search import _UNSET, LARGE, best_of, capped_instance
+from .refine import refine
 from .zb_greedy import SIMULATION_BUDGET
 
 # The grid, most useful first: the order in which its points won on random V instances (a
@@ -75,7 +76,7 @@ def v_schedule(instance: Instance, method: str) -> Schedule:
     # here would double the time (the grid is already cut to its first points there).
     if handcrafted is not None and handcrafted.placement == "v" and instance.num_passes <= LARGE:
         candidates.append(lambda: _replay_family(handcrafted, instance, caps, top))
-    return local_search.improve(instance, best_of(instance, candidates, method, needed))
+    return refine(instance, best_of(instance, candidates, method, needed))
 
 
 def _replay_family(family, instance: Instance, caps, top) -> _engine.Outcome | None:
