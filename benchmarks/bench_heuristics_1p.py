@@ -1,8 +1,9 @@
 """The multi-chunk zero-bubble heuristics at cap 1p: v-greedy (placement v) and interleaved-zb
-(two chunks), before and after their local search, against the best lower bound and CP-SAT.
+(two chunks), before and after their improvement step, against the best lower bound and CP-SAT.
 
-Per instance: the span of the method with the local search off ("old": the grid and, on V, the
-handcrafted zb-v order, as before this step) and on ("new"), each one's gap to
+Per instance: the span of the method with the improvement step (zbopt/heuristics/refine.py:
+sink placement and local search) off ("old": the grid and, on V, the handcrafted zb-v order, as
+before this step) and on ("new"), each one's gap to
 `bounds.best_lower_bound`, their runtimes (median of --repeats), and CP-SAT's span after
 --time-limit seconds warm-started from the new heuristic (the peer: "optimal" when it proved it).
 Instances: the 1.5B costs of the solver-reach table (p=8, m=32; per-chunk costs halved), p=4
@@ -120,10 +121,12 @@ def main() -> None:
         f"(`python benchmarks/bench_heuristics_1p.py --time-limit {args.time_limit:g} "
         f"--threads {args.threads} --repeats {args.repeats}`).",
         "",
-        "*old*: the method with its local search off (the policy grid and, on V, the handcrafted "
-        "zb-v order, whichever evaluate() finds shortest); *new*: the same followed by the local "
-        "search of `zbopt/heuristics/local_search.py`. Spans from `evaluate()`; every schedule is "
-        "valid and within the cap. *bound*: the larger of `bounds.best_lower_bound` and CP-SAT's "
+        "*old*: the method with its improvement step off (the policy grid and, on V, the "
+        "handcrafted zb-v order, whichever evaluate() finds shortest); *new*: the same followed by "
+        "`zbopt/heuristics/refine.py` (W passes and first-stage B passes re-placed into waits by "
+        "`sink_placement.py`, then the local search of `local_search.py`; two rounds). Spans from "
+        "`evaluate()`; every schedule is valid and within the cap. *bound*: the larger of "
+        "`bounds.best_lower_bound` and CP-SAT's "
         "own bound; gaps are to it. *CP-SAT*: `solve(time_limit, threads)` warm-started from the "
         "new heuristic, its span and status (optimal = proven by the solver or the bounds). "
         "Runtimes are medians, in seconds.",
@@ -141,10 +144,10 @@ def main() -> None:
                      f"{100 * (old - new) / old:.2f}% | {bound:,.1f} | {gap(old, bound)} | "
                      f"{gap(new, bound)} | {peer} | {t_old:.2f} | {t_new:.2f} |")
     gains = [100 * (r[4] - r[5]) / r[4] for r in rows]
-    lines += ["", f"Median gain of the local search: {statistics.median(gains):.2f}% "
+    lines += ["", f"Median gain of the improvement step: {statistics.median(gains):.2f}% "
               f"(largest {max(gains):.2f}%, {sum(g > 0 for g in gains)} of {len(gains)} "
               f"instances improved).", "",
-              "## Large instances (local search off from "
+              "## Large instances (improvement step off from "
               f"{local_search.OFF_ABOVE:,} passes)", "",
               "| instance | placement | method | passes | runtime (s) |", "|---|---|---|---:|---:|"]
     for placement, method, passes, seconds in large:
