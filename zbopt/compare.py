@@ -22,8 +22,10 @@ def compare(instance: Instance, methods_: Iterable[str] | None = None, chunks: i
     `chunks` re-places a contiguous instance with that many chunks for the interleaved
     methods (default: each method's own). Solvers run only when named.
     """
-    registry = methods()
-    names = list(methods_) if methods_ is not None else list(methods("schedule"))
+    registry = methods("schedule")
+    names = list(methods_) if methods_ is not None else list(registry)
+    if any(n not in registry for n in names):  # a solver named: only then import the solvers
+        registry = methods()
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise ZboptError(f"unknown method(s) {', '.join(unknown)}: choose from "

@@ -22,7 +22,9 @@ from .result import KINDS, Result
 from .schedule import Schedule, evaluate
 
 Generator = Callable[..., Schedule]
-_PACKAGES = ("zbopt.families", "zbopt.heuristics", "zbopt.solvers.backends")
+_SCHEDULE_PACKAGES = ("zbopt.families", "zbopt.heuristics")
+_SOLVER_PACKAGE = "zbopt.solvers.backends"
+_SCHEDULE_KINDS = ("schedule", "handwritten", "heuristic")
 
 
 @dataclass(frozen=True)
@@ -79,24 +81,32 @@ def register_backend(name: str, description: str, backend: Any, **defaults) -> N
 
 
 @functools.cache
-def _load_all() -> None:
-    for package_name in _PACKAGES:
-        package = importlib.import_module(package_name)
-        for info in pkgutil.iter_modules(package.__path__):
-            if not info.name.startswith("_"):
-                importlib.import_module(f"{package_name}.{info.name}")
+def _load(package_name: str) -> None:
+    package = importlib.import_module(package_name)
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package_name}.{info.name}")
+
+
+def _load_kind(kind: str | None) -> None:
+    """Import the modules that register methods of `kind`: the solver backends (and the solver
+    libraries they import, seconds of start-up) only when solvers are asked for."""
+    for package_name in _SCHEDULE_PACKAGES:
+        _load(package_name)
+    if kind not in _SCHEDULE_KINDS:
+        _load(_SOLVER_PACKAGE)
+
+
+def _of_kind(method: Method, kind: str | None) -> bool:
+    return kind is None or (method.kind != "solver" if kind == "schedule" else method.kind == kind)
 
 
 def methods(kind: str | None = None) -> dict[str, Method]:
     """Every registered method by name (of one kind, or of the schedule kinds with "schedule")."""
-    _load_all()
+    _load_kind(kind)
     # a fixed order (kind, then name), whatever order the modules happened to be imported in
     ordered = sorted(_REGISTRY.values(), key=lambda m: (KINDS.index(m.kind), m.name))
-    if kind is None:
-        return {m.name: m for m in ordered}
-    if kind == "schedule":
-        return {m.name: m for m in ordered if m.kind != "solver"}
-    return {m.name: m for m in ordered if m.kind == kind}
+    return {m.name: m for m in ordered if _of_kind(m, kind)}
 
 
 def solver_names() -> tuple[str, ...]:
@@ -104,6 +114,9 @@ def solver_names() -> tuple[str, ...]:
 
 
 def get_method(name: str, kind: str | None = None) -> Method:
+    _load_kind("schedule")
+    if name in _REGISTRY and _of_kind(_REGISTRY[name], kind):
+        return _REGISTRY[name]  # a family or heuristic: no need to import the solvers
     registry = methods(kind)
     if name not in registry:
         what = {"solver": "solver", "schedule": "schedule"}.get(kind or "", "method")

@@ -58,7 +58,9 @@ def method_names(args) -> list[str]:
     if not args.methods:
         return list(methods("schedule"))
     names = [n.strip() for n in args.methods.split(",") if n.strip()]
-    registry = methods()
+    registry = methods("schedule")
+    if any(n not in registry for n in names):  # a solver named: only then import the solvers
+        registry = methods()
     unknown = [n for n in names if n not in registry]
     if unknown or not names:
         raise ZboptError(f"unknown method(s) {', '.join(unknown) or repr(args.methods)}: choose "
