@@ -120,3 +120,42 @@ def test_v_greedy_never_worse_than_zb_v(p, extra, costs, comm, cap):
     if zbv.fits_cap:
         greedy = evaluate(instance, generate("v-greedy", instance))
         assert greedy.fits_cap and greedy.span <= zbv.span
+
+
+# ----- zb-v: the shortcuts of its search (bounded reruns, twin combinations) --------------
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=st.integers(1, 5), extra=st.integers(0, 8), costs=st.tuples(*[st.integers(0, 5)] * 3),
+       comm=st.sampled_from([0, 1]))
+def test_zb_v_search_shortcuts_give_what_the_full_search_gives(p, extra, costs, comm):
+    from zbopt.families import zbv
+
+    if not sum(costs):
+        costs = (1, 1, 1)
+    instance = Instance(devices=p, microbatches=2 * p + extra, t_f=costs[0], t_b=costs[1],
+                        t_w=costs[2], comm=comm, m_b=2, m_w=1).with_placement("v")
+    plan = zbv.uniform_twin(instance)
+    try:
+        chosen = generate("zb-v", instance)
+    except ZboptError:
+        return
+    best = None
+    for fill_b in (True, False):
+        for fill_f in (True, False):
+            # every combination, every rerun to its end, no bound
+            run = zbv._VRounds(instance, plan, fill_f, fill_b, None).run()
+            while True:
+                rerun = zbv._VRounds(instance, plan, fill_f, fill_b, run.waits).run()
+                bounded = zbv._VRounds(instance, plan, fill_f, fill_b, run.waits,
+                                       run.worst_wait).run()
+                # a bounded rerun stops exactly when its worst wait rises to the bound
+                if rerun.worst_wait >= run.worst_wait and rerun.worst_wait > 0:
+                    assert bounded is None
+                else:
+                    assert bounded == rerun
+                if not rerun.worst_wait < run.worst_wait:
+                    break
+                run = rerun
+            if best is None or run.worst_wait < best.worst_wait:
+                best = run
+    assert chosen.orders == tuple(tuple((q,) for q in order) for order in best.orders)

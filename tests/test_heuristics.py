@@ -250,7 +250,9 @@ def test_large_instances_run_a_grid_prefix_and_keep_the_best_estimate(monkeypatc
 def test_deterministic():
     instance = Instance(devices=4, microbatches=10, t_f=[3, 2, 4, 3], t_b=4, t_w=2, comm=1,
                         m_b=3, m_w=1, memory_cap="1.5p")
-    assert generate("zb-greedy", instance) == generate("zb-greedy", instance)
+    first = generate("zb-greedy", instance)
+    zb._RECENT.clear()  # a second search, not the remembered one
+    assert generate("zb-greedy", instance) == first
 
 
 def test_cli_compare_lists_the_greedy_methods_and_their_reasons(capsys, tmp_path):
@@ -289,3 +291,69 @@ def test_zero_cost_passes(costs):
         for name in names:
             schedule = generate(name, instance)
             assert validate(instance.with_cap(None), schedule) == [], name
+
+
+# ----- pruning: a bounded run gives up only when it cannot win --------------------------
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=instances(max_p=4), v=st.booleans(), scale=st.sampled_from([0.0, 0.9, 1.0, 1.1]))
+def test_bounded_run_is_the_full_run_or_certainly_above_the_bound(instance, v, scale):
+    if v:
+        instance = instance.with_cap(None).with_placement("v")
+        policies = vg.grid(instance)[:4]
+    else:
+        policies = zb.grid(instance)[:4]
+    for policy in policies:
+        full = _engine.run(instance, instance.cap, policy)
+        assert full is not None
+        bound = scale * full.estimate
+        with _engine.bounded(bound):
+            cut = _engine.run(instance, instance.cap, policy)
+        if cut is None:
+            assert full.estimate > bound  # pruned: it could not have come in at or below
+        else:
+            assert cut == full
+        if scale >= 1.0:
+            assert cut == full  # a bound at or above its estimate never stops a run
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=instances(max_p=5))
+def test_replay_refuses_orders_over_the_cap_before_simulating(instance):
+    top = _engine._Topology(instance)
+    for name in ("zb-h1", "zb-h2"):
+        orders = [[item[0] for item in order] for order in generate(name, instance).orders]
+        fits = evaluate(instance, Schedule.build(orders)).fits_cap
+        simulated = _engine._Greedy(instance, top, instance.cap, _engine.Policy(),
+                                    fixed=orders).go()
+        # the shortcut answers what the simulation answers
+        assert _engine.replay(instance, instance.cap, orders, top) == simulated
+        if not fits:
+            assert simulated is None
+
+
+def test_best_of_with_pruning_picks_what_the_full_grid_picks(monkeypatch):
+    # pruned candidates are the ones that could not be kept: same choice with pruning off
+    instance = Instance(devices=6, microbatches=30, t_f=[3, 4, 3, 5, 3, 4], t_b=4, t_w=2, comm=1,
+                        m_b=2, m_w=1, memory_cap="1.5p")
+    unbounded = _engine.bounded
+    for large in (_search.LARGE, 1):
+        monkeypatch.setattr(_search, "LARGE", large)
+        zb._RECENT.clear()
+        pruned = generate("zb-greedy", instance)
+        zb._RECENT.clear()
+        with monkeypatch.context() as m:
+            m.setattr(_engine, "bounded", lambda bound: unbounded(float("inf")))
+            full = generate("zb-greedy", instance)
+        assert pruned == full
+
+
+def test_zb_greedy_under_a_2p_cap_is_zb_2p_searched_or_remembered():
+    instance = Instance(devices=5, microbatches=15, t_f=[3, 2, 4, 3, 2], t_b=4, t_w=2, comm=1,
+                        m_b=3, m_w=1, memory_cap="2p")
+    zb._RECENT.clear()
+    searched = generate("zb-2p", instance)
+    remembered = generate("zb-greedy", instance)
+    zb._RECENT.clear()
+    assert remembered.orders == searched.orders == generate("zb-greedy", instance).orders
+    assert (searched.method, remembered.method) == ("zb-2p", "zb-greedy")

@@ -373,7 +373,7 @@ def zb_v(instance: Instance) -> Schedule:
             outcome, mattered[(fill_b, fill_f)] = _refined(instance, twin, fill_f, fill_b)
             if best is None or outcome.worst_wait < best.worst_wait:
                 best = outcome
-    return Schedule.build(best.orders)
+    return Schedule(tuple(tuple((q,) for q in order) for order in best.orders))
 
 
 # Slots per device and micro-batch in the building-block grid: F, B and W of its two stages.
@@ -417,14 +417,20 @@ def v_block(p: int, up_gap: int) -> dict[tuple[str, str, int], int]:
 
 def repeat_block(p: int, m: int, slots: dict[tuple[str, str, int], int]) -> Schedule:
     """Micro-batch j's passes at their block slot + PERIOD * j; each device in slot order."""
+    by_device: list[list[tuple[int, int, str]]] = [[] for _ in range(p)]
+    for (kind, leg, device), slot in slots.items():
+        by_device[device].append((slot, d_stage(p, device, leg), kind))
     orders = []
     for d in range(p):
-        stage = {"down": d, "up": 2 * p - 1 - d}
-        timed = sorted((slot + PERIOD * j, (stage[leg], j, kind))
-                       for (kind, leg, device), slot in slots.items() if device == d
-                       for j in range(m))
-        orders.append([x for _, x in timed])
-    return Schedule.build(orders)
+        timed = sorted((slot + PERIOD * j, (stage, j, kind))
+                       for slot, stage, kind in by_device[d] for j in range(m))
+        orders.append(tuple(((x,) for _, x in timed)))
+    return Schedule(tuple(orders))
+
+
+def d_stage(p: int, device: int, leg: str) -> int:
+    """The stage of `device` on the V's "down" or "up" leg."""
+    return device if leg == "down" else 2 * p - 1 - device
 
 
 @register("v-min-block", "v",

@@ -15,14 +15,36 @@ import heapq
 import itertools
 import math
 from collections import deque
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ..instance import Instance, within_cap
 from ..passes import stage_deltas, stage_lag
 
 Pass = tuple[int, int, str]
 _EPS = 1e-9
+
+# A span estimate the caller no longer needs to beat (see `bounded`); infinite: run to the end.
+_BOUND: ContextVar[float] = ContextVar("zbopt_engine_bound", default=math.inf)
+
+
+@contextmanager
+def bounded(bound: float) -> Iterator[None]:
+    """Within the block, run() and replay() give up (None) once their span estimate is
+    certain to exceed `bound`: a device's span is at least its busy time so far plus the work
+    it has left (every pass starts when the device is free, up to _EPS), so the search among
+    candidates (zbopt.heuristics._search.best_of) loses nothing by skipping the rest."""
+    token = _BOUND.set(bound)
+    try:
+        yield
+    finally:
+        _BOUND.reset(token)
+
+
+class _Pruned(Exception):
+    """The run's span estimate is certain to exceed the bound."""
 
 
 @dataclass(frozen=True)
@@ -122,10 +144,30 @@ def replay(instance: Instance, caps: Sequence[float] | None,
     """Rank a fixed per-device order (e.g. ZB-H1) with the same simulator; None if it goes over
     a cap or runs a stage's passes out of micro-batch order (not a candidate then)."""
     top = topology or _Topology(instance)
+    if caps is not None and not _orders_fit(instance, top, caps, orders):
+        return None  # the replay would stop at the F that goes over (memory follows the order)
     return _Greedy(instance, top, caps, Policy(), fixed=orders).go()
 
 
+def _orders_fit(instance: Instance, top: _Topology, caps: Sequence[float],
+                orders: Sequence[Sequence[Pass]]) -> bool:
+    """Whether every F of the fixed orders fits its device's cap, with the levels summed in
+    the order the replay sums them (a device's level changes only with its own passes)."""
+    delta = top.delta
+    for d, order in enumerate(orders):
+        level = instance.static_memory[d]
+        cap = caps[d]
+        for s, _, kind in order:
+            if kind == "F" and not within_cap(level + delta["F"][s], cap):
+                return False
+            level += delta[kind][s]
+    return True
+
+
 class _Greedy:
+    """One simulation. The hot loop (`go`) works on local names and closures: a method call and
+    an attribute look-up per pass and candidate were most of its time on large instances."""
+
     def __init__(self, instance: Instance, top: _Topology, caps, policy: Policy, fixed=None):
         self.top = top
         self.policy = policy
@@ -153,157 +195,181 @@ class _Greedy:
         self.fixed = [deque(o) for o in fixed] if fixed is not None else None
         self.inflight = policy.inflight
 
-    # ----- events ----------------------------------------------------------------------------
-
-    def push(self, t: float, d: int) -> None:
-        heapq.heappush(self.heap, (t, next(self.seq), d))
-
-    def wake(self, d: int, now: float, arrival: float) -> None:
-        """Tell device d an input arrives; a device busy past the arrival will see it anyway."""
-        if self.free_at[d] <= arrival:
-            if self.free_at[d] <= now:
-                self.push(now, d)  # idle: let it re-plan with the arrival now known
-            self.push(arrival, d)
-
     def go(self) -> Outcome | None:
-        for d in range(self.top.p):
-            self.push(0.0, d)
-        heap, pop, free_at, remaining = self.heap, heapq.heappop, self.free_at, self.remaining
-        decide = self.decide_fixed if self.fixed is not None else self.decide
-        while heap:
-            t, _, d = pop(heap)
-            if free_at[d] > t + _EPS or not remaining[d]:
-                continue
-            choice = decide(d, t)
-            if choice is False:
-                return None  # a fixed order went over the cap
-            if choice is not None:
-                self.execute(d, t, choice)
-        if any(self.remaining):
-            return None
-        top = self.top
-        span = 0.0
-        for d in range(top.p):
-            if self.orders[d]:
-                span = max(span, self.free_at[d] - self.first[d])
-        return Outcome(tuple(tuple(o) for o in self.orders), span)
+        top, pol = self.top, self.policy
+        p = top.p
+        heap, seq = self.heap, self.seq
+        heappush, heappop = heapq.heappush, heapq.heappop
+        free_at, remaining, first, idle = self.free_at, self.remaining, self.first, self.idle
+        level, reserve, caps = self.level, self.reserve, self.caps
+        nf, nb, n = self.nf, self.nb, self.n
+        f_arr, b_arr, wq, orders = self.f_arr, self.b_arr, self.wq, self.orders
+        tf, tb, tw = top.tf, top.tb, top.tw
+        d_f, d_b, d_w = top.delta["F"], top.delta["B"], top.delta["W"]
+        mb_, later, first_on_device = top.mb_, top.later, top.first_on_device
+        nxt_stage, prv_stage, device, mbs = top.next, top.prev, top.device, top.mbs
+        lag_next, lag_prev = top.lag_next, top.lag_prev
+        inflight = self.inflight
+        reserve_all = pol.reserve_all
+        b_first = pol.b_first
+        # a device's candidate stages in the order it looks at them
+        scan = [s[::-1] if pol.late_chunk_first and len(s) > 1 else s for s in top.dev_stages]
+        w_fills = [pol.w_fill if isinstance(pol.w_fill, str) else pol.w_fill[d] for d in range(p)]
+        # the cap test of within_cap, with the tolerance folded into the cap once
+        limit = [c + 1e-9 * max(1.0, abs(c)) for c in caps]
+        top_idle = [0.0]  # max(idle): a device's idle time only grows
+        bound = _BOUND.get()
+        pruning = bound < math.inf
+        if pruning:
+            # work left per device; the margin covers float rounding and the _EPS by which a
+            # pass may start before its device is free
+            work = [sum((tf[s] + tb[s] + tw[s]) * n[s] for s in top.dev_stages[d]) for d in range(p)]
+            cut = bound + 1e-6 * max(1.0, abs(bound)) + 2 * _EPS * sum(remaining)
 
-    def execute(self, d: int, t: float, choice: tuple[int, int, str]) -> None:
-        top = self.top
-        s, k, kind = choice
-        free = self.free_at[d]
-        now = t
-        if kind == "F":
-            cost = top.tf[s]
-            self.level[d] += top.delta["F"][s]
-            self.reserve[d] += top.later[s] if top.first_on_device[s] else -top.mb_[s]
-            self.nf[s] += 1
-        elif kind == "B":
-            cost = top.tb[s]
-            self.level[d] += top.delta["B"][s]
-            self.nb[s] += 1
-        else:
-            cost = top.tw[s]
-            self.level[d] += top.delta["W"][s]
-            if free < t:
-                # A W was ready since the device went idle (its B ran here) and nothing
-                # depends on it: start it then, as evaluate()'s ASAP timing of this order will.
-                t = free
-        end = t + cost
-        if self.first[d] is None:
-            self.first[d] = t
-        elif t > free:
-            self.idle[d] += t - free
-        self.free_at[d] = end
-        self.remaining[d] -= 1
-        self.orders[d].append((s, top.mbs[s][k], kind))
-        heapq.heappush(self.heap, (end if end > now else now, next(self.seq), d))
-        if kind == "F":
-            nxt = top.next[s]
-            if nxt >= 0:
-                arrival = end + top.lag_next[s]
-                self.f_arr[nxt][k] = arrival
-                self.wake(top.device[nxt], now, arrival)
+        def f_fits(d: int, s: int) -> bool:
+            need = mb_[s]
+            if first_on_device[s]:
+                # keep room for a second-chunk F: of every started micro-batch (always safe), or
+                # of one (tighter; safe since a stage runs micro-batches in order, so the oldest
+                # one in flight finds the room; the engine reports a stuck run anyway)
+                need += later[s] + (reserve[d] if reserve_all else 0.0)
+            return level[d] + need <= limit[d]
+
+        def decide(d: int, t: float):
+            ready_b = ready_f = None
+            f_blocked = False
+            next_arrival = math.inf
+            soon = t + _EPS
+            for s in scan[d]:
+                k = nb[s]
+                if k < nf[s]:
+                    a = b_arr[s][k]
+                    if a is None:  # producer not scheduled yet: a lower bound, never "ready"
+                        a = t + tb[nxt_stage[s]] + lag_next[s] + 2 * _EPS
+                    if a <= soon:
+                        if ready_b is None or k < ready_b[1]:
+                            ready_b = (s, k, "B")
+                    elif a < next_arrival:
+                        next_arrival = a
+                k = nf[s]
+                if k < n[s]:
+                    a = f_arr[s][k]
+                    if a is None:
+                        a = t + tf[prv_stage[s]] + lag_prev[s] + 2 * _EPS
+                    if a <= soon:
+                        if inflight is not None and k - nb[s] >= inflight[s]:
+                            continue
+                        if not f_fits(d, s):
+                            f_blocked = True
+                            continue
+                        if ready_f is None or k < ready_f[1]:
+                            ready_f = (s, k, "F")
+                    elif a < next_arrival:
+                        next_arrival = a
+            if ready_b is not None and (b_first or ready_f is None):
+                return ready_b
+            if ready_f is not None:
+                return ready_f
+            queue = wq[d]
+            if not queue:
+                return None
+            s, k = queue[0]
+            w_fill = w_fills[d]
+            gap = next_arrival - t
+            if f_blocked or remaining[d] == len(queue) or w_fill == "eager" \
+                    or (w_fill in ("gap", "balance") and gap >= tw[s] - _EPS) \
+                    or (w_fill == "balance" and idle[d] + gap > top_idle[0] + _EPS):
+                queue.popleft()
+                return (s, k, "W")
+            # (w_fill is not "eager" here) a forward that will arrive and not fit must wait
+            # for memory anyway: free it now
+            for s2 in top.dev_stages[d]:
+                if nf[s2] < n[s2] and nb[s2] == nf[s2] and not f_fits(d, s2):
+                    queue.popleft()
+                    return (s, k, "W")
+            return None
+
+        def wake(d: int, now: float, arrival: float) -> None:
+            """Tell device d an input arrives; a device busy past the arrival sees it anyway."""
+            if free_at[d] <= arrival:
+                if free_at[d] <= now:
+                    heappush(heap, (now, next(seq), d))  # idle: re-plan with the arrival known
+                heappush(heap, (arrival, next(seq), d))
+
+        def execute(d: int, t: float, s: int, k: int, kind: str) -> None:
+            free = free_at[d]
+            now = t
+            if kind == "F":
+                cost = tf[s]
+                level[d] += d_f[s]
+                reserve[d] += later[s] if first_on_device[s] else -mb_[s]
+                nf[s] += 1
+            elif kind == "B":
+                cost = tb[s]
+                level[d] += d_b[s]
+                nb[s] += 1
             else:
-                self.b_arr[s][k] = end
-        elif kind == "B":
-            self.wq[d].append((s, k))
-            prv = top.prev[s]
-            if prv >= 0:
-                arrival = end + top.lag_prev[s]
-                self.b_arr[prv][k] = arrival
-                self.wake(top.device[prv], now, arrival)
+                cost = tw[s]
+                level[d] += d_w[s]
+                if free < t:
+                    # A W was ready since the device went idle (its B ran here) and nothing
+                    # depends on it: start it then, as evaluate()'s ASAP timing of this order will.
+                    t = free
+            end = t + cost
+            if first[d] is None:
+                first[d] = t
+            elif t > free:
+                gone = idle[d] = idle[d] + (t - free)
+                if gone > top_idle[0]:
+                    top_idle[0] = gone
+            free_at[d] = end
+            remaining[d] -= 1
+            if pruning:
+                work[d] -= cost
+                if end + work[d] - first[d] > cut:
+                    raise _Pruned
+            orders[d].append((s, mbs[s][k], kind))
+            heappush(heap, (end if end > now else now, next(seq), d))
+            if kind == "F":
+                nxt = nxt_stage[s]
+                if nxt >= 0:
+                    arrival = end + lag_next[s]
+                    f_arr[nxt][k] = arrival
+                    wake(device[nxt], now, arrival)
+                else:
+                    b_arr[s][k] = end
+            elif kind == "B":
+                wq[d].append((s, k))
+                prv = prv_stage[s]
+                if prv >= 0:
+                    arrival = end + lag_prev[s]
+                    b_arr[prv][k] = arrival
+                    wake(device[prv], now, arrival)
+
+        for d in range(p):
+            heappush(heap, (0.0, next(seq), d))
+        choose = self.decide_fixed if self.fixed is not None else decide
+        try:
+            while heap:
+                t, _, d = heappop(heap)
+                if free_at[d] > t + _EPS or not remaining[d]:
+                    continue
+                choice = choose(d, t)
+                if choice is False:
+                    return None  # a fixed order went over the cap
+                if choice is not None:
+                    execute(d, t, *choice)
+        except _Pruned:
+            return None
+        if any(remaining):
+            return None
+        span = 0.0
+        for d in range(p):
+            if orders[d]:
+                span = max(span, free_at[d] - first[d])
+        return Outcome(tuple(tuple(o) for o in orders), span)
 
     # ----- decisions -------------------------------------------------------------------------
-
-    def f_fits(self, d: int, s: int) -> bool:
-        top = self.top
-        need = top.mb_[s]
-        if top.first_on_device[s]:
-            # keep room for a second-chunk F: of every started micro-batch (always safe), or of
-            # one (tighter; safe since a stage runs micro-batches in order, so the oldest one in
-            # flight finds the room; the engine reports a stuck run anyway)
-            need += top.later[s] + (self.reserve[d] if self.policy.reserve_all else 0.0)
-        return within_cap(self.level[d] + need, self.caps[d])
-
-    def decide(self, d: int, t: float):
-        top, pol = self.top, self.policy
-        stages = top.dev_stages[d]
-        if pol.late_chunk_first and len(stages) > 1:
-            stages = stages[::-1]
-        ready_b = ready_f = None
-        f_blocked = False
-        next_arrival = math.inf
-        for s in stages:
-            k = self.nb[s]
-            if k < self.nf[s]:
-                a = self.b_arr[s][k]
-                if a is None:  # producer not scheduled yet: a lower bound, never "ready"
-                    a = t + top.tb[top.next[s]] + top.lag_next[s] + 2 * _EPS
-                if a <= t + _EPS:
-                    if ready_b is None or k < ready_b[1]:
-                        ready_b = (s, k, "B")
-                elif a < next_arrival:
-                    next_arrival = a
-            k = self.nf[s]
-            if k < self.n[s]:
-                a = self.f_arr[s][k]
-                if a is None:
-                    a = t + top.tf[top.prev[s]] + top.lag_prev[s] + 2 * _EPS
-                if a <= t + _EPS:
-                    if self.inflight is not None and k - self.nb[s] >= self.inflight[s]:
-                        continue
-                    if not self.f_fits(d, s):
-                        f_blocked = True
-                        continue
-                    if ready_f is None or k < ready_f[1]:
-                        ready_f = (s, k, "F")
-                elif a < next_arrival:
-                    next_arrival = a
-        if ready_b is not None and (pol.b_first or ready_f is None):
-            return ready_b
-        if ready_f is not None:
-            return ready_f
-        wq = self.wq[d]
-        if not wq:
-            return None
-        s, k = wq[0]
-        only_w_left = self.remaining[d] == len(wq)
-        w_fill = pol.w_fill if isinstance(pol.w_fill, str) else pol.w_fill[d]
-        gap = next_arrival - t
-        if f_blocked or only_w_left or w_fill == "eager" \
-                or (w_fill in ("gap", "balance") and gap >= top.tw[s] - _EPS) \
-                or (w_fill == "balance" and self.idle[d] + gap > max(self.idle) + _EPS):
-            wq.popleft()
-            return (s, k, "W")
-        if w_fill != "eager":
-            # a forward that will arrive and not fit must wait for memory anyway: free it now
-            for s2 in top.dev_stages[d]:
-                if self.nf[s2] < self.n[s2] and not self.f_fits(d, s2) \
-                        and self.nb[s2] == self.nf[s2]:
-                    wq.popleft()
-                    return (s, k, "W")
-        return None
 
     def decide_fixed(self, d: int, t: float):
         queue = self.fixed[d]

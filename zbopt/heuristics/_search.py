@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import ZboptError
@@ -37,10 +38,18 @@ def best_of(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcom
     point failed); `needed` explains, when none fits, which cap would be needed.
     """
     outcomes: dict[tuple, float] = {}
+    # A candidate whose estimate must exceed the k-th best so far can never be among the k
+    # kept below, so its simulation stops as soon as that is certain (_engine.bounded).
+    cutoff = math.inf
     for make in candidates:
-        outcome = make()
+        with _engine.bounded(cutoff):
+            outcome = make()
         if outcome is not None and outcome.orders not in outcomes:
             outcomes[outcome.orders] = outcome.estimate
+            size = sum(len(order) for order in outcome.orders)
+            keep = FINALISTS if size < LARGE else 1
+            if len(outcomes) >= keep:
+                cutoff = sorted(outcomes.values())[keep - 1]
     if not outcomes:
         raise ZboptError(f"{method}: no schedule of this method fits the memory cap "
                          f"{_describe(instance.cap)}; {needed()}")

@@ -13,6 +13,8 @@ Registered names: `zb-greedy` (the instance's cap, unlimited if none), `zb-1p` a
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ZboptError
@@ -20,7 +22,7 @@ from ..families.zero_bubble_handcrafted import zb_h1, zb_h2
 from ..instance import Instance
 from ..registry import register
 from ..schedule import Schedule
-from . import _engine
+from . import _engine, _search
 from ._search import _UNSET, best_of, capped_instance
 
 # Passes simulated per call before the grid is cut to its most useful prefix: keeps p=32, m=256
@@ -115,11 +117,31 @@ def _orders(schedule: Schedule):
     return [[item[0] for item in order] for order in schedule.orders]
 
 
+# The last few searches, by instance and the settings that shape the grid: zb-greedy under a
+# 2p cap is zb-2p's search again (compare runs both), and the search is deterministic.
+_RECENT: dict[tuple, Schedule] = {}
+_RECENT_SIZE = 2
+_RECENT_LOCK = threading.Lock()  # the server generates from worker threads
+
+
 def zb_schedule(instance: Instance, method: str) -> Schedule:
     """The best schedule of the grid for `instance` under its own cap (see module doc)."""
     if instance.placement != "contiguous":
         raise ZboptError(f"{method} runs on placement 'contiguous', the instance is "
                          f"{instance.placement!r}")
+    key = (instance, SIMULATION_BUDGET, MIN_POLICIES, _search.LARGE, _search.FINALISTS)
+    with _RECENT_LOCK:
+        schedule = _RECENT.get(key)
+    if schedule is None:
+        schedule = _search_grid(instance, method)
+        with _RECENT_LOCK:
+            while len(_RECENT) >= _RECENT_SIZE:
+                del _RECENT[next(iter(_RECENT))]
+            _RECENT[key] = schedule
+    return replace(schedule, method=method)
+
+
+def _search_grid(instance: Instance, method: str) -> Schedule:
     caps = instance.cap
     top = _engine._Topology(instance)
     policies = budgeted(grid(instance), instance.num_passes)
