@@ -48,6 +48,9 @@ def add_method_arguments(parser) -> None:
     parser.add_argument("--objective", default="span", choices=("span", "makespan"))
     parser.add_argument("--time-limit", type=positive_seconds, default=60.0, help="solver seconds")
     parser.add_argument("--threads", type=positive_int, default=2, help="solver threads")
+    parser.add_argument("--jobs", type=positive_int, default=None,
+                        help="worker processes for the methods of a large instance (default: 2, "
+                             "or 1 on a single core); the rows do not depend on it")
 
 
 def method_names(args) -> list[str]:
@@ -71,13 +74,10 @@ def method_names(args) -> list[str]:
 def rows_for(instance, args, report=None) -> list:
     """The Results `compare` shows: every schedule method (or --methods), and with --solve the
     solver's (compare and report share this). `report` is a Progress for stderr."""
-    from ..compare import compare
-    names = method_names(args)
-    rows = []
-    for i, name in enumerate(names):
-        if report is not None:
-            report.update(f"compare: {name} ({i + 1}/{len(names)})")
-        rows += compare(instance, [name], chunks=args.chunks, objective=args.objective)
+    from ..compare import available_cores, compare
+    jobs = args.jobs if args.jobs is not None else min(2, available_cores())
+    rows = compare(instance, method_names(args), chunks=args.chunks, objective=args.objective,
+                   jobs=jobs, progress=report.update if report is not None else None)
     if args.solve:
         callback = None
         if report is not None:
