@@ -140,6 +140,11 @@
         return;
       }
       var answered = performance.now();
+      var serverTiming = {};
+      (response.headers.get("Server-Timing") || "").split(",").forEach(function (part) {
+        var m = /^\s*(\w+);dur=([\d.]+)/.exec(part);
+        if (m) { serverTiming[m[1]] = Number(m[2]); }
+      });
       var doc = await response.json();
       if (controller !== state.evalController) { return; }
       $("page-error").textContent = "";
@@ -158,7 +163,8 @@
         setTimeout(function () {
           var painted = performance.now();
           state.timing = { total: painted - changed, wait: began - changed, server: answered - began,
-                           parse: parsed - answered, draw: drawn - parsed, paint: painted - drawn };
+                           parse: parsed - answered, draw: drawn - parsed, paint: painted - drawn,
+                           queue: serverTiming.queue, compute: serverTiming.compute };
           document.body.setAttribute("data-painted", view);
           if (!state.events && document.body.getAttribute("data-view") === view) { loadEvents(q, view); }
         }, 0);
