@@ -261,3 +261,24 @@ def test_solve_finishes_with_a_status_and_shows_the_schedule(page, served):
         "data-status")
     page.screenshot(path=str(folder / "solved.png"), full_page=True)
     assert page.errors == []
+
+
+def test_the_first_view_does_not_wait_for_the_table_or_the_step_states(browser, served):
+    server, _, _ = served
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    log: list[tuple[str, str]] = []
+    page.on("request", lambda r: log.append(("asked", r.url.split("/api/")[-1].split("?")[0]))
+            if "/api/" in r.url else None)
+    page.on("response", lambda r: log.append(("answered", r.url.split("/api/")[-1].split("?")[0]))
+            if "/api/" in r.url else None)
+    try:
+        page.goto(server.url)
+        page.wait_for_selector("#compare-table tr.row", timeout=60000)
+        # the view is answered before the step states and the table are even asked for
+        answered = log.index(("answered", "evaluate"))
+        assert answered < log.index(("asked", "events"))
+        assert answered < log.index(("asked", "compare"))
+        assert page.locator("body").get_attribute("data-painted") is not None
+    finally:
+        context.close()
