@@ -25,8 +25,8 @@ from ..instance import Instance
 from ..registry import register
 from ..schedule import Schedule
 from . import _engine
-from ._search import _UNSET, best_of, capped_instance
-from .refine import refine
+from ._search import _UNSET, capped_instance
+from .refine import refine_best
 from .v_greedy import MIN_POLICIES, PRIORITY
 from .zb_greedy import SIMULATION_BUDGET
 
@@ -47,6 +47,15 @@ def grid(instance: Instance) -> list[_engine.Policy]:
             for reserve_all in (False, True):
                 policies.append(_engine.Policy(b_first=b_first, w_fill=w_fill, inflight=limit,
                                                reserve_all=reserve_all))
+    # the warm-up's depth: at most `limit` micro-batches in flight on the first chunk's stages
+    # (later chunks free), which lets a device wait for a later chunk's forward instead of
+    # starting one more micro-batch; it won on uneven costs at 1p
+    p = instance.devices
+    for extra in range(4):
+        limit = tuple(p + extra if s < p else instance.microbatches for s in range(stages))
+        for w_fill in ("eager", "gap"):
+            policies.append(_engine.Policy(b_first=True, w_fill=w_fill, inflight=limit,
+                                           reserve_all=False))
     return policies
 
 
@@ -75,7 +84,7 @@ def interleaved_schedule(instance: Instance, method: str) -> Schedule:
         policies = policies[:max(MIN_POLICIES, SIMULATION_BUDGET // instance.num_passes)]
     candidates = [lambda pol=pol: _engine.run(instance, instance.cap, pol, top)
                   for pol in policies]
-    return refine(instance, best_of(instance, candidates, method, needed))
+    return refine_best(instance, candidates, method, needed)
 
 
 @register("interleaved-zb", "interleaved",

@@ -40,6 +40,7 @@ class _Compiled:
     delta: tuple[float, ...]
     caps: tuple[float, ...]
     static: tuple[float, ...]
+    sink: tuple[bool, ...]  # nothing waits for it (a W, or a B of a chain's first stage)
 
 
 def _compile(instance: Instance, orders: Sequence[Sequence[Pass]]) -> tuple[_Compiled, list[list[int]]]:
@@ -59,7 +60,8 @@ def _compile(instance: Instance, orders: Sequence[Sequence[Pass]]) -> tuple[_Com
     caps = tuple(instance.cap) if instance.cap is not None else (math.inf,) * instance.devices
     compiled = _Compiled(tuple(passes), tuple(instance.cost(s, k) for s, _, k in passes),
                          tuple(dep), tuple(lag), tuple(memory_delta(instance, q) for q in passes),
-                         caps, tuple(instance.static_memory))
+                         caps, tuple(instance.static_memory),
+                         tuple(k == "W" or (k == "B" and s not in prev) for s, _, k in passes))
     int_orders, at = [], 0
     for order in orders:
         int_orders.append(list(range(at, at + len(order))))
@@ -168,7 +170,7 @@ def _candidates(c: _Compiled, orders: list[list[int]], end: list[float], spans):
                 for j in range(i2 - 1, max(-1, i2 - 1 - WINDOW), -1):
                     yield d2, i2, j  # bring the awaited pass earlier on its device
             for j in range(i - 1, max(-1, i - 1 - WINDOW), -1):
-                if c.passes[order[j]][2] == "W":
+                if c.sink[order[j]]:
                     yield d, j, i - 1  # defer an earlier W into the gap: what precedes it moves up
             for j in range(i + 1, min(len(order), i + 1 + WINDOW)):
                 yield d, j, i  # fill the gap with a later pass of this device
@@ -185,7 +187,7 @@ def _critical_swaps(c: _Compiled, orders, end, where, x: int):
         if i > 0 and end[orders[d][i - 1]] >= start - _EPS:
             size = len(orders[d])
             yield d, i - 1, i
-            if c.passes[orders[d][i - 1]][2] == "W":
+            if c.sink[orders[d][i - 1]]:
                 for j in range(i + 1, min(size, i + 4)):
                     yield d, i - 1, j
             x = orders[d][i - 1]
@@ -193,13 +195,23 @@ def _critical_swaps(c: _Compiled, orders, end, where, x: int):
             x = c.dep[x]
 
 
+class Allowance:
+    """Re-timings left to several searches that share one bound (mutable on purpose)."""
+
+    def __init__(self, retimes: int) -> None:
+        self.left = retimes
+
+
 def improve_orders(instance: Instance, orders: Sequence[Sequence[Pass]],
-                   budget: int = BUDGET) -> list[list[Pass]]:
+                   budget: int = BUDGET, allowance: Allowance | None = None) -> list[list[Pass]]:
     """Per-device orders of single passes, locally improved within the instance's cap (the
     orders given must be valid and fit it)."""
     c, current = _compile(instance, orders)
     n = max(1, len(c.passes))
     evals = min(MAX_RETIMES, budget // n) if n <= OFF_ABOVE else 0
+    if allowance is not None:
+        evals = min(evals, allowance.left)
+        allowance.left -= evals  # returned below, less what was used
     timed = _retime(c, current)
     if timed is None:
         return [list(o) for o in orders]
@@ -227,10 +239,13 @@ def improve_orders(instance: Instance, orders: Sequence[Sequence[Pass]],
                 break
         if not improved:
             break
+    if allowance is not None:
+        allowance.left += evals
     return [[c.passes[q] for q in order] for order in current]
 
 
-def improve(instance: Instance, schedule: Schedule, budget: int = BUDGET) -> Schedule:
+def improve(instance: Instance, schedule: Schedule, budget: int = BUDGET,
+            allowance: Allowance | None = None) -> Schedule:
     """`schedule` improved by local search, judged by evaluate(): never a longer span, never over
     the cap. Schedules with blocks (several passes in one item) are returned as they are."""
     if instance.num_passes > OFF_ABOVE or any(len(item) != 1 for order in schedule.orders
@@ -238,7 +253,7 @@ def improve(instance: Instance, schedule: Schedule, budget: int = BUDGET) -> Sch
         return schedule  # too large to search here (evaluate() alone would double the time)
     before = evaluate(instance, schedule)
     orders = improve_orders(instance, [[item[0] for item in order] for order in schedule.orders],
-                            budget)
+                            budget, allowance)
     candidate = Schedule(tuple(tuple((q,) for q in order) for order in orders), schedule.method)
     after = evaluate(instance, candidate)
     if after.fits_cap and (after.span < before.span or not before.fits_cap):

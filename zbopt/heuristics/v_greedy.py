@@ -24,8 +24,8 @@ from ..instance import Instance
 from ..registry import methods, register
 from ..schedule import Schedule
 from . import _engine
-from ._search import _UNSET, LARGE, best_of, capped_instance
-from .refine import refine
+from ._search import _UNSET, LARGE, capped_instance
+from .refine import refine_best
 from .zb_greedy import SIMULATION_BUDGET
 
 # The grid, most useful first: the order in which its points won on random V instances (a
@@ -76,7 +76,7 @@ def v_schedule(instance: Instance, method: str) -> Schedule:
     # here would double the time (the grid is already cut to its first points there).
     if handcrafted is not None and handcrafted.placement == "v" and instance.num_passes <= LARGE:
         candidates.append(lambda: _replay_family(handcrafted, instance, caps, top))
-    return refine(instance, best_of(instance, candidates, method, needed))
+    return refine_best(instance, candidates, method, needed)
 
 
 def _replay_family(family, instance: Instance, caps, top) -> _engine.Outcome | None:
