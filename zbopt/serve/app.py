@@ -39,9 +39,18 @@ STATIC = resources.files("zbopt.serve").joinpath("static")
 _PAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+try:  # orjson writes a view's thousands of floats several times faster, when installed
+    import orjson
+
+    def encode(data: Any) -> bytes:
+        return orjson.dumps(data)
+except ImportError:  # the standard library gives the same document, slower
+    def encode(data: Any) -> bytes:
+        return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+
+
 def _json(data: Any, status: int = 200) -> Response:
-    return Response(json.dumps(data, separators=(",", ":"), allow_nan=False), status_code=status,
-                    media_type="application/json")
+    return Response(encode(data), status_code=status, media_type="application/json")
 
 
 def _error(message: str, field: str = "", status: int = 422) -> Response:
@@ -131,13 +140,11 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
 
     @functools.lru_cache(maxsize=16)
     def evaluated(key: api.Settings) -> bytes:
-        return json.dumps(api.view_document(result_of(key), events=False),
-                          separators=(",", ":"), allow_nan=False).encode()
+        return encode(api.view_document(result_of(key), events=False))
 
     @functools.lru_cache(maxsize=16)
     def stepped(key: api.Settings) -> bytes:
-        return json.dumps(step_states(result_of(key).timeline), separators=(",", ":"),
-                          allow_nan=False).encode()
+        return encode(step_states(result_of(key).timeline))
 
     async def one_at_a_time(request: Request, compute, key: api.Settings) -> Response:
         began = time.perf_counter()
