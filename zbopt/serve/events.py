@@ -10,8 +10,6 @@ fraction (its share of the device's activation memory) and 1F1B peaks at p on de
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from ..instance import Instance
 from ..passes import stage_deltas
 from ..schedule import Timeline, format_item
@@ -43,27 +41,32 @@ def step_states(timeline: Timeline) -> dict:
     instance = timeline.instance
     share = activation_shares(instance)
     deltas = stage_deltas(instance)  # memory_delta per kind and stage, looked up once
-    happenings: dict[float, list] = defaultdict(list)
+    # (time, starts, device, item): at one time, ends before starts, then by device
+    happenings = []
     for device, order in enumerate(timeline.schedule.orders):
         for item, (t0, t1) in zip(order, timeline.item_times[device]):
-            label = format_item(item)
-            happenings[t0].append((device, True, item, label))
-            happenings[t1].append((device, False, item, label))
+            happenings.append((t0, 1, device, item))
+            happenings.append((t1, 0, device, item))
+    happenings.sort(key=lambda h: (h[0], h[1], h[2]))
     p = instance.devices
     in_flight, pending = [0.0] * p, [0.0] * p
     peak_flight, peak_pending = [0.0] * p, [0.0] * p
     times, changes, started, ended = [], [], [], []
-    for t in sorted(happenings):
+    k, count = 0, len(happenings)
+    while k < count:
+        t = happenings[k][0]
         began, finished, moved = [], [], set()
-        for device, starts, item, label in sorted(happenings[t], key=lambda h: (h[1], h[0])):
+        while k < count and happenings[k][0] == t:
+            _, starts, device, item = happenings[k]
+            k += 1
             if starts:
-                began.append([device, label])
+                began.append([device, format_item(item)])
                 for q in item:
                     if deltas[q[2]][q[0]] > 0:  # held from the block's start
                         in_flight[device] += share[q[0]]
                         moved.add(device)
             else:
-                finished.append([device, label])
+                finished.append([device, format_item(item)])
                 for q in item:
                     if q[2] == "B":
                         in_flight[device] -= share[q[0]]
