@@ -234,9 +234,10 @@ class _Search:
 
     def solve(self, split: Split, time_limit: float) -> Split:
         """The exact solver on one partition: a better schedule or a higher proven bound."""
-        from ..solvers.api import solve
+        from ..solvers.api import PASSES_PER_SECOND, solve
         instance = self.instance(split.placement, split.sizes)
-        if instance is None or time_limit <= 0.5:
+        # solve() refuses a limit that cannot cover building and checking the model
+        if instance is None or time_limit <= max(0.5, instance.num_passes / PASSES_PER_SECOND):
             return split
 
         def forward(info: dict) -> None:
