@@ -157,6 +157,9 @@ def part_estimated(args) -> list[str]:
                     cells = [c.strip() for c in row.strip("|").split("|")]
                     gains_even.append(_unpct(cells[8]))
                     gains_tt.append(_unpct(cells[9]))
+                    if p == 8:
+                        gaps.append(_unpct(cells[11]))
+                        walls.append(float(cells[13]))
                 continue
             for cap_name, cap in cap_levels(model).items():
                 row, data = plan_row(model.name, model, cap_name, cap, limit)
