@@ -14,12 +14,20 @@ a solver's optimum and every family's value must lie at or above it. The bounds:
   at least the same round trip away, and the device can only fill that wait with B and W passes
   of the activations it holds, which the cap limits. When the cap cannot hold every forward of
   d at once, the two windows are disjoint and both idle parts add up.
+  Chain drain (part of ramp_and_drain): the same end argument from the last F of EACH stage of
+  d (not only d's last stage, which on interleaved and V placements is a short trip), along the
+  whole path of that micro-batch back to its last pass on d, with the other micro-batches'
+  remaining work bounded by an LP over the states they can be in under the cap.
 - bottleneck: device d's first pass precedes every micro-batch's F on d's first stage f of a
   chain; a later stage k of that chain on device e then runs, after the forward path f -> k,
   every F and B of k and of e's later stages on the chain (they all precede the last B(k, j)
   to end); from that B the backward path leads back to f, and W(f, j) ends d's window. So
   d's span is at least path_F(f -> k) + that busy time + path_B(k -> f) + t_w(f). Tight when
   the micro-batches are few for the pipeline (e.g. m = 3p at cap 2p).
+- first_b_wave (contiguous): the ramps of all devices coupled through the first backward
+  wave: a device that runs few forwards before its first B idles, one that runs many delays
+  the first B of the device before it (see first_b_wave). It is what Zero Bubble schedules
+  at 2p lose when t_b + 2 comm > t_f, and meets the optima proven on the paper's settings.
 For the makespan every per-device bound also adds the earliest time any pass of d can start.
 The bounds describe schedules whose blocks last the sum of their passes (overlap 0): an
 overlap discount lets DualPipe's F&B blocks go below them.
@@ -28,6 +36,7 @@ overlap discount lets DualPipe's F&B blocks go below them.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Iterable
 
 from .dag import critical_path_length
@@ -39,7 +48,7 @@ OBJECTIVES = ("span", "makespan")
 
 # Exact knapsack enumeration is used when it visits at most this many count combinations;
 # beyond it the fractional relaxation (still an upper bound on the busy time) is used.
-_ENUMERATION_LIMIT = 50_000
+_ENUMERATION_LIMIT = 2_000
 
 Item = tuple[float, float, int]  # (weight, value, how many are available)
 
@@ -84,21 +93,38 @@ def forward_head(instance: Instance, stage: int) -> float:
     return total
 
 
+@lru_cache(maxsize=16)
+def _chain_sums(instance: Instance) -> dict[int, tuple[tuple[int, ...], list[float], list[float]]]:
+    """Per stage: (its chain, forward prefix, backward suffix). forward[i]: start of F on the
+    chain's first stage to the start of F on its i-th; backward[i]: start of B on the last stage
+    to the end of B on the i-th (lags included)."""
+    out = {}
+    for stages, _ in instance.chains:
+        n = len(stages)
+        forward, backward = [0.0] * n, [0.0] * n
+        for i in range(1, n):
+            forward[i] = forward[i - 1] + instance.t_f[stages[i - 1]] \
+                + stage_lag(instance, stages[i - 1], stages[i])
+        backward[n - 1] = instance.t_b[stages[n - 1]]
+        for i in range(n - 2, -1, -1):
+            backward[i] = backward[i + 1] + stage_lag(instance, stages[i + 1], stages[i]) \
+                + instance.t_b[stages[i]]
+        for s in stages:
+            out[s] = (stages, forward, backward)
+    return out
+
+
 def round_trip(instance: Instance, from_stage: int, to_stage: int) -> float:
     """Least time from the start of F(from_stage, j) to the start of B(to_stage, j).
 
     from_stage <= to_stage on one chain: the forward runs from `from_stage` to the chain's end,
     then the backward comes back to just after `to_stage` (lags included).
     """
-    stages, i = _chain_position(instance, from_stage)
-    k = stages.index(to_stage)
-    total = 0.0
-    for idx in range(i, len(stages)):
-        total += instance.t_f[stages[idx]]
-        if idx + 1 < len(stages):
-            total += stage_lag(instance, stages[idx], stages[idx + 1])
-    for idx in range(len(stages) - 1, k, -1):
-        total += instance.t_b[stages[idx]] + stage_lag(instance, stages[idx], stages[idx - 1])
+    stages, forward, backward = _chain_sums(instance)[from_stage]
+    i, k, n = stages.index(from_stage), stages.index(to_stage), len(stages)
+    total = forward[n - 1] - forward[i] + instance.t_f[stages[n - 1]]
+    if k < n - 1:
+        total += backward[k + 1] + stage_lag(instance, stages[k + 1], stages[k])
     return total
 
 
@@ -221,7 +247,130 @@ def _paired_knapsack(items: list[Item], capacity: float) -> float:
     return knapsack_max(items, capacity)
 
 
-def device_bound(instance: Instance, device: int, with_drain: bool = True) -> float:
+def _device_passes(instance: Instance, device: int, stage: int) -> list[tuple[int, str]]:
+    """(stage, kind) of one micro-batch's passes on `device`, along the chain of `stage`."""
+    chain = instance.chain_of_stage(stage)
+    return [(u, k) for u in chain if instance.device_of(u) == device for k in "FBW"]
+
+
+def _is_before(position: dict[int, int], a: tuple[int, str], b: tuple[int, str]) -> bool:
+    """Whether pass a of a micro-batch is an ancestor of pass b of the same micro-batch
+    (`position`: each stage's index on the chain)."""
+    (u, x), (v, y) = a, b
+    if x == "F":
+        return (y == "F" and position[u] < position[v]) or y in "BW"  # F precedes every B
+    if x == "B":
+        return (y == "B" and position[u] > position[v]) or (y == "W" and position[u] >= position[v])
+    return False  # nothing depends on a W
+
+
+def _held(instance: Instance, done: frozenset) -> float:
+    """Activation memory one micro-batch holds on a device once the passes `done` ran."""
+    held = 0.0
+    for u, k in done:
+        if k == "F" and (u, "B") not in done:
+            held += instance.m_b[u]
+        elif k == "B" and (u, "W") not in done:
+            held += instance.m_w[u]
+    return held
+
+
+def _remaining_options(instance: Instance, device: int, stage: int) -> list[tuple[float, float]]:
+    """(memory held, work left) of a micro-batch on `device` once its F(stage) has run, for
+    every set of its passes that can have run (closed under dependencies); dominated states
+    (more memory, no more work) are dropped."""
+    mine = _device_passes(instance, device, stage)
+    position = {u: i for i, u in enumerate(instance.chain_of_stage(stage))}
+    cost = {q: instance.cost(q[0], q[1]) for q in mine}
+    first = (stage, "F")
+    before = [(a, b) for a in mine for b in mine if _is_before(position, a, b)]
+    base = frozenset(a for a, b in before if b == first) | {first}
+    rest = [q for q in mine if q not in base]
+    options = []
+    for mask in range(1 << len(rest)):
+        done = base | {q for i, q in enumerate(rest) if mask >> i & 1}
+        if any(b in done and a not in done for a, b in before):
+            continue  # not closed under dependencies
+        options.append((_held(instance, done), sum(cost[q] for q in mine if q not in done)))
+    options.sort(key=lambda x: (x[0], -x[1]))
+    kept: list[tuple[float, float]] = []
+    for held, work in options:
+        if not kept or work > kept[-1][1]:
+            kept.append((held, work))
+    return kept
+
+
+def _lp_max_work(options: list[tuple[float, float]], room: float, count: int) -> float:
+    """Max of sum x_k work_k with sum x_k held_k <= room, sum x_k <= count, x >= 0: an upper
+    bound on the work `count` micro-batches in those states leave (the LP relaxation of
+    picking one state each). Its optimum mixes at most two states."""
+    if count <= 0 or room < 0:
+        return 0.0 if count <= 0 else -math.inf
+    best = 0.0
+    for held, work in options:
+        x = count if held <= 0 else min(count, room / held)
+        best = max(best, x * work)
+    for i, (h1, w1) in enumerate(options):
+        for h2, w2 in options[i + 1:]:
+            if h1 == h2:
+                continue
+            # both constraints tight: x1 + x2 = count, h1 x1 + h2 x2 = room
+            x2 = (room - h1 * count) / (h2 - h1)
+            x1 = count - x2
+            if x1 >= 0 and x2 >= 0:
+                best = max(best, x1 * w1 + x2 * w2)
+    return best
+
+
+def _chain_length(instance: Instance, device: int, stage: int) -> float:
+    """Longest dependency path from the start of F(stage, j) to the end of the last pass of
+    micro-batch j on `device` (lags included): forward to the chain's end, backward to one of
+    the device's stages, then its W."""
+    stages, forward, backward = _chain_sums(instance)[stage]
+    n = len(stages)
+    ahead = forward[n - 1] - forward[stages.index(stage)] + instance.t_f[stages[n - 1]]
+    return ahead + max(backward[k] + instance.t_w[u] for k, u in enumerate(stages)
+                       if instance.device_of(u) == device)
+
+
+def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
+    """Idle time forced on `device` after the start of the last F on `stage` (any stage of it).
+
+    Let X be the item holding the last F(stage, ·), started at t, and z a micro-batch of it.
+    The device's window ends no earlier than t plus the longest path from F(stage, z) to z's
+    last pass on the device. After t the device runs only z's passes that follow F(stage, z)
+    and what the other micro-batches have left; each of them is in a state closed under
+    dependencies with F(stage, ·) run (or in X itself), so it holds that state's memory at t,
+    and with z's memory it all fits under the cap. The LP over those states bounds the work
+    they leave from above, so the rest of the path is idle.
+    """
+    capacity = _capacity(instance, device)
+    if not math.isfinite(capacity):
+        return 0.0
+    chain = instance.chain_of_stage(stage)
+    position = {u: i for i, u in enumerate(chain)}
+    mine = _device_passes(instance, device, stage)
+    own = sum(instance.cost(u, k) for u, k in mine
+              if not (k == "F" and position[u] < position[stage]))
+    held_z = sum(instance.m_b[u] for u, k in mine if k == "F" and position[u] <= position[stage])
+    others = _count(instance, stage) - 1
+    # micro-batches of another chain (dualpipe) may not have started: all their work is left
+    free = sum(_count(instance, s) * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
+               for s in instance.stages_of(device) if s not in chain)
+    work = _lp_max_work(_remaining_options(instance, device, stage), capacity - held_z, others)
+    return max(0.0, _chain_length(instance, device, stage) - own - work - free)
+
+
+def _forwards_exceed_cap(instance: Instance, device: int, stage: int) -> bool:
+    """Whether every F up to `stage` on the device cannot be held at once: then some F(stage, ·)
+    starts after the device's first B, and the ramp and drain windows are disjoint."""
+    chain = instance.chain_of_stage(stage)
+    upto = [u for u in chain[:chain.index(stage) + 1] if instance.device_of(u) == device]
+    return sum(_count(instance, u) * instance.m_b[u] for u in upto) > _capacity(instance, device) + 1e-9
+
+
+def device_bound(instance: Instance, device: int, with_drain: bool = True,
+                 chain_drain: bool = True) -> float:
     """Least span of `device` in any schedule: its load plus forced idle at ramp and drain."""
     stages = instance.stages_of(device)
     load = sum(_count(instance, s) * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
@@ -233,8 +382,14 @@ def device_bound(instance: Instance, device: int, with_drain: bool = True) -> fl
     all_forwards = sum(instance.m_b[s] * _count(instance, s) for s in instance.stages_of(device))
     if all_forwards > _capacity(instance, device) + 1e-9:
         # some forward must start after the first B, so the two windows are disjoint
-        return load + ramp + drain
-    return load + max(ramp, drain)
+        best = load + ramp + drain
+    else:
+        best = load + max(ramp, drain)
+    for s in instance.stages_of(device) if chain_drain else ():
+        idle = chain_drain_idle(instance, device, s)
+        disjoint = _forwards_exceed_cap(instance, device, s)
+        best = max(best, load + (ramp + idle if disjoint else max(ramp, idle)))
+    return best
 
 
 def bottlenecks(instance: Instance) -> tuple[float, ...]:
@@ -266,6 +421,85 @@ def bottlenecks(instance: Instance) -> tuple[float, ...]:
     return tuple(best)
 
 
+def _wave_setting(instance: Instance, j: int, downstream: tuple[float, int] | None,
+                  room: float, trip: float, limit: int) -> tuple[float, int] | None:
+    """(u, n) of device j in the first-B wave: the fewest forwards n before its first B that
+    keep its ramp idle within `room`, and the least ramp window u they allow; None if none.
+    `trip` is round_trip(j, j), `limit` the forwards its cap holds."""
+    f = instance.t_f[j]
+    least = trip
+    if downstream is not None:
+        u_next, n_next = downstream
+        c, b_next = instance.comm, instance.t_b[j + 1]
+        least = max(least, f + c + u_next + b_next + c,
+                    n_next * f + c + instance.t_f[j + 1] + b_next + c)
+    if room < 0:
+        return None
+    if f <= 0:
+        return (least, 1) if least <= room + 1e-9 else None
+    n = 1 if math.isinf(room) else max(1, math.ceil((least - room) / f - 1e-9))
+    if n > limit:
+        return None
+    return max(least, n * f), n
+
+
+def _forward_limit(instance: Instance, device: int) -> int:
+    """How many forwards of a one-stage device fit under its cap before any memory is freed."""
+    capacity, m_b, m = _capacity(instance, device), instance.m_b[device], instance.microbatches
+    if not math.isfinite(capacity) or m_b <= 0:
+        return m
+    return min(m, math.floor(capacity / m_b + 1e-9))
+
+
+def _wave_fits(instance: Instance, value: float, loads, trips, limits) -> bool:
+    """Whether the first-B wave admits every device's load plus ramp idle within `value`."""
+    downstream = None
+    for j in range(instance.devices - 1, -1, -1):
+        downstream = _wave_setting(instance, j, downstream, value - loads[j], trips[j], limits[j])
+        if downstream is None:
+            return False
+    return True
+
+
+def first_b_wave(instance: Instance) -> float:
+    """Contiguous placements: the ramps of all devices, coupled through the first backward wave.
+
+    Let device j start at x_j, run n_j forwards, then its first B at y_j (its idle there is at
+    least y_j - x_j - n_j t_f). Then y_j >= x_j + round_trip(j, j) and n_j fits under the cap;
+    device j+1 starts at x_{j+1} >= x_j + t_f + comm; its n_{j+1} forwards wait for as many
+    forwards of device j, so y_{j+1} >= x_j + n_{j+1} t_f[j] + comm + t_f[j+1]; and its first B
+    precedes one of device j: y_j >= y_{j+1} + t_b[j+1] + comm. A span V needs, for every j,
+    load_j + y_j - x_j - n_j t_f[j] <= V. Going up from the last device, taking the fewest
+    forwards that keep device j within V leaves every upstream constraint weakest, so that
+    greedy decides whether any schedule meets V; the bound is the least V it accepts
+    (bisection; the largest V it refuses is returned, rounded up on integer data).
+    """
+    loads = device_loads(instance)
+    low = float(max(loads))
+    if instance.placement != "contiguous":
+        return low
+    p = instance.devices
+    trips = [round_trip(instance, j, j) for j in range(p)]
+    limits = [_forward_limit(instance, j) for j in range(p)]
+    if _wave_fits(instance, low, loads, trips, limits):
+        return low
+    high, downstream = low, None
+    for j in range(p - 1, -1, -1):  # one forward each: always possible
+        downstream = _wave_setting(instance, j, downstream, math.inf, trips[j], limits[j])
+        high = max(high, loads[j] + downstream[0] - downstream[1] * instance.t_f[j])
+    for _ in range(200):
+        if high - low <= 1e-9 * max(1.0, high):
+            break
+        middle = (low + high) / 2
+        if _wave_fits(instance, middle, loads, trips, limits):
+            high = middle
+        else:
+            low = middle
+    integral = all(float(x).is_integer() for x in (*instance.t_f, *instance.t_b, *instance.t_w,
+                                                   instance.comm))
+    return float(math.ceil(low - 1e-9)) if integral else low
+
+
 def device_head(instance: Instance, device: int) -> float:
     """Earliest time any pass of `device` can start."""
     return min(forward_head(instance, s) for s in instance.stages_of(device))
@@ -287,6 +521,12 @@ def ramp_formula(instance: Instance) -> float | None:
 
 def lower_bounds(instance: Instance, objective: str = "span") -> dict[str, float]:
     """Every lower bound on `objective` by name (see the module doc)."""
+    return _lower_bounds(instance, objective, extended=True)
+
+
+def _lower_bounds(instance: Instance, objective: str, extended: bool) -> dict[str, float]:
+    """lower_bounds; without `extended`, as they were before the chain drain and the first-B
+    wave (benchmarks compare the two)."""
     _check_objective(objective)
     p = instance.devices
     heads = [device_head(instance, d) if objective == "makespan" else 0.0 for d in range(p)]
@@ -296,8 +536,11 @@ def lower_bounds(instance: Instance, objective: str = "span") -> dict[str, float
         out["critical_path"] = critical_path_length(instance)
     out["memory_ramp"] = max(heads[d] + device_bound(instance, d, with_drain=False)
                              for d in range(p))
-    out["ramp_and_drain"] = max(heads[d] + device_bound(instance, d) for d in range(p))
+    out["ramp_and_drain"] = max(heads[d] + device_bound(instance, d, chain_drain=extended)
+                                for d in range(p))
     out["bottleneck"] = max(h + b for h, b in zip(heads, bottlenecks(instance)))
+    if extended:
+        out["first_b_wave"] = first_b_wave(instance)  # every window lies in [0, makespan]
     return out
 
 

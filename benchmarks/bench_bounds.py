@@ -1,0 +1,191 @@
+"""Lower-bound benchmarks: how much of each solver-reach gap the bounds of zbopt.bounds close.
+
+Parts:
+- rows:      every row of the solver-reach table (benchmarks/bench_solver.py, reach part): the
+             best lower bound before the chain drain and the first-B wave and with them, the time to compute them, and
+             the gap each certifies against the best span known for the row (quoted from
+             results/solver.md, which names its command; no solver runs here).
+- analogues: small instances with the same 1.5B costs, solved by CP-SAT with every zbopt.bounds
+             cut removed from its model (an optimum that owes nothing to the bounds), next to
+             the bounds and the best heuristic: which side, bound or schedule, is weak.
+
+Usage:
+  python benchmarks/bench_bounds.py [--only rows,analogues] [--time-limit S] [--threads N]
+                                    [--out results/bounds.md]
+The rows part takes seconds; the analogues part runs CP-SAT up to --time-limit per instance
+(default 60 s, 1 thread). Parts not run keep their section of the old file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import sys
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench_solver import COSTS_15B, reach_runs  # noqa: E402
+
+from zbopt import bounds  # noqa: E402
+from zbopt.instance import Instance  # noqa: E402
+from zbopt.solvers.api import backend_inputs, run_backend  # noqa: E402
+from zbopt.solvers.backends import cpsat as cpsat_backend  # noqa: E402
+
+PARTS = ("rows", "analogues")
+
+# Best span known per reach row: results/solver.md (`python benchmarks/bench_solver.py --only
+# reach`, cpsat and cpsat-lns rows, 60 s; the paper rows' best from its 120 s paper part).
+BEST_KNOWN = {
+    ("interleaved p8 m32", "1p"): 1_600_017, ("interleaved p8 m32", "2p"): 1_471_688,
+    ("v p8 m32", "1p"): 1_554_166,
+    ("contiguous p16 m64", "2p"): 2_951_895, ("contiguous p16 m64", "3p"): 2_949_905,
+    ("contiguous p32 m128", "2p"): 5_897_190, ("contiguous p32 m128", "3p"): 5_897_190,
+    ("contiguous p32 m256", "2p"): 11_776_230,
+    ("paper zb-1.5b-p8-m24", "2p"): 1_152_599, ("paper zb-1.5b-p8-m32", "2p"): 1_472_235,
+    ("paper zb-1.5b-p8-m64", "2p"): 2_948_146, ("paper zb-6.2b-p8-m24", "2p"): 1_900_476,
+    ("paper zb-6.2b-p8-m32", "2p"): 2_523_440, ("paper zb-6.2b-p8-m64", "2p"): 5_056_196,
+}
+# Rows whose best known span CP-SAT proved optimal (results/solver.md, paper part, 120 s)
+PROVEN = {("paper zb-1.5b-p8-m24", "2p"), ("paper zb-1.5b-p8-m32", "2p"),
+          ("paper zb-6.2b-p8-m24", "2p")}
+# The gap target of each row (the solver-reach issue's targets)
+TARGET = {"interleaved": 1.0, "v": 1.0, "contiguous": 0.1, "paper": 0.05}
+
+# (placement, devices, micro-batches, cap) of the small analogues
+ANALOGUES = (
+    ("contiguous", 2, 8, "2p"), ("contiguous", 3, 12, "2p"), ("contiguous", 4, 16, "2p"),
+    ("contiguous", 4, 16, "3p"), ("contiguous", 5, 20, "2p"), ("contiguous", 6, 24, "2p"),
+    ("interleaved", 2, 4, "1p"), ("interleaved", 4, 8, "1p"),
+    ("v", 2, 4, "1p"), ("v", 2, 8, "1p"), ("v", 3, 6, "1p"),
+)
+
+
+def rows_part() -> list[str]:
+    lines = ["| instance | cap | best known span | bound before | bound now | bound name | "
+             "gap before | gap now | target | met by the bound | solver proved the span optimal | "
+             "bound time (s) |",
+             "|---|---|---:|---:|---:|---|---:|---:|---:|---|---|---:|"]
+    for label, cap, instance in reach_runs():
+        known = BEST_KNOWN.get((label, cap))
+        began = time.perf_counter()
+        name, now = bounds.best_lower_bound(instance, "span")
+        elapsed = time.perf_counter() - began
+        before = max(bounds._lower_bounds(instance, "span", extended=False).values())
+        target = TARGET[label.split()[0]]
+        gap_before = 100 * (known - before) / known
+        gap_now = 100 * (known - now) / known
+        lines.append(f"| {label} | {cap} | {known:,.0f} | {before:,.0f} | {now:,.0f} | {name} | "
+                     f"{gap_before:.3f}% | {gap_now:.3f}% | {target}% | "
+                     f"{'yes' if gap_now <= target + 1e-12 else 'no'} | "
+                     f"{'yes' if (label, cap) in PROVEN else 'no'} | {elapsed:.3f} |")
+    return lines
+
+
+def analogue(placement: str, p: int, m: int, cap: str) -> Instance:
+    instance = Instance(devices=p, microbatches=m, name=f"p{p}-m{m}-1.5b", **COSTS_15B)
+    instance = instance.with_cap(cap)
+    if placement == "interleaved":
+        return instance.with_placement("interleaved", 2)
+    return instance.with_placement(placement) if placement != "contiguous" else instance
+
+
+def independent_solve(instance: Instance, time_limit: float, threads: int):
+    """CP-SAT with every zbopt.bounds cut removed, hinted with the best heuristic schedule:
+    (status, span, proven bound, hint span)."""
+    zero = types.SimpleNamespace(best_lower_bound=lambda *_: ("none", 0.0),
+                                 device_bound=lambda *_: 0.0, device_head=bounds.device_head)
+    saved = cpsat_backend.bounds
+    cpsat_backend.bounds = zero
+    try:
+        scaled, scale, hint, horizon = backend_inputs(instance)
+        raw = run_backend("cpsat", scaled, objective="span", time_limit=time_limit,
+                          threads=threads, hint=hint, horizon=horizon)
+    finally:
+        cpsat_backend.bounds = saved
+    span = raw.objective / scale if raw.objective is not None else None
+    return raw.status, span, (raw.bound or 0) / scale, horizon / scale
+
+
+def analogues_part(time_limit: float, threads: int) -> list[str]:
+    lines = ["| placement | p | m | cap | ideal | bound before | bound now | CP-SAT (no bound "
+             "cuts) status | its span | its proven bound | best heuristic span | weak side |",
+             "|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---|"]
+    for placement, p, m, cap in ANALOGUES:
+        instance = analogue(placement, p, m, cap)
+        print(f"analogue {placement} p{p} m{m} {cap} ...", file=sys.stderr, flush=True)
+        found = bounds.lower_bounds(instance)
+        now = max(found.values())
+        before = max(bounds._lower_bounds(instance, "span", extended=False).values())
+        status, span, proven, hint = independent_solve(instance, time_limit, threads)
+        lines.append(f"| {placement} | {p} | {m} | {cap} | {found['ideal']:,.0f} | {before:,.0f} "
+                     f"| {now:,.0f} | {status} | {span:,.1f} | {proven:,.1f} | {hint:,.1f} | "
+                     f"{_weak_side(status, span, proven, hint, now)} |")
+    return lines
+
+
+def _weak_side(status, span, proven, hint, bound) -> str:
+    if status != "optimal":
+        return "open (not proven)" if proven <= bound + 1e-6 else "bound (solver proves more)"
+    sides = []
+    if bound < span - 1e-6:
+        sides.append(f"bound ({100 * (span - bound) / span:.2f}%)")
+    if hint > span + 1e-6:
+        sides.append(f"heuristic ({100 * (hint - span) / span:.2f}%)")
+    return ", ".join(sides) or "neither"
+
+
+def write(out: Path, sections: dict[str, list[str]], commands: dict[str, str]) -> None:
+    old = out.read_text() if out.exists() else ""
+    body = ["# Lower bounds", "",
+            "Written by `benchmarks/bench_bounds.py`. Span objective, 1.5B costs (per-chunk costs "
+            "halved on interleaved and V). *bound before*: zbopt.bounds without the chain drain "
+            "and the first-B wave (the bounds as they were); *bound now*: `best_lower_bound`. Gaps are certified "
+            "against the best span known for the row (results/solver.md, from "
+            "`python benchmarks/bench_solver.py --only reach`); no solver runs in the rows part. "
+            "Bound times are wall-clock on a machine shared with other developers' jobs.", "",
+            f"Machine: {platform.machine()}, Python {platform.python_version()}.", ""]
+    titles = {"rows": "## rows: the solver-reach rows",
+              "analogues": "## analogues: small instances solved without bound cuts"}
+    for part in PARTS:
+        if part in sections:
+            body += [titles[part], "", f"Command: `{commands[part]}`", "", *sections[part], ""]
+        else:
+            kept = re.search(rf"{re.escape(titles[part])}\n.*?(?=\n## |\Z)", old, re.S)
+            if kept:
+                body += [kept.group(0).rstrip(), ""]
+    out.write_text("\n".join(body))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="rows,analogues")
+    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bounds.md")
+    args = parser.parse_args(argv)
+    parts = [x for x in args.only.split(",") if x]
+    unknown = [x for x in parts if x not in PARTS]
+    if unknown:
+        print(f"unknown part {unknown[0]!r}: use {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+    sections, commands = {}, {}
+    command = "python benchmarks/bench_bounds.py --only {}" + (
+        f" --time-limit {args.time_limit:g}" if args.time_limit != 60 else "")
+    if "rows" in parts:
+        sections["rows"] = rows_part()
+        commands["rows"] = command.format("rows")
+    if "analogues" in parts:
+        sections["analogues"] = analogues_part(args.time_limit, args.threads)
+        commands["analogues"] = command.format("analogues")
+    write(args.out, sections, commands)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
