@@ -23,6 +23,7 @@ FINALISTS = 2  # greedy outcomes (best estimates) refined besides the one best_o
 # re-timings of every local search of one refine_best(), in pass-steps (re-timings x passes):
 # about 650 at p=8, m=32, so the step costs a few seconds there whatever the candidates
 TOTAL = 1_000_000
+MOST = 600  # and at most this many re-timings, which keeps small instances (tests, fuzzing) quick
 
 
 def refine(instance: Instance, schedule: Schedule,
@@ -84,7 +85,7 @@ def refine_best(instance: Instance, candidates: Iterable[Callable[[], _engine.Ou
     ranked = sorted(dict((o.orders, o.estimate) for o in outcomes).items(), key=lambda kv: kv[1])
     pool = [best] + [Schedule(tuple(tuple((q,) for q in order) for order in orders), method)
                      for orders, _ in ranked[:FINALISTS]]
-    allowance = local_search.Allowance(TOTAL // max(1, instance.num_passes))
+    allowance = local_search.Allowance(min(MOST, TOTAL // max(1, instance.num_passes)))
     judged = []
     for start in dict.fromkeys(pool):
         refined = refine(instance, start, allowance)

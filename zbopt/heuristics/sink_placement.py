@@ -54,6 +54,12 @@ def place_sinks(instance: Instance, orders: Sequence[Sequence[Pass]],
     waiting: dict[Pass, list[int]] = {}
     heap = [(0.0, d) for d in range(p)]
     heapq.heapify(heap)
+    queued: set[tuple[float, int]] = set(heap)  # each wake-up once, or they would multiply
+
+    def wake(t: float, d: int) -> None:
+        if (t, d) not in queued:
+            queued.add((t, d))
+            heapq.heappush(heap, (t, d))
 
     def arrival(q: Pass) -> float | None:
         k = dep_of(q)
@@ -74,21 +80,22 @@ def place_sinks(instance: Instance, orders: Sequence[Sequence[Pass]],
         level[d] += memory_delta(instance, q)
         out[d].append(q)
         left[d] -= 1
-        heapq.heappush(heap, (finish, d))
+        wake(finish, d)
         for d2, lag in waiting.pop(q, ()):
-            heapq.heappush(heap, (max(finish + lag, t), d2))
+            wake(max(finish + lag, t), d2)
 
     def wait_for(d: int, q: Pass, t: float) -> None:
         a = arrival(q)
         if a is not None:
             if a > t + _EPS:
-                heapq.heappush(heap, (a, d))
+                wake(a, d)
         else:
             k = dep_of(q)
             waiting.setdefault(k, []).append((d, stage_lag(instance, k[0], q[0])))
 
     while heap:
         t, d = heapq.heappop(heap)
+        queued.discard((t, d))
         if left[d] == 0 or free[d] > t + _EPS:
             continue
         t = max(t, free[d])
