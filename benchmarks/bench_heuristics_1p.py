@@ -122,7 +122,8 @@ def main() -> None:
         f"--threads {args.threads} --repeats {args.repeats}`).",
         "",
         "*old*: the method with its improvement step off (the policy grid and, on V, the "
-        "handcrafted zb-v order, whichever evaluate() finds shortest); *new*: the same followed by "
+        "handcrafted zb-v order, whichever evaluate() finds shortest; on interleaved the grid "
+        "already holds the first-chunk warm-up limits added with the step); *new*: the same followed by "
         "`zbopt/heuristics/refine.py` (W passes and first-stage B passes re-placed into waits by "
         "`sink_placement.py`, then the local search of `local_search.py`; two rounds). Spans from "
         "`evaluate()`; every schedule is valid and within the cap. *bound*: the larger of "
