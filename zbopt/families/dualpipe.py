@@ -173,8 +173,8 @@ def dualpipe(instance: Instance, split_turn: bool = True) -> Schedule:
         up = (up_stages[p - 1 - r], up_mbs)
         first, second = (down, up) if r < p // 2 else (up, down)
         ops = eight_phase_program(p // 2, min(r, p - 1 - r), m // 2, split_turn)
-        orders.append(realise(ops, (first[0], second[0]), (first[1], second[1])))
-    return Schedule.build(orders)
+        orders.append(tuple(realise(ops, (first[0], second[0]), (first[1], second[1]))))
+    return Schedule(tuple(orders))  # realise() gives blocks of passes: nothing to convert
 
 
 @register("dualpipev", "v",
@@ -184,6 +184,6 @@ def dualpipev(instance: Instance, split_turn: bool = True) -> Schedule:
     _check_enough_microbatches("dualpipev", m, p,
                                f"microbatches >= 2 * devices = {2 * p}, got {m}")
     mbs = tuple(range(m))
-    orders = [realise(eight_phase_program(p, r, m, split_turn), (r, 2 * p - 1 - r), (mbs, mbs))
+    orders = [tuple(realise(eight_phase_program(p, r, m, split_turn), (r, 2 * p - 1 - r), (mbs, mbs)))
               for r in range(p)]
-    return Schedule.build(orders)
+    return Schedule(tuple(orders))  # realise() gives blocks of passes: nothing to convert

@@ -10,5 +10,5 @@ def gpipe(instance: Instance) -> Schedule:
     m = instance.microbatches
     orders = []
     for d in range(instance.devices):
-        orders.append([(d, j, "F") for j in range(m)] + [fused(d, j) for j in range(m)])
-    return Schedule.build(orders)
+        orders.append(tuple([((d, j, "F"),) for j in range(m)] + [fused(d, j) for j in range(m)]))
+    return Schedule(tuple(orders))  # items already blocks of passes: nothing to convert

@@ -36,14 +36,14 @@ def interleaved_1f1b(instance: Instance, group_size: int | None = None) -> Sched
         order: list = []
         for k in range(warmup):
             c, j = chunk_mb(k, False)
-            order.append((c * p + r, j, "F"))
+            order.append(((c * p + r, j, "F"),))
         for i in range(total - warmup):
             c, j = chunk_mb(warmup + i, False)
-            order.append((c * p + r, j, "F"))
+            order.append(((c * p + r, j, "F"),))
             c, j = chunk_mb(i, True)
             order.append(fused(c * p + r, j))
         for i in range(total - warmup, total):
             c, j = chunk_mb(i, True)
             order.append(fused(c * p + r, j))
-        orders.append(order)
-    return Schedule.build(orders)
+        orders.append(tuple(order))
+    return Schedule(tuple(orders))  # items already blocks of passes: nothing to convert

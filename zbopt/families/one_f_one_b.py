@@ -11,10 +11,10 @@ def one_f_one_b(instance: Instance) -> Schedule:
     orders = []
     for r in range(p):
         warmup = min(p - r - 1, m)
-        order: list = [(r, j, "F") for j in range(warmup)]
+        order: list = [((r, j, "F"),) for j in range(warmup)]
         for i in range(m):
             if warmup + i < m:
-                order.append((r, warmup + i, "F"))
+                order.append(((r, warmup + i, "F"),))
             order.append(fused(r, i))
-        orders.append(order)
-    return Schedule.build(orders)
+        orders.append(tuple(order))
+    return Schedule(tuple(orders))  # items already blocks of passes: nothing to convert

@@ -28,8 +28,8 @@ def zb_h1(instance: Instance) -> Schedule:
             if i >= deferred:
                 order.append((r, i - deferred, "W"))
         order += [(r, j, "W") for j in range(m - deferred, m)]
-        orders.append(order)
-    return Schedule.build(orders)
+        orders.append(tuple((q,) for q in order))
+    return Schedule(tuple(orders))  # every item a single pass
 
 
 def unit_time_greedy(p: int, m: int, limit) -> list[list[tuple[int, int, str]]]:
@@ -75,4 +75,5 @@ def unit_time_greedy(p: int, m: int, limit) -> list[list[tuple[int, int, str]]]:
 @register("zb-h2", "contiguous", "ZB-H2: up to 2(p-r)-1 forwards in flight, B/W split")
 def zb_h2(instance: Instance) -> Schedule:
     p, m = instance.devices, instance.microbatches
-    return Schedule.build(unit_time_greedy(p, m, lambda r: 2 * (p - r) - 1))
+    orders = unit_time_greedy(p, m, lambda r: 2 * (p - r) - 1)
+    return Schedule(tuple(tuple((q,) for q in order) for order in orders))  # single passes
