@@ -7,6 +7,7 @@ and against optima proven by CP-SAT.
 
 import random
 import types
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,12 +18,13 @@ from zbopt.compare import compare
 from zbopt.dag import dependencies
 from zbopt.errors import ZboptError
 from zbopt.heuristics.list_scheduler import Admission, sequential_schedule
-from zbopt.instance import Instance
+from zbopt.instance import Instance, load_instance
 from zbopt.passes import block_problems
 from zbopt.schedule import Schedule, evaluate, validate
 from zbopt.solvers.api import backend_inputs, run_backend, scaled_instance
 from zbopt.solvers.backends import cpsat as cpsat_backend
 
+PAPER = Path(__file__).resolve().parents[1] / "instances" / "paper"
 FAST = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
 
@@ -353,11 +355,9 @@ def test_first_b_wave_by_hand_on_three_devices():
 
 
 def test_first_b_wave_meets_the_optima_proven_on_the_paper_settings():
-    # CP-SAT proved these spans optimal (results/solver.md): the wave certifies them alone
-    for t_f, t_b, t_w, comm, m, optimum in ((18513, 18086, 9331, 626, 32, 1_472_235),
-                                            (29802, 29428, 19530, 577, 24, 1_900_476)):
-        instance = Instance(devices=8, microbatches=m, t_f=t_f, t_b=t_b, t_w=t_w, comm=comm,
-                            m_b=1, memory_cap="2p")
+    # CP-SAT proved these spans optimal at 2p (results/solver.md): the wave certifies them alone
+    for name, optimum in (("zb-1.5b-p8-m32", 1_472_235), ("zb-6.2b-p8-m24", 1_900_476)):
+        instance = load_instance(PAPER / f"{name}.toml").with_cap("2p")
         assert bounds.first_b_wave(instance) == optimum
 
 

@@ -48,7 +48,7 @@ OBJECTIVES = ("span", "makespan")
 
 # Exact knapsack enumeration is used when it visits at most this many count combinations;
 # beyond it the fractional relaxation (still an upper bound on the busy time) is used.
-_ENUMERATION_LIMIT = 2_000
+_ENUMERATION_LIMIT = 500
 
 Item = tuple[float, float, int]  # (weight, value, how many are available)
 
@@ -188,7 +188,7 @@ def ramp_idle(instance: Instance, device: int) -> float:
     the pipeline and come back: round_trip(f, s). Before it only forwards run, and the
     activations they leave must fit under the cap together.
     """
-    stages = instance.stages_of(device)
+    stages = _device_stages(instance)[device]
     wait = min(round_trip(instance, _first_stage_on_device(instance, s), s) for s in stages)
     capacity = _capacity(instance, device)
     forwards = [(instance.m_b[s], instance.t_f[s], _count(instance, s)) for s in stages]
@@ -210,7 +210,7 @@ def drain_idle(instance: Instance, device: int) -> float:
     the device can only run that F, the B (and then W) of activations already in flight, and
     W passes already pending; with F(s, j) started, all of them fit under the cap together.
     """
-    stages = instance.stages_of(device)
+    stages = _device_stages(instance)[device]
     capacity = _capacity(instance, device)
     best = math.inf
     # F(s, j) of an earlier stage of d on the chain precedes F(s', j) of the later one, so the
@@ -247,10 +247,22 @@ def _paired_knapsack(items: list[Item], capacity: float) -> float:
     return knapsack_max(items, capacity)
 
 
+@lru_cache(maxsize=16)
+def _device_stages(instance: Instance) -> tuple[tuple[int, ...], ...]:
+    """instance.stages_of(d) for every device d, computed once."""
+    out: list[list[int]] = [[] for _ in range(instance.devices)]
+    for s in range(instance.num_stages):
+        out[instance.device_of(s)].append(s)
+    return tuple(tuple(x) for x in out)
+
+
 def _device_passes(instance: Instance, device: int, stage: int) -> list[tuple[int, str]]:
     """(stage, kind) of one micro-batch's passes on `device`, along the chain of `stage`."""
-    chain = instance.chain_of_stage(stage)
-    return [(u, k) for u in chain if instance.device_of(u) == device for k in "FBW"]
+    chain = _chain_sums(instance)[stage][0]
+    position = {u: i for i, u in enumerate(chain)}
+    mine = sorted((u for u in _device_stages(instance)[device] if u in position),
+                  key=position.__getitem__)
+    return [(u, k) for u in mine for k in "FBW"]
 
 
 def _is_before(position: dict[int, int], a: tuple[int, str], b: tuple[int, str]) -> bool:
@@ -347,7 +359,7 @@ def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
     capacity = _capacity(instance, device)
     if not math.isfinite(capacity):
         return 0.0
-    chain = instance.chain_of_stage(stage)
+    chain = _chain_sums(instance)[stage][0]
     position = {u: i for i, u in enumerate(chain)}
     mine = _device_passes(instance, device, stage)
     own = sum(instance.cost(u, k) for u, k in mine
@@ -356,7 +368,7 @@ def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
     others = _count(instance, stage) - 1
     # micro-batches of another chain (dualpipe) may not have started: all their work is left
     free = sum(_count(instance, s) * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
-               for s in instance.stages_of(device) if s not in chain)
+               for s in _device_stages(instance)[device] if s not in position)
     work = _lp_max_work(_remaining_options(instance, device, stage), capacity - held_z, others)
     return max(0.0, _chain_length(instance, device, stage) - own - work - free)
 
@@ -372,20 +384,20 @@ def _forwards_exceed_cap(instance: Instance, device: int, stage: int) -> bool:
 def device_bound(instance: Instance, device: int, with_drain: bool = True,
                  chain_drain: bool = True) -> float:
     """Least span of `device` in any schedule: its load plus forced idle at ramp and drain."""
-    stages = instance.stages_of(device)
+    stages = _device_stages(instance)[device]
     load = sum(_count(instance, s) * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
                for s in stages)
     ramp = ramp_idle(instance, device)
     if not with_drain:
         return load + ramp
     drain = drain_idle(instance, device)
-    all_forwards = sum(instance.m_b[s] * _count(instance, s) for s in instance.stages_of(device))
+    all_forwards = sum(instance.m_b[s] * _count(instance, s) for s in _device_stages(instance)[device])
     if all_forwards > _capacity(instance, device) + 1e-9:
         # some forward must start after the first B, so the two windows are disjoint
         best = load + ramp + drain
     else:
         best = load + max(ramp, drain)
-    for s in instance.stages_of(device) if chain_drain else ():
+    for s in _device_stages(instance)[device] if chain_drain else ():
         idle = chain_drain_idle(instance, device, s)
         disjoint = _forwards_exceed_cap(instance, device, s)
         best = max(best, load + (ramp + idle if disjoint else max(ramp, idle)))
