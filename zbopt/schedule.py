@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -172,6 +173,20 @@ class _Table:
     release: tuple[float, ...]  # ... and freed at its end
     shape: tuple[int, ...]  # stage and kind as one number: what a block's cost depends on
     blocks: dict = field(default_factory=dict)  # shape of a block -> its duration and memory
+    instance: Instance | None = None
+
+    @functools.cached_property
+    def fused(self) -> dict[Item, tuple]:
+        """Every fused backward (B then W of one pass) of the instance, as _block() describes
+        it; built when a schedule first holds blocks."""
+        links = neighbours(self.instance)
+        out = {}
+        for p in self.passes:
+            if p[2] == "B":
+                item = (p, (p[0], p[1], "W"))
+                if not block_problems(self.instance, item, links):
+                    out[item] = _block(self.instance, self, item, (self.index[p], self.index[item[1]]))
+        return out
 
 
 @functools.lru_cache(maxsize=8)
@@ -210,12 +225,14 @@ def _table(instance: Instance) -> _Table:
             dep += [-1 if r[0] is None else i + r[0]
                     for i in range(first, first + n, 3) for r in row]
             device += [instance.device_of(s)] * n
-            gap += [r[1] for r in row] * len(mbs)
-            cost += [r[2] for r in row] * len(mbs)
+            # as floats: a float plus an int is the float plus float(int), and a float plus a
+            # float is quicker
+            gap += [float(r[1]) for r in row] * len(mbs)
+            cost += [float(r[2]) for r in row] * len(mbs)
             add += [r[3] for r in row] * len(mbs)
             release += [r[4] for r in row] * len(mbs)
             shape += [r[5] for r in row] * len(mbs)
-    return _Table(index=dict(zip(passes, range(len(passes)))), passes=tuple(passes),
+    return _Table(instance=instance, index=dict(zip(passes, range(len(passes)))), passes=tuple(passes),
                   device=tuple(device), dep=tuple(dep), gap=tuple(gap), cost=tuple(cost),
                   add=tuple(add), release=tuple(release), shape=tuple(shape))
 
@@ -249,41 +266,22 @@ def _read(instance: Instance, schedule: Schedule):
                 f"{instance.devices} devices"], None
     table = _table(instance)
     get, device = table.index.get, table.device
-    counts = [0] * len(table.passes)
+    seen: list[int] = []  # the id of every pass of the schedule that is in the instance
     unknown: list[Pass] = []
     placed: list[str] = []  # per item, in order: empty and malformed blocks, misplaced passes
-    links = None
     rows = []
     for d, order in enumerate(schedule.orders):
-        row = []
-        for item in order:
-            if len(item) == 1:
-                x = get(item[0])
-                if x is None:
-                    unknown.append(item[0])
-                else:
-                    counts[x] += 1
-                    if device[x] != d:
-                        placed.append(_misplaced(instance, item[0], d))
-                row.append(x)
+        if all(len(item) == 1 for item in order):
+            row = list(map(get, map(_first, order)))
+            if None not in row and set(map(device.__getitem__, row)) <= {d}:
+                seen += row  # single passes, all known and on their device: nothing to say
+                rows.append(row)
                 continue
-            if not item:
-                placed.append(f"device {d} has an empty block")
-            links = links or neighbours(instance)
-            placed.extend(block_problems(instance, item, links))
-            ids = []
-            for p in item:
-                x = get(p)
-                if x is None:
-                    unknown.append(p)
-                else:
-                    counts[x] += 1
-                    if device[x] != d:
-                        placed.append(_misplaced(instance, p, d))
-                ids.append(x)
-            row.append(_block(instance, table, item, tuple(ids)) if item and None not in ids else None)
-        rows.append(row)
-    if unknown or counts.count(1) != len(counts):
+        rows.append(_read_items(instance, table, d, order, seen, unknown, placed))
+    if unknown or len(seen) != len(table.passes) or len(set(seen)) != len(seen):
+        counts = [0] * len(table.passes)
+        for x in seen:
+            counts[x] += 1
         wrong = dict.fromkeys(unknown, 0)
         wrong.update((table.passes[i], n) for i, n in enumerate(counts) if n > 1)
         for p, n in sorted(wrong.items()):
@@ -297,34 +295,91 @@ def _read(instance: Instance, schedule: Schedule):
     return problems + placed, rows
 
 
+_first = operator.itemgetter(0)
+
+
+def _read_items(instance: Instance, table: _Table, d: int, order: tuple[Item, ...],
+                seen: list[int], unknown: list[Pass], placed: list[str]) -> list:
+    """Device `d`'s items one by one: their ids (into `seen`), unknown passes and problems."""
+    get, device, fused = table.index.get, table.device, table.fused
+    links = neighbours(instance)
+    row = []
+    for item in order:
+        if len(item) == 1:
+            x = get(item[0])
+            if x is None:
+                unknown.append(item[0])
+            else:
+                seen.append(x)
+                if device[x] != d:
+                    placed.append(_misplaced(instance, item[0], d))
+            row.append(x)
+            continue
+        known = fused.get(item)
+        if known is not None and device[known[0][0]] == d:
+            seen += known[0]  # a fused backward of the instance (a valid block)
+            row.append(known)
+            continue
+        if not item:
+            placed.append(f"device {d} has an empty block")
+        placed.extend(block_problems(instance, item, links))
+        ids = []
+        for p in item:
+            x = get(p)
+            if x is None:
+                unknown.append(p)
+            else:
+                seen.append(x)
+                if device[x] != d:
+                    placed.append(_misplaced(instance, p, d))
+            ids.append(x)
+        row.append(_block(instance, table, item, tuple(ids)) if item and None not in ids else None)
+    return row
+
+
 def _misplaced(instance: Instance, p: Pass, d: int) -> str:
     return (f"pass {format_pass(p)} is on device {d} but stage {p[0]} "
             f"lives on device {instance.device_of(p[0])}")
 
 
+class _Device:
+    """One device's progress through its order: where it is, its clock, memory and history."""
+
+    __slots__ = ("position", "clock", "level", "peak", "busy", "curve", "starts", "ends",
+                 "violations")
+
+    def __init__(self, clock: float, static: float):
+        self.position = 0
+        self.clock = clock
+        self.level = self.peak = static
+        self.busy = 0.0
+        self.curve = [(0.0, static)]  # (time, memory level) after each change
+        self.starts: list[float] = []  # per item that ran
+        self.ends: list[float] = []
+        self.violations: list[str] = []  # the first new peaks over the cap
+
+
 def _simulate(instance: Instance, schedule: Schedule, rows):
-    """ASAP times per item, for a schedule whose structure is valid.
+    """ASAP times and memory per item, for a schedule whose structure is valid.
 
     Each device runs its items in order until one waits for a pass not yet done; it resumes
-    when that pass ends. Returns (starts, ends, stuck): per device, the start and end of each
-    item that ran and, per device that could not finish, its first item that never ran with
-    what it waits for.
+    when that pass ends. Returns (devices, stuck): each device's _Device and, per device that
+    could not finish, its first item that never ran with what it waits for.
     """
     table = _table(instance)
-    dep, gap, cost = table.dep, table.gap, table.cost
+    dep, gap, cost, adds, releases = table.dep, table.gap, table.cost, table.add, table.release
     end: list[float | None] = [None] * len(table.passes)  # end of the item that ran each pass
     waiting: list[list[int] | None] = [None] * len(table.passes)  # devices waiting for a pass
-    devices = len(rows)
-    clock = ([float(r) for r in schedule.release] if schedule.release is not None
-             else [0.0] * devices)
-    position = [0] * devices
-    starts: list[list[float]] = [[] for _ in range(devices)]
-    ends: list[list[float]] = [[] for _ in range(devices)]
-    todo = list(range(devices - 1, -1, -1))
+    release = schedule.release if schedule.release is not None else [0.0] * len(rows)
+    states = [_Device(float(r), m) for r, m in zip(release, instance.static_memory)]
+    caps = instance.cap
+    todo = list(range(len(rows) - 1, -1, -1))
     while todo:
         d = todo.pop()
-        row, i, now = rows[d], position[d], clock[d]
-        begun, done = starts[d].append, ends[d].append
+        state = states[d]
+        row, i, now = rows[d], state.position, state.clock
+        level, peak, busy = state.level, state.peak, state.busy
+        begun, done, step = state.starts.append, state.ends.append, state.curve.append
         n = len(row)
         while i < n:
             x = row[i]
@@ -338,9 +393,8 @@ def _simulate(instance: Instance, schedule: Schedule, rows):
                     ready += gap[x]
                     if ready > now:
                         now = ready
-                begun(now)
-                now = end[x] = now + cost[x]
-                done(now)
+                finish = end[x] = now + cost[x]
+                add, freed = adds[x], releases[x]
                 if waiting[x] is not None:
                     todo.extend(waiting[x])
                     waiting[x] = None
@@ -360,30 +414,45 @@ def _simulate(instance: Instance, schedule: Schedule, rows):
                 if blocked >= 0:
                     _wait(waiting, blocked, d)
                     break
-                begun(now)
-                now += x[1]
-                done(now)
+                finish = now + x[1]
+                add, freed = x[2], x[3]
                 for y in ids:
-                    end[y] = now
+                    end[y] = finish
                     if waiting[y] is not None:
                         todo.extend(waiting[y])
                         waiting[y] = None
+            begun(now)
+            done(finish)
+            busy += finish - now
+            # memory an item takes is held from its start, memory it frees leaves at its end
+            if add:
+                level += add
+                step((now, level))
+            if level > peak:
+                peak = level
+                if caps is not None and not fits(level, caps[d]) and len(state.violations) < 20:
+                    state.violations.append(f"device {d} holds {level:g} > cap {caps[d]:g} "
+                                            f"after {format_item(schedule.orders[d][i])}")
+            if freed:
+                level -= freed
+                step((finish, level))
+            now = finish
             i += 1
-        position[d], clock[d] = i, now
+        state.position, state.clock, state.level, state.peak, state.busy = i, now, level, peak, busy
     stuck = []
-    if any(position[d] < len(row) for d, row in enumerate(rows)):
+    if any(state.position < len(row) for state, row in zip(states, rows)):
         links = neighbours(instance)
         where = {p: (d, i) for d, order in enumerate(schedule.orders)
                  for i, item in enumerate(order) for p in item}
         for d, order in enumerate(schedule.orders):
-            i = position[d]
+            i = states[d].position
             if i < len(order):
                 item = order[i]
                 blockers = [q for p in item for q in dependencies(instance, p, links)
                             if q in where and where[q] != (d, i)
-                            and where[q][1] >= position[where[q][0]]]
+                            and where[q][1] >= states[where[q][0]].position]
                 stuck.append((d, item, blockers))
-    return starts, ends, stuck
+    return states, stuck
 
 
 def _wait(waiting: list, q: int, d: int) -> None:
@@ -406,10 +475,10 @@ def validate(instance: Instance, schedule: Schedule) -> list[str]:
     problems, rows = _read(instance, schedule)
     if problems:
         return problems
-    starts, ends, stuck = _simulate(instance, schedule, rows)
+    states, stuck = _simulate(instance, schedule, rows)
     if stuck:
         return [_deadlock_message(stuck)]
-    return list(_timeline(instance, schedule, rows, starts, ends).cap_violations)
+    return list(_timeline(instance, schedule, states).cap_violations)
 
 
 def check(instance: Instance, schedule: Schedule) -> Timeline:
@@ -428,56 +497,32 @@ def evaluate(instance: Instance, schedule: Schedule) -> Timeline:
     problems, rows = _read(instance, schedule)
     if problems:
         raise ZboptError("invalid schedule: " + "; ".join(problems))
-    starts, ends, stuck = _simulate(instance, schedule, rows)
+    states, stuck = _simulate(instance, schedule, rows)
     if stuck:
         raise ZboptError(_deadlock_message(stuck))
-    return _timeline(instance, schedule, rows, starts, ends)
+    return _timeline(instance, schedule, states)
 
 
-def _timeline(instance: Instance, schedule: Schedule, rows, starts, ends) -> Timeline:
-    table = _table(instance)
-    adds, releases = table.add, table.release
-    busy, device_span, peaks, curves, violations = [], [], [], [], []
-    caps = instance.cap
-    for d, order in enumerate(schedule.orders):
-        level = instance.static_memory[d]
-        peak = level
-        curve = [(0.0, level)]
-        total = 0.0
-        for i, (x, t0, t1) in enumerate(zip(rows[d], starts[d], ends[d])):
-            total += t1 - t0
-            if x.__class__ is int:
-                add, release = adds[x], releases[x]
-            else:
-                add, release = x[2], x[3]
-            if add:
-                level += add
-                curve.append((t0, level))
-            if level > peak:
-                peak = level
-                if caps is not None and not fits(level, caps[d]) and len(violations) < 20:
-                    violations.append(f"device {d} holds {level:g} > cap {caps[d]:g} "
-                                      f"after {format_item(order[i])}")
-            if release:
-                level -= release
-                curve.append((t1, level))
-        busy.append(total)
-        device_span.append((starts[d][0], ends[d][-1]) if order else (0.0, 0.0))
-        peaks.append(peak)
-        curves.append(tuple(curve))
+def _timeline(instance: Instance, schedule: Schedule, states: list[_Device]) -> Timeline:
+    device_span = tuple((state.starts[0], state.ends[-1]) if state.starts else (0.0, 0.0)
+                        for state in states)
+    busy = tuple(state.busy for state in states)
+    peaks = tuple(state.peak for state in states)
     makespan = max(e for _, e in device_span)
     span = max(e - s for s, e in device_span)
     ideal = max(busy)
+    caps = instance.cap
     return Timeline(
         instance=instance, schedule=schedule,
-        item_times=tuple(tuple(zip(s, e)) for s, e in zip(starts, ends)),
+        item_times=tuple(tuple(zip(state.starts, state.ends)) for state in states),
         makespan=makespan, span=span, ideal=ideal,
         bubble_rate=(span - ideal) / span if span else 0.0,
-        busy=tuple(busy), idle=tuple(span - b for b in busy),
-        device_span=tuple(device_span), peak_memory=tuple(peaks),
-        memory_curve=tuple(curves),
+        busy=busy, idle=tuple(span - b for b in busy),
+        device_span=device_span, peak_memory=peaks,
+        memory_curve=tuple(tuple(state.curve) for state in states),
         fits_cap=caps is None or all(fits(pk, c) for pk, c in zip(peaks, caps)),
-        cap_violations=tuple(violations),
+        # the first 20 in device order, as a reader scans them
+        cap_violations=tuple(v for state in states for v in state.violations)[:20],
     )
 
 
