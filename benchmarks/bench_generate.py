@@ -13,7 +13,7 @@ Two checks, each generator run in a fresh process on its own code:
 Writes results/generate.md.
 
 Usage: python benchmarks/bench_generate.py [--base COMMIT] [--repeats N] [--out PATH]
-       [--skip-speed]
+       [--skip-speed] [--quick]
 """
 
 from __future__ import annotations
@@ -59,10 +59,11 @@ def uneven(p: int, stages: int) -> dict:
     return dict(t_f=t_f, t_b=t_b, t_w=t_w, comm=1, m_b=m_b, m_w=[x / 2 for x in m_b])
 
 
-def equivalence_jobs() -> list[dict]:
+def equivalence_jobs(quick: bool = False) -> list[dict]:
     """(instance fields, placement, chunks) of the equivalence set; every method on each."""
     jobs = []
-    for p, m in ((2, 4), (3, 7), (4, 8), (4, 12), (6, 24)):
+    sizes = ((2, 4), (3, 7), (4, 8), (4, 12), (6, 24))
+    for p, m in sizes[:3] if quick else sizes:
         for name, costs in COSTS:
             for cap in (None, "1p", "2p", "3p"):
                 jobs.append(dict(label=f"p={p} m={m} {name} cap={cap}",
@@ -120,10 +121,17 @@ def _forget_searches() -> None:
 
 # ----- driver -----------------------------------------------------------------------------------
 
-def old_tree(base: str, where: Path) -> Path:
-    """The working tree's zbopt/ with GENERATOR_FILES from `base`."""
+def snapshot(where: Path) -> Path:
+    """A copy of the working tree's zbopt/, so both sides see the same other files even if
+    they change while the benchmark runs."""
     shutil.copytree(ROOT / "zbopt", where / "zbopt",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    return where
+
+
+def old_tree(base: str, where: Path) -> Path:
+    """The working tree's zbopt/ with GENERATOR_FILES from `base`."""
+    snapshot(where)
     for path in GENERATOR_FILES:
         text = subprocess.run(["git", "show", f"{base}:{path}"], cwd=ROOT, check=True,
                               capture_output=True, text=True).stdout
@@ -153,6 +161,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "results" / "generate.md"))
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="equivalence on the smallest sizes only")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--timing", action=argparse.BooleanOptionalAction, default=False,
                         help=argparse.SUPPRESS)
@@ -163,16 +172,17 @@ def main() -> None:
 
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        old = old_tree(args.base, Path(tmp))
-        jobs = equivalence_jobs()
+        old = old_tree(args.base, Path(tmp) / "old")
+        new = snapshot(Path(tmp) / "new")
+        jobs = equivalence_jobs(args.quick)
         print(f"equivalence: {len(jobs)} instances, old tree", file=sys.stderr, flush=True)
         before = run_worker(old, jobs, False)
         print("equivalence: new tree", file=sys.stderr, flush=True)
-        after = run_worker(ROOT, jobs, False)
+        after = run_worker(new, jobs, False)
         speed: dict[tuple[str, str], dict[str, list[float]]] = {}
         if not args.skip_speed:
             for i in range(args.repeats):
-                for side, tree in (("old", old), ("new", ROOT)):
+                for side, tree in (("old", old), ("new", new)):
                     print(f"speed: run {i + 1}/{args.repeats}, {side}", file=sys.stderr, flush=True)
                     for row in run_worker(tree, speed_jobs(), True):
                         key = (row["label"], row["method"])
@@ -191,8 +201,9 @@ def main() -> None:
     lines = [
         "# Schedule generation: before and after the generator speed work",
         "",
-        f"Base (old generators): commit `{args.base}`; new: the working tree. The old tree is the "
-        f"working tree's zbopt/ with only the generator files from the base commit "
+        f"Base (old generators): commit `{args.base}`; new: the working tree. Both are copies of "
+        f"the working tree's zbopt/ taken at the start, the old one with the generator files from "
+        f"the base commit "
         f"({', '.join(Path(f).name for f in GENERATOR_FILES)}), each side run in its own process.",
         "",
         "## Equivalence",
@@ -242,7 +253,8 @@ def main() -> None:
         lines.append(f"| **sum** | {totals['32old']:.2f} | {totals['32new']:.2f} | "
                      f"{totals['32old'] / totals['32new']:.1f}x | {totals['64old']:.2f} | "
                      f"{totals['64new']:.2f} | {totals['64old'] / totals['64new']:.1f}x |")
-    lines += ["", f"Command: `python benchmarks/bench_generate.py --base {args.base}`", ""]
+    flags = (" --quick" if args.quick else "") + (" --skip-speed" if args.skip_speed else "")
+    lines += ["", f"Command: `python benchmarks/bench_generate.py --base {args.base}{flags}`", ""]
     Path(args.out).write_text("\n".join(lines))
     print("\n".join(lines))
     if differ:
