@@ -116,7 +116,7 @@ def main() -> None:
         "| p | m | cap | wall, 1 process (s) | CPU (s) | wall, 2 processes (s) | CPU (s) "
         "| 1 / 2 | under target |", "|" + "---|" * 9, *rows, "",
         f"Machine: {cpu_model}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{platform.system()}. 1-minute load average between runs: {min(loads):.1f} to "
+        f"{platform.system()}. 1-minute load average between runs (these runs included): {min(loads):.1f} to "
         f"{max(loads):.1f}" + (": other work shared the CPU during these runs, so the seconds "
                                "are longer than on a quiet machine (the 2-process runs lose "
                                "the most: their second core was not free)." if shared else
