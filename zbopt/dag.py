@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from .instance import Instance
 from .passes import Pass, dependencies, format_pass, lag, neighbours
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 # The pass rules live in passes.py; re-exported here for the DAG's users.
 __all__ = ["Pass", "build_dag", "critical_path", "critical_path_length", "dependencies",
@@ -14,6 +17,8 @@ __all__ = ["Pass", "build_dag", "critical_path", "critical_path_length", "depend
 
 def build_dag(instance: Instance) -> nx.DiGraph:
     """Nodes are passes with `cost` and `device`; edges carry `lag` (comm across devices)."""
+    import networkx as nx  # here, not at the top: compare and the bounds never build the graph
+
     graph = nx.DiGraph()
     links = neighbours(instance)
     for p in instance.passes():
@@ -26,6 +31,8 @@ def build_dag(instance: Instance) -> nx.DiGraph:
 
 def critical_path(instance: Instance) -> tuple[float, list[Pass]]:
     """Longest chain of passes plus lags, ignoring devices: a lower bound on any makespan."""
+    import networkx as nx
+
     graph = build_dag(instance)
     finish: dict[Pass, float] = {}
     best_pred: dict[Pass, Pass | None] = {}

@@ -23,6 +23,7 @@ from matplotlib.ticker import EngFormatter, FuncFormatter
 
 from ..errors import ZboptError
 from ..schedule import Item, Timeline
+from .numbers import number
 
 KIND_COLOURS = {"F": "#7b4fc9", "B": "#f28e1c", "W": "#2e9e4f"}
 IDLE_COLOUR = "#dcdcdc"
@@ -66,15 +67,6 @@ def is_overlapped(item: Item) -> bool:
     """A DualPipe F&B block (an F run together with another pass), drawn as stacked bands since
     its passes run at the same time; a fused (B, W) is sequential and drawn side by side."""
     return len(item) > 1 and any(k == "F" for _, _, k in item)
-
-
-def number(x: float) -> str:
-    """A readable number: 1,281,520 rather than 1.28152e+06, 28.5, 0.333."""
-    if float(x).is_integer():
-        return f"{int(x):,}"
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.4g}"
 
 
 # ----- geometry shared with the HTML report ----------------------------------------------------

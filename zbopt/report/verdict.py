@@ -6,7 +6,7 @@ from typing import Sequence
 
 from ..instance import Instance
 from ..result import Result
-from .gantt import number
+from .numbers import number
 
 
 def placement_text(result: Result) -> str:
