@@ -354,6 +354,19 @@ def test_first_b_wave_by_hand_on_three_devices():
     assert bounds.first_b_wave(instance.with_cap(9)) == 120
 
 
+def test_wave_forwards_exist_exactly_from_the_wave_bound_on():
+    instance = Instance(devices=3, microbatches=12, t_f=4, t_b=4, t_w=2, comm=1, m_b=1,
+                        memory_cap=6)
+    assert bounds.wave_forwards(instance, 121) is None
+    counts = bounds.wave_forwards(instance, 122)
+    assert counts is not None and len(counts) == 3
+    assert all(1 <= n <= 6 for n in counts)  # at least one forward, no more than the cap holds
+    # a looser span never asks for more forwards on any device
+    looser = bounds.wave_forwards(instance, 130)
+    assert all(a <= b for a, b in zip(looser, counts))
+    assert bounds.wave_forwards(instance.with_placement("v"), 1e9) is None
+
+
 def test_first_b_wave_meets_the_optima_proven_on_the_paper_settings():
     # CP-SAT proved these spans optimal at 2p (results/solver.md): the wave certifies them alone
     for name, optimum in (("zb-1.5b-p8-m32", 1_472_235), ("zb-6.2b-p8-m24", 1_900_476)):

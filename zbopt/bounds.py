@@ -463,14 +463,35 @@ def _forward_limit(instance: Instance, device: int) -> int:
     return min(m, math.floor(capacity / m_b + 1e-9))
 
 
-def _wave_fits(instance: Instance, value: float, loads, trips, limits) -> bool:
-    """Whether the first-B wave admits every device's load plus ramp idle within `value`."""
+def _wave_forwards(instance: Instance, value: float, loads, trips, limits) -> tuple[int, ...] | None:
+    """Per device, the fewest forwards before its first B with which the first-B wave admits
+    every device's load plus ramp idle within `value` (None: the wave refuses `value`)."""
+    counts = [0] * instance.devices
     downstream = None
     for j in range(instance.devices - 1, -1, -1):
         downstream = _wave_setting(instance, j, downstream, value - loads[j], trips[j], limits[j])
         if downstream is None:
-            return False
-    return True
+            return None
+        counts[j] = downstream[1]
+    return tuple(counts)
+
+
+def _wave_fits(instance: Instance, value: float, loads, trips, limits) -> bool:
+    """Whether the first-B wave admits every device's load plus ramp idle within `value`."""
+    return _wave_forwards(instance, value, loads, trips, limits) is not None
+
+
+def wave_forwards(instance: Instance, value: float) -> tuple[int, ...] | None:
+    """Contiguous placements: the forwards each device runs before its first B in the first-B
+    wave's relaxation at span `value` (see first_b_wave), or None where it refuses `value`.
+    Heuristics try these counts as in-flight limits: a ramp shaped like the relaxation's."""
+    if instance.placement != "contiguous":
+        return None
+    p = instance.devices
+    trips = [round_trip(instance, j, j) for j in range(p)]
+    limits = [_forward_limit(instance, j) for j in range(p)]
+    return _wave_forwards(instance, value + 1e-9 * max(1.0, abs(value)), device_loads(instance),
+                          trips, limits)
 
 
 def first_b_wave(instance: Instance) -> float:
