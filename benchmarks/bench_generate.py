@@ -40,6 +40,7 @@ GENERATOR_FILES = (
     "zbopt/heuristics/_search.py", "zbopt/heuristics/zb_greedy.py",
     "zbopt/heuristics/list_scheduler.py",
 )
+SPEED_NOTE = " (with the speed runs' p=32 and p=64)"
 # The last commit before the generator speed work.
 DEFAULT_BASE = "99bab19"
 
@@ -208,7 +209,8 @@ def main() -> None:
         "",
         "## Equivalence",
         "",
-        f"{len(jobs) + (2 if speed else 0)} instances (with the speed runs' p=32 and p=64) "
+        f"{len(jobs) + (2 if speed else 0)} instances"
+        f"{SPEED_NOTE if speed else ''} "
         f"x every registered schedule generator on its placement: "
         f"{len(old_map)} (instance, method) runs ({errors} of them refuse the instance, and the "
         f"refusal text is compared too). Orders compared by a SHA-256 of the per-device orders.",
