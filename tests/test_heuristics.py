@@ -357,3 +357,26 @@ def test_zb_greedy_under_a_2p_cap_is_zb_2p_searched_or_remembered():
     zb._RECENT.clear()
     assert remembered.orders == searched.orders == generate("zb-greedy", instance).orders
     assert (searched.method, remembered.method) == ("zb-2p", "zb-greedy")
+
+
+# The 1.5B model's costs (Zero Bubble paper profile, p=8, m=32)
+COSTS_15B = dict(t_f=18513, t_b=18086, t_w=9331, comm=626, m_b=201216, m_w=73728)
+
+
+@pytest.mark.parametrize("p, m", [(8, 32), (16, 64)])
+def test_zb_greedy_meets_the_first_b_wave_at_2p(p, m):
+    # the wave's ramp as in-flight limits gives a schedule at the bound: optimal among
+    # contiguous schedules, proven by the bound alone
+    from zbopt import bounds
+    instance = Instance(devices=p, microbatches=m, **COSTS_15B).with_cap("2p")
+    timeline = evaluate(instance, zb.zb_greedy(instance))
+    assert timeline.fits_cap
+    assert timeline.span == bounds.first_b_wave(instance) > max(bounds.device_loads(instance))
+
+
+def test_wave_policies_are_tried_first_and_stay_within_their_budget():
+    instance = Instance(devices=8, microbatches=32, **COSTS_15B).with_cap("3p")
+    policies = zb.wave_policies(instance)
+    assert 2 <= len(policies) <= max(2, zb.WAVE_BUDGET // instance.num_passes)
+    assert all(p.inflight is not None and len(p.inflight) == 8 for p in policies)
+    assert zb.wave_policies(instance.with_placement("v")) == []

@@ -30,12 +30,13 @@ def capped_instance(instance: Instance, memory_cap: Any, method: str) -> Instanc
 
 
 def best_of(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcome | None]],
-            method: str, needed: Callable[[], str]) -> Schedule:
+            method: str, needed: Callable[[], str], enough: float = -math.inf) -> Schedule:
     """The candidate with the smallest evaluate() span among those within the instance's cap.
 
     The FINALISTS best simulator estimates are evaluated; from LARGE passes on, the best
     estimate is returned as is. `candidates` are thunks returning an Outcome (None: that grid
-    point failed); `needed` explains, when none fits, which cap would be needed.
+    point failed); `needed` explains, when none fits, which cap would be needed. Candidates
+    stop once one's estimate reaches `enough` (a lower bound: nothing after it is shorter).
     """
     outcomes: dict[tuple, float] = {}
     # A candidate whose estimate must exceed the k-th best so far can never be among the k
@@ -50,6 +51,8 @@ def best_of(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcom
             keep = FINALISTS if size < LARGE else 1
             if len(outcomes) >= keep:
                 cutoff = sorted(outcomes.values())[keep - 1]
+            if outcome.estimate <= enough:
+                break
     if not outcomes:
         raise ZboptError(f"{method}: no schedule of this method fits the memory cap "
                          f"{_describe(instance.cap)}; {needed()}")

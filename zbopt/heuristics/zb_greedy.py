@@ -13,14 +13,16 @@ Registered names: `zb-greedy` (the instance's cap, unlimited if none), `zb-1p` a
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import replace
 from typing import Any
 
+from .. import bounds
 from ..errors import ZboptError
 from ..families.zero_bubble_handcrafted import zb_h1, zb_h2
 from ..instance import Instance
-from ..registry import register
+from ..registry import register, schedule_bound
 from ..schedule import Schedule
 from . import _engine, _search
 from ._search import _UNSET, best_of, capped_instance
@@ -105,6 +107,35 @@ def grid(instance: Instance) -> list[_engine.Policy]:
     return policies
 
 
+# The first-B wave (zbopt.bounds.first_b_wave) relaxes the ramp of every device; the forwards
+# its relaxation runs before each device's first B, at the bound and at a few looser spans, are
+# tried as in-flight limits first (with W run whenever nothing else is ready, or balanced): on
+# uniform costs at 2p they meet the bound, i.e. they are optimal. WAVE_BUDGET bounds the
+# simulated passes they add, as SIMULATION_BUDGET does for the grid.
+WAVE_SETTINGS = 8
+WAVE_STEPS = 128  # spans tried: the bound plus multiples of the least t_f / 32
+WAVE_BUDGET = 120_000
+
+
+def wave_policies(instance: Instance) -> list[_engine.Policy]:
+    """Policies with the first-B wave's forwards as in-flight limits, tightest span first."""
+    positive = [f for f in instance.t_f if f > 0]
+    if instance.placement != "contiguous" or not positive:
+        return []
+    value, step = bounds.first_b_wave(instance), min(positive) / 32
+    settings: list[tuple[int, ...]] = []
+    for i in range(WAVE_STEPS):
+        counts = bounds.wave_forwards(instance, value + i * step)
+        if counts is not None and counts not in settings:
+            settings.append(counts)
+            if len(settings) == WAVE_SETTINGS:
+                break
+    policies = [_engine.Policy(b_first=False, w_fill=w_fill, inflight=counts)
+                for i, counts in enumerate(settings)
+                for w_fill in (("eager", "balance") if i == 0 else ("eager",))]
+    return policies[:max(2, WAVE_BUDGET // max(1, instance.num_passes))]
+
+
 def budgeted(policies: list, passes: int) -> list:
     """The whole grid on small instances; on large ones the PRIORITY prefix that fits the budget
     (deterministic: it depends on the instance's size, never on the clock)."""
@@ -144,14 +175,16 @@ def zb_schedule(instance: Instance, method: str) -> Schedule:
 def _search_grid(instance: Instance, method: str) -> Schedule:
     caps = instance.cap
     top = _engine._Topology(instance)
-    policies = budgeted(grid(instance), instance.num_passes)
+    policies = wave_policies(instance)
+    policies += [pol for pol in budgeted(grid(instance), instance.num_passes) if pol not in policies]
     candidates = [lambda pol=pol: _engine.run(instance, caps, pol, top) for pol in policies]
     # The handcrafted orders are in the grid so the greedy never does worse than them.
     for handcrafted in (zb_h1, zb_h2):
         candidates.append(lambda h=handcrafted: _engine.replay(
             instance, caps, _orders(h(instance)), top))
-    return best_of(instance, candidates, method,
-                   lambda: _needed_cap(instance))
+    bound = schedule_bound(instance)
+    return best_of(instance, candidates, method, lambda: _needed_cap(instance),
+                   enough=bound[1] if bound is not None else -math.inf)
 
 
 def _needed_cap(instance: Instance) -> str:
