@@ -31,6 +31,7 @@ import csv
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -272,7 +273,8 @@ def _reach_target(label: str) -> float:
 
 def _reach_table(rows: list[dict]) -> list[str]:
     out = ["Wall = the whole solve() call (warm start and bounds included) against the limit. "
-           "The CPU (2 cores) was shared with other engineers' jobs during this run.", "",
+           f"Load average (1 min) when this table was written: {os.getloadavg()[0]:.1f} on 2 cores "
+           "(above 2: other jobs shared the CPU).", "",
            "| instance | cap | solver | status | span | lower bound | gap | target | met "
            "| wall (s) | limit (s) | best heuristic | peer |",
            "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---|"]
@@ -323,8 +325,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out / "solver.csv", out / "solver.md"
     rows = read_rows(csv_path)
-    command = "python benchmarks/bench_solver.py " + " ".join(argv if argv is not None
-                                                               else sys.argv[1:])
+    command = "python benchmarks/bench_solver.py " + shlex.join(argv if argv is not None
+                                                                else sys.argv[1:])
     if os.environ.get("ZBOPT_REACH_SOLVERS"):
         command = f"ZBOPT_REACH_SOLVERS={os.environ['ZBOPT_REACH_SOLVERS']} {command}"
     for part in parts:
