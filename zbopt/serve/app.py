@@ -39,14 +39,9 @@ STATIC = resources.files("zbopt.serve").joinpath("static")
 _PAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-try:  # orjson writes a view's thousands of floats several times faster, when installed
-    import orjson
-
-    def encode(data: Any) -> bytes:
-        return orjson.dumps(data)
-except ImportError:  # the standard library gives the same document, slower
-    def encode(data: Any) -> bytes:
-        return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+def encode(data: Any) -> bytes:
+    """Compact JSON; NaN or infinity is an error, never an invalid document."""
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _json(data: Any, status: int = 200) -> Response:
