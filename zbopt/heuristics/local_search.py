@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..instance import Instance, within_cap
-from ..passes import memory_delta, neighbours, stage_lag
+from ..passes import dependencies, memory_delta, neighbours, stage_lag
 from ..schedule import Schedule, evaluate
 
 Pass = tuple[int, int, str]
@@ -46,17 +46,13 @@ class _Compiled:
 def _compile(instance: Instance, orders: Sequence[Sequence[Pass]]) -> tuple[_Compiled, list[list[int]]]:
     passes = [q for order in orders for q in order]
     index = {q: i for i, q in enumerate(passes)}
-    prev, nxt = neighbours(instance)
+    links = neighbours(instance)
+    prev = links[0]
     dep, lag = [], []
-    for s, j, kind in passes:
-        if kind == "F":
-            d = (prev[s], j, "F") if s in prev else None
-        elif kind == "B":
-            d = (nxt[s], j, "B") if s in nxt else (s, j, "F")
-        else:
-            d = (s, j, "B")
+    for q in passes:
+        d = next(iter(dependencies(instance, q, links)), None)  # a single pass waits for one
         dep.append(index[d] if d is not None else -1)
-        lag.append(stage_lag(instance, d[0], s) if d is not None else 0.0)
+        lag.append(stage_lag(instance, d[0], q[0]) if d is not None else 0.0)
     caps = tuple(instance.cap) if instance.cap is not None else (math.inf,) * instance.devices
     compiled = _Compiled(tuple(passes), tuple(instance.cost(s, k) for s, _, k in passes),
                          tuple(dep), tuple(lag), tuple(memory_delta(instance, q) for q in passes),
