@@ -15,7 +15,7 @@ import math
 from typing import Sequence
 
 from ..instance import Instance, within_cap
-from ..passes import memory_delta, neighbours, stage_lag
+from ..passes import dependencies, memory_delta, neighbours, stage_lag
 
 Pass = tuple[int, int, str]
 _EPS = 1e-9
@@ -29,15 +29,11 @@ def place_sinks(instance: Instance, orders: Sequence[Sequence[Pass]],
     module doc; a sequence gives one threshold per device); None if a forward never fits."""
     p = instance.devices
     thresholds = [threshold] * p if isinstance(threshold, (int, float)) else list(threshold)
-    prev, nxt = neighbours(instance)
+    links = neighbours(instance)
+    prev = links[0]
 
-    def dep_of(q: Pass) -> Pass | None:
-        s, j, kind = q
-        if kind == "F":
-            return (prev[s], j, "F") if s in prev else None
-        if kind == "B":
-            return (nxt[s], j, "B") if s in nxt else (s, j, "F")
-        return (s, j, "B")
+    def dep_of(q: Pass) -> Pass | None:  # a single pass waits for at most one
+        return next(iter(dependencies(instance, q, links)), None)
 
     def is_sink(q: Pass) -> bool:
         return q[2] == "W" or (q[2] == "B" and q[0] not in prev)
