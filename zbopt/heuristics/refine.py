@@ -7,6 +7,7 @@ schedule given.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable
 
 from ..instance import Instance
@@ -19,41 +20,66 @@ THRESHOLDS = (0.5, 0.75, 1.0)  # sink placements tried (waits, in multiples of t
 SEARCHED = 2  # candidates that go through the local search, the shortest first
 SINK_LIMIT = 6_000  # passes from which sink placement is skipped (its simulation grows fastest)
 ROUNDS = 2
-FINALISTS = 2  # greedy outcomes (best estimates) refined besides the one best_of() picks
+FINALISTS = 2  # greedy outcomes (best estimates) refined besides the one best_of() picks,
+FEW = 4_000  # on instances of fewer passes (above, the best start refines best: random V and
+# interleaved instances at p=16, m=64)
 # re-timings of every local search of one refine_best(), in pass-steps (re-timings x passes):
 # about 650 at p=8, m=32, so the step costs a few seconds there whatever the candidates
 TOTAL = 1_000_000
 MOST = 600  # and at most this many re-timings, which keeps small instances (tests, fuzzing) quick
 
 
+class _Judge:
+    """evaluate() spans of schedules within the cap (inf: over it), each schedule judged once:
+    the same schedule comes back through several steps, and evaluate() is the costly part."""
+
+    def __init__(self, instance: Instance):
+        self.instance = instance
+        self.known: dict[Schedule, float] = {}
+
+    def __call__(self, schedule: Schedule) -> float:
+        span = self.known.get(schedule)
+        if span is None:
+            timeline = evaluate(self.instance, schedule)
+            span = self.known[schedule] = timeline.span if timeline.fits_cap else math.inf
+        return span
+
+
 def refine(instance: Instance, schedule: Schedule,
-           allowance: local_search.Allowance | None = None) -> Schedule:
+           allowance: local_search.Allowance | None = None, judge: _Judge | None = None) -> Schedule:
     """`schedule` or a shorter one within the instance's cap (schedules with blocks, and those
     of more than local_search.OFF_ABOVE passes, are returned as they are)."""
     if instance.num_passes > local_search.OFF_ABOVE or any(
             len(item) != 1 for order in schedule.orders for item in order):
         return schedule
-    span = evaluate(instance, schedule).span
-    best, best_span = schedule, span
+    judge = judge or _Judge(instance)
+    best, best_span = schedule, judge(schedule)
     # two rounds: sink placements of the greedy's schedule, then of the best one found
     for _ in range(ROUNDS):
-        judged = _judged(instance, [best] + _sink_placements(instance, best))
+        judged = _judged(judge, [best] + _sink_placements(instance, best))
         improved = False
         for candidate_span, _, candidate in judged[:SEARCHED]:
-            searched = local_search.improve(instance, candidate, allowance=allowance)
-            if searched is not candidate:
-                candidate_span = evaluate(instance, searched).span
+            orders = local_search.improve_orders(instance, _orders(candidate), allowance=allowance)
+            searched = Schedule(tuple(tuple((q,) for q in order) for order in orders),
+                                candidate.method)
+            searched_span = judge(searched)
+            if searched_span < candidate_span:
+                candidate, candidate_span = searched, searched_span
             if candidate_span < best_span:
-                best, best_span, improved = searched, candidate_span, True
+                best, best_span, improved = candidate, candidate_span, True
         if not improved:
             break
     return best
 
 
+def _orders(schedule: Schedule) -> list[list[tuple[int, int, str]]]:
+    return [[item[0] for item in order] for order in schedule.orders]
+
+
 def _sink_placements(instance: Instance, schedule: Schedule) -> list[Schedule]:
     if instance.num_passes > SINK_LIMIT:
         return []
-    orders = [[item[0] for item in order] for order in schedule.orders]
+    orders = _orders(schedule)
     out = []
     for threshold in THRESHOLDS:
         placed = place_sinks(instance, orders, threshold)
@@ -63,33 +89,63 @@ def _sink_placements(instance: Instance, schedule: Schedule) -> list[Schedule]:
     return out
 
 
-def _judged(instance: Instance, candidates: list[Schedule]) -> list[tuple[float, int, Schedule]]:
+def _judged(judge: _Judge, candidates: list[Schedule]) -> list[tuple[float, int, Schedule]]:
     """Distinct candidates within the cap, shortest first (evaluate() spans)."""
     judged = []
     for candidate in dict.fromkeys(candidates):
-        timeline = evaluate(instance, candidate)
-        if timeline.fits_cap:
-            judged.append((timeline.span, len(judged), candidate))
+        span = judge(candidate)
+        if span < math.inf:
+            judged.append((span, len(judged), candidate))
     return sorted(judged, key=lambda x: x[:2])
+
+
+def _grid(candidates: Iterable[Callable[[], _engine.Outcome | None]],
+          keep: int) -> list[_engine.Outcome]:
+    """The candidates' outcomes; a simulation stops once its estimate is certain to exceed the
+    `keep`-th best distinct estimate so far (_engine.bounded), so the best `keep`, all that
+    refine_best() uses, are those of running every candidate to its end."""
+    outcomes: list[_engine.Outcome] = []
+    estimates: dict[tuple, float] = {}
+    cutoff = math.inf
+    for make in candidates:
+        with _engine.bounded(cutoff):
+            outcome = make()
+        if outcome is None:
+            continue
+        outcomes.append(outcome)
+        estimates.setdefault(outcome.orders, outcome.estimate)
+        if len(estimates) >= keep:
+            cutoff = sorted(estimates.values())[keep - 1]
+    return outcomes
 
 
 def refine_best(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcome | None]],
                 method: str, needed: Callable[[], str]) -> Schedule:
-    """best_of() over the greedy's candidates, refined; below local_search.OFF_ABOVE passes the
-    next FINALISTS by the simulator's estimate are refined too (a longer start often refines to
-    a shorter schedule), and the shortest within the cap wins."""
-    outcomes = [outcome for make in candidates if (outcome := make()) is not None]
-    best = best_of(instance, [lambda o=o: o for o in outcomes], method, needed)
+    """best_of() over the greedy's candidates, refined; below FEW passes the next FINALISTS by
+    the simulator's estimate are refined too (a longer start often refines to a shorter schedule
+    there), and the shortest within the cap wins."""
+    finalists = FINALISTS if instance.num_passes < FEW else 0
+    outcomes = _grid(candidates, 1 + finalists)
+    best = best_of(instance, [lambda o=o: o for o in _leaders(outcomes, 1 + finalists)], method,
+                   needed)
     if instance.num_passes > local_search.OFF_ABOVE:
         return best
     ranked = sorted(dict((o.orders, o.estimate) for o in outcomes).items(), key=lambda kv: kv[1])
     pool = [best] + [Schedule(tuple(tuple((q,) for q in order) for order in orders), method)
-                     for orders, _ in ranked[:FINALISTS]]
+                     for orders, _ in ranked[:finalists]]
     allowance = local_search.Allowance(min(MOST, TOTAL // max(1, instance.num_passes)))
+    judge = _Judge(instance)
     judged = []
     for start in dict.fromkeys(pool):
-        refined = refine(instance, start, allowance)
-        timeline = evaluate(instance, refined)
-        if timeline.fits_cap:
-            judged.append((timeline.span, len(judged), refined))
+        refined = refine(instance, start, allowance, judge)
+        span = judge(refined)
+        if span < math.inf:
+            judged.append((span, len(judged), refined))
     return min(judged, key=lambda x: x[:2])[2]
+
+
+def _leaders(outcomes: list[_engine.Outcome], keep: int) -> list[_engine.Outcome]:
+    """The outcomes with the `keep` best distinct estimates (the only ones _grid() ran to their
+    end for sure; the estimate of a simulator order is its evaluate() span)."""
+    distinct = dict((o.orders, o) for o in reversed(outcomes))
+    return sorted(distinct.values(), key=lambda o: o.estimate)[:keep]
