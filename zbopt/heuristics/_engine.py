@@ -210,6 +210,7 @@ class _Greedy:
         nxt_stage, prv_stage, device, mbs = top.next, top.prev, top.device, top.mbs
         lag_next, lag_prev = top.lag_next, top.lag_prev
         inflight = self.inflight
+        dev_stages = top.dev_stages
         reserve_all = pol.reserve_all
         b_first = pol.b_first
         # a device's candidate stages in the order it looks at them
@@ -226,139 +227,153 @@ class _Greedy:
             work = [sum((tf[s] + tb[s] + tw[s]) * n[s] for s in top.dev_stages[d]) for d in range(p)]
             cut = bound + 1e-6 * max(1.0, abs(bound)) + 2 * _EPS * sum(remaining)
 
+        inf, eps, eps2 = math.inf, _EPS, 2 * _EPS
+        # per device, whether W fills gaps (gap, balance), balances bubbles, runs eagerly
+        fills_gap = [w in ("gap", "balance") for w in w_fills]
+        balances = [w == "balance" for w in w_fills]
+        eager = [w == "eager" for w in w_fills]
+        # what an F of stage s needs free besides the room reserved for started micro-batches:
+        # its activation, plus (first chunk on its device) its later chunks' activations, so a
+        # started micro-batch can finish its forward on this device; with reserve_all the room
+        # of every started micro-batch is kept too (always safe), else of one (tighter; safe
+        # since a stage runs micro-batches in order, so the oldest in flight finds the room;
+        # the engine reports a stuck run anyway)
+        need_f = [mb_[s] + later[s] if first_on_device[s] else mb_[s] for s in range(top.stages)]
+        reserving = [first_on_device[s] and reserve_all for s in range(top.stages)]
+
         def f_fits(d: int, s: int) -> bool:
-            need = mb_[s]
-            if first_on_device[s]:
-                # keep room for a second-chunk F: of every started micro-batch (always safe), or
-                # of one (tighter; safe since a stage runs micro-batches in order, so the oldest
-                # one in flight finds the room; the engine reports a stuck run anyway)
-                need += later[s] + (reserve[d] if reserve_all else 0.0)
+            need = mb_[s] + (later[s] + reserve[d]) if reserving[s] else need_f[s]
             return level[d] + need <= limit[d]
 
         def decide(d: int, t: float):
-            ready_b = ready_f = None
+            bs = fs = -1
+            bk = fk = 0
             f_blocked = False
-            next_arrival = math.inf
-            soon = t + _EPS
+            next_arrival = inf
+            soon = t + eps
             for s in scan[d]:
                 k = nb[s]
                 if k < nf[s]:
                     a = b_arr[s][k]
                     if a is None:  # producer not scheduled yet: a lower bound, never "ready"
-                        a = t + tb[nxt_stage[s]] + lag_next[s] + 2 * _EPS
+                        a = t + tb[nxt_stage[s]] + lag_next[s] + eps2
                     if a <= soon:
-                        if ready_b is None or k < ready_b[1]:
-                            ready_b = (s, k, "B")
+                        if bs < 0 or k < bk:
+                            bs, bk = s, k
                     elif a < next_arrival:
                         next_arrival = a
                 k = nf[s]
                 if k < n[s]:
                     a = f_arr[s][k]
                     if a is None:
-                        a = t + tf[prv_stage[s]] + lag_prev[s] + 2 * _EPS
+                        a = t + tf[prv_stage[s]] + lag_prev[s] + eps2
                     if a <= soon:
                         if inflight is not None and k - nb[s] >= inflight[s]:
                             continue
-                        if not f_fits(d, s):
+                        if level[d] + (mb_[s] + (later[s] + reserve[d]) if reserving[s]
+                                       else need_f[s]) > limit[d]:
                             f_blocked = True
                             continue
-                        if ready_f is None or k < ready_f[1]:
-                            ready_f = (s, k, "F")
+                        if fs < 0 or k < fk:
+                            fs, fk = s, k
                     elif a < next_arrival:
                         next_arrival = a
-            if ready_b is not None and (b_first or ready_f is None):
-                return ready_b
-            if ready_f is not None:
-                return ready_f
+            if bs >= 0 and (b_first or fs < 0):
+                return bs, bk, "B"
+            if fs >= 0:
+                return fs, fk, "F"
             queue = wq[d]
             if not queue:
                 return None
             s, k = queue[0]
-            w_fill = w_fills[d]
             gap = next_arrival - t
-            if f_blocked or remaining[d] == len(queue) or w_fill == "eager" \
-                    or (w_fill in ("gap", "balance") and gap >= tw[s] - _EPS) \
-                    or (w_fill == "balance" and idle[d] + gap > top_idle[0] + _EPS):
+            if f_blocked or remaining[d] == len(queue) or eager[d] \
+                    or (fills_gap[d] and gap >= tw[s] - eps) \
+                    or (balances[d] and idle[d] + gap > top_idle[0] + eps):
                 queue.popleft()
-                return (s, k, "W")
-            # (w_fill is not "eager" here) a forward that will arrive and not fit must wait
-            # for memory anyway: free it now
-            for s2 in top.dev_stages[d]:
+                return s, k, "W"
+            # (W is not eager here) a forward that will arrive and not fit must wait for
+            # memory anyway: free it now
+            for s2 in dev_stages[d]:
                 if nf[s2] < n[s2] and nb[s2] == nf[s2] and not f_fits(d, s2):
                     queue.popleft()
-                    return (s, k, "W")
+                    return s, k, "W"
             return None
-
-        def wake(d: int, now: float, arrival: float) -> None:
-            """Tell device d an input arrives; a device busy past the arrival sees it anyway."""
-            if free_at[d] <= arrival:
-                if free_at[d] <= now:
-                    heappush(heap, (now, next(seq), d))  # idle: re-plan with the arrival known
-                heappush(heap, (arrival, next(seq), d))
-
-        def execute(d: int, t: float, s: int, k: int, kind: str) -> None:
-            free = free_at[d]
-            now = t
-            if kind == "F":
-                cost = tf[s]
-                level[d] += d_f[s]
-                reserve[d] += later[s] if first_on_device[s] else -mb_[s]
-                nf[s] += 1
-            elif kind == "B":
-                cost = tb[s]
-                level[d] += d_b[s]
-                nb[s] += 1
-            else:
-                cost = tw[s]
-                level[d] += d_w[s]
-                if free < t:
-                    # A W was ready since the device went idle (its B ran here) and nothing
-                    # depends on it: start it then, as evaluate()'s ASAP timing of this order will.
-                    t = free
-            end = t + cost
-            if first[d] is None:
-                first[d] = t
-            elif t > free:
-                gone = idle[d] = idle[d] + (t - free)
-                if gone > top_idle[0]:
-                    top_idle[0] = gone
-            free_at[d] = end
-            remaining[d] -= 1
-            if pruning:
-                work[d] -= cost
-                if end + work[d] - first[d] > cut:
-                    raise _Pruned
-            orders[d].append((s, mbs[s][k], kind))
-            heappush(heap, (end if end > now else now, next(seq), d))
-            if kind == "F":
-                nxt = nxt_stage[s]
-                if nxt >= 0:
-                    arrival = end + lag_next[s]
-                    f_arr[nxt][k] = arrival
-                    wake(device[nxt], now, arrival)
-                else:
-                    b_arr[s][k] = end
-            elif kind == "B":
-                wq[d].append((s, k))
-                prv = prv_stage[s]
-                if prv >= 0:
-                    arrival = end + lag_prev[s]
-                    b_arr[prv][k] = arrival
-                    wake(device[prv], now, arrival)
 
         for d in range(p):
             heappush(heap, (0.0, next(seq), d))
         choose = self.decide_fixed if self.fixed is not None else decide
+        # The loop below runs once per event; a pass's bookkeeping (memory, counts, the order,
+        # waking the device its output goes to) is written out here rather than in calls.
         try:
             while heap:
-                t, _, d = heappop(heap)
-                if free_at[d] > t + _EPS or not remaining[d]:
+                now, _, d = heappop(heap)
+                free = free_at[d]
+                if free > now + _EPS or not remaining[d]:
                     continue
-                choice = choose(d, t)
+                choice = choose(d, now)
+                if choice is None:
+                    continue
                 if choice is False:
                     return None  # a fixed order went over the cap
-                if choice is not None:
-                    execute(d, t, *choice)
+                s, k, kind = choice
+                t = now
+                if kind == "F":
+                    cost = tf[s]
+                    level[d] += d_f[s]
+                    if reserve_all:
+                        reserve[d] += later[s] if first_on_device[s] else -mb_[s]
+                    nf[s] += 1
+                elif kind == "B":
+                    cost = tb[s]
+                    level[d] += d_b[s]
+                    nb[s] += 1
+                else:
+                    cost = tw[s]
+                    level[d] += d_w[s]
+                    if free < t:
+                        # A W was ready since the device went idle (its B ran here) and nothing
+                        # depends on it: start it then, as evaluate()'s ASAP timing of this order
+                        # will.
+                        t = free
+                end = t + cost
+                if first[d] is None:
+                    first[d] = t
+                elif t > free:
+                    gone = idle[d] = idle[d] + (t - free)
+                    if gone > top_idle[0]:
+                        top_idle[0] = gone
+                free_at[d] = end
+                remaining[d] -= 1
+                if pruning:
+                    work[d] -= cost
+                    if end + work[d] - first[d] > cut:
+                        raise _Pruned
+                orders[d].append((s, mbs[s][k], kind))
+                heappush(heap, (end if end > now else now, next(seq), d))
+                if kind == "F":
+                    other = nxt_stage[s]
+                    if other < 0:
+                        b_arr[s][k] = end
+                        continue
+                    arrival = end + lag_next[s]
+                    f_arr[other][k] = arrival
+                elif kind == "B":
+                    wq[d].append((s, k))
+                    other = prv_stage[s]
+                    if other < 0:
+                        continue
+                    arrival = end + lag_prev[s]
+                    b_arr[other][k] = arrival
+                else:
+                    continue
+                # tell the device of `other` that an input arrives; a device busy past the
+                # arrival sees it anyway, an idle one re-plans now with the arrival known
+                e = device[other]
+                if free_at[e] <= arrival:
+                    if free_at[e] <= now:
+                        heappush(heap, (now, next(seq), e))
+                    heappush(heap, (arrival, next(seq), e))
         except _Pruned:
             return None
         if any(remaining):
