@@ -21,11 +21,14 @@ SEARCHED = 2  # candidates that go through the local search, the shortest first
 SINK_LIMIT = 6_000  # passes from which sink placement is skipped (its simulation grows fastest)
 ROUNDS = 2
 FINALISTS = 2  # greedy outcomes (best estimates) refined besides the one best_of() picks,
-FEW = 4_000  # on instances of fewer passes (above, the best start refines best: random V and
-# interleaved instances at p=16, m=64)
+FEW = 4_000  # on instances of fewer passes (above, the best start refines best on nearly all
+# random V and interleaved instances at p=12-16, m=48-64: 23 of 24, the other lost 0.26%)
 # re-timings of every local search of one refine_best(), in pass-steps (re-timings x passes):
-# about 650 at p=8, m=32, so the step costs a few seconds there whatever the candidates
+# about 650 at p=8, m=32, so the step costs a few seconds there whatever the candidates; from
+# FEW passes on, TOTAL_LARGE (at p=16, m=64, 400,000 instead of 1,000,000 lost at most 0.033%
+# on 20 random V and interleaved instances, and kept the explorer's redraw short)
 TOTAL = 1_000_000
+TOTAL_LARGE = 400_000
 MOST = 600  # and at most this many re-timings, which keeps small instances (tests, fuzzing) quick
 
 
@@ -133,7 +136,8 @@ def refine_best(instance: Instance, candidates: Iterable[Callable[[], _engine.Ou
     ranked = sorted(dict((o.orders, o.estimate) for o in outcomes).items(), key=lambda kv: kv[1])
     pool = [best] + [Schedule(tuple(tuple((q,) for q in order) for order in orders), method)
                      for orders, _ in ranked[:finalists]]
-    allowance = local_search.Allowance(min(MOST, TOTAL // max(1, instance.num_passes)))
+    total = TOTAL if instance.num_passes < FEW else TOTAL_LARGE
+    allowance = local_search.Allowance(min(MOST, total // max(1, instance.num_passes)))
     judge = _Judge(instance)
     judged = []
     for start in dict.fromkeys(pool):
