@@ -5,6 +5,7 @@ per-stage costs and memory, static memory, per-device caps), against every regis
 and against optima proven by CP-SAT.
 """
 
+import math
 import random
 import types
 from pathlib import Path
@@ -393,3 +394,104 @@ def test_first_b_wave_never_exceeds_any_contiguous_heuristic_that_fits(instance)
         if row.applies and row.timeline is not None and row.timeline.fits_cap \
                 and row.instance.placement == "contiguous":
             assert bounds.first_b_wave(instance) <= row.timeline.span + 1e-9, row.method
+
+
+def _turn_instance() -> Instance:
+    return Instance(devices=3, microbatches=2, placement="v", t_f=2, t_b=2, t_w=0, comm=1,
+                    m_b=1, m_w=1, memory_cap=3)
+
+
+def test_w_deferral_by_hand_on_the_turn_device_of_a_v():
+    # Device 2 holds stages 2 and 3 (the turn); load 16. Its ramp idles 10 and ends before its
+    # last F(3, x). After it, the path F3 F4 F5 B5 B4 B3 B2 lasts 18; x's own passes there take
+    # 6 (F3 B3 B2), and with x holding 2 of the 3 units the other micro-batch can hold 1 and
+    # leave at most 2 (B2, once W3 freed its unit): idle 10. W costs nothing, so no W work
+    # follows d's last B, and device 0's window exceeds d's by head (F0 c F1 c = 6) plus tail
+    # (c B1 c B0 W0 = 6): 16 + 10 + 10 + 12 = 48. The bounds before it stopped at 36.
+    instance = _turn_instance()
+    assert bounds.w_deferral_idle(instance, 2, 3) == pytest.approx(32)
+    assert bounds.lower_bounds(instance)["w_deferral"] == pytest.approx(48)
+    assert max(bounds._lower_bounds(instance, "span", extended=True, deferral=False).values()) == 36
+
+
+def independent_optimum_any_order(instance: Instance, time_limit: float = 60) -> float | None:
+    """independent_optimum without the micro-batch order either: CP-SAT over every order of
+    single passes, knowing nothing of zbopt.bounds (None when not proven in time)."""
+    zero = types.SimpleNamespace(best_lower_bound=lambda *_: ("none", 0.0),
+                                 device_bound=lambda *_: 0.0, device_head=bounds.device_head)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpsat_backend, "bounds", zero)
+        scaled, scale, hint, horizon = backend_inputs(instance)
+        raw = run_backend("cpsat", scaled, objective="span", time_limit=time_limit, threads=2,
+                          hint=hint, horizon=horizon, symmetry=False)
+    return raw.objective / scale if raw.status == "optimal" else None
+
+
+def test_w_deferral_meets_the_optimum_on_the_turn_instance():
+    assert independent_optimum_any_order(_turn_instance()) == 48
+
+
+def test_w_deferral_meets_zb_v_at_1p_on_p8_m32():
+    # the solver-reach row (1.5B costs, per-chunk costs halved): the bound meets the span of
+    # the Zero Bubble authors' ZB-V orders, which are therefore optimal among V schedules
+    instance = Instance(devices=8, microbatches=32, t_f=18513, t_b=18086, t_w=9331, comm=626,
+                        m_b=201216, m_w=73728, memory_cap="1p").with_placement("v")
+    span = compare(instance, ["zb-v"])[0].timeline.span
+    found = bounds.w_deferral(instance)
+    assert found <= span + 1e-9
+    assert math.ceil(found * 10 - 1e-6) == span * 10  # costs in halves: exact at scale 10
+    assert bounds.best_lower_bound(instance)[0] == "w_deferral"
+
+
+def _lp_least_idle(options, room, count, shift, floor, path, trip):
+    """The same LP through scipy: min s1 + s2, s1 >= floor, s1 >= path - U, s2 >= 0,
+    s2 >= trip - A over the fractional mix x of options (held, u, a)."""
+    linprog = pytest.importorskip("scipy.optimize").linprog
+    k = len(options)
+    cost = [0.0] * k + [1.0, 1.0]
+    rows, rhs = [], []
+    rows.append([h for h, _, _ in options] + [0, 0])
+    rhs.append(room)
+    rows.append([1.0] * k + [0, 0])
+    rhs.append(count)
+    rows.append([-u for _, u, _ in options] + [-1, 0])  # path - du - U <= s1
+    rhs.append(-(path - shift[0]))
+    rows.append([-a for _, _, a in options] + [0, -1])  # trip - da - A <= s2
+    rhs.append(-(trip - shift[1]))
+    found = linprog(cost, A_ub=rows, b_ub=rhs,
+                    bounds=[(0, None)] * k + [(floor, None), (0, None)], method="highs")
+    assert found.status == 0
+    return found.fun
+
+
+def test_least_idle_on_the_polygon_is_the_lp_minimum():
+    rng = random.Random(11)
+    for _ in range(300):
+        options = [(rng.randint(0, 5), rng.randint(0, 9), rng.randint(0, 6))
+                   for _ in range(rng.randint(1, 6))]
+        room, count = rng.randint(0, 12), rng.randint(0, 5)
+        shift = (rng.randint(0, 5), rng.randint(0, 5))
+        floor, path, trip = rng.randint(0, 4), rng.randint(0, 30), rng.randint(0, 20)
+        polygon = bounds._polygon(bounds._undominated(options), room, count)
+        found = bounds._least_idle(polygon, shift, floor, path, trip)
+        assert found == pytest.approx(_lp_least_idle(options, room, count, shift, floor, path,
+                                                     trip), abs=1e-7)
+        # and never above the best choice of one option per micro-batch (the real schedules)
+        best = min((max(floor, path - shift[0] - sum(options[i][1] for i in pick))
+                    + max(0, trip - shift[1] - sum(options[i][2] for i in pick))
+                    for n in range(count + 1) for pick in _multisets(len(options), n)
+                    if sum(options[i][0] for i in pick) <= room), default=None)
+        assert found <= best + 1e-9
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(placements=("contiguous", "interleaved", "v"), max_p=3, max_m=3))
+def test_w_deferral_never_exceeds_an_optimum_over_every_order(instance):
+    # CP-SAT without bound cuts and without micro-batch order: the optimum of every schedule
+    # of single passes, which no bound of zbopt.bounds may exceed
+    optimum = independent_optimum_any_order(instance, time_limit=20)
+    if optimum is not None:
+        assert bounds.w_deferral(instance) <= optimum + 1e-9
+        for name, value in bounds.lower_bounds(instance).items():
+            assert value <= optimum + 1e-9, name

@@ -28,6 +28,12 @@ a solver's optimum and every family's value must lie at or above it. The bounds:
   wave: a device that runs few forwards before its first B idles, one that runs many delays
   the first B of the device before it (see first_b_wave). It is what Zero Bubble schedules
   at 2p lose when t_b + 2 comm > t_f, and meets the optima proven on the paper's settings.
+- w_deferral (single-chain placements): device d's last B on its first stage must travel back
+  to the chain's first device, which started before d: unless d runs W work after its last
+  B as long as those two paths, that device's window is the longer one. W work kept for
+  after the last B is work d cannot run in its own drain, and W passes pending at its last
+  forward hold memory in-flight activations would need: the two trade off (see
+  w_deferral_idle). At 1p on V placements it meets the best schedules known.
 For the makespan every per-device bound also adds the earliest time any pass of d can start.
 The bounds describe schedules whose blocks last the sum of their passes (overlap 0): an
 overlap discount lets DualPipe's F&B blocks go below them.
@@ -37,7 +43,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Iterable
+from typing import Iterable, Optional
 
 from .dag import critical_path_length
 from .errors import ZboptError
@@ -287,23 +293,33 @@ def _held(instance: Instance, done: frozenset) -> float:
     return held
 
 
+@lru_cache(maxsize=256)
+def _closed_states(instance: Instance, device: int, stage: int):
+    """(one micro-batch's passes on `device`, the ancestors of its F(stage) among them, every
+    set of them that can have run once F(stage) has: closed under dependencies)."""
+    mine = _device_passes(instance, device, stage)
+    position = {u: i for i, u in enumerate(instance.chain_of_stage(stage))}
+    first = (stage, "F")
+    before = [(a, b) for a in mine for b in mine if _is_before(position, a, b)]
+    ancestors = frozenset(a for a, b in before if b == first)
+    base = ancestors | {first}
+    rest = [q for q in mine if q not in base]
+    states = []
+    for mask in range(1 << len(rest)):
+        done = base | {q for i, q in enumerate(rest) if mask >> i & 1}
+        if not any(b in done and a not in done for a, b in before):
+            states.append(done)
+    return tuple(mine), ancestors, tuple(states)
+
+
 def _remaining_options(instance: Instance, device: int, stage: int) -> list[tuple[float, float]]:
     """(memory held, work left) of a micro-batch on `device` once its F(stage) has run, for
     every set of its passes that can have run (closed under dependencies); dominated states
     (more memory, no more work) are dropped."""
-    mine = _device_passes(instance, device, stage)
-    position = {u: i for i, u in enumerate(instance.chain_of_stage(stage))}
+    mine, _, states = _closed_states(instance, device, stage)
     cost = {q: instance.cost(q[0], q[1]) for q in mine}
-    first = (stage, "F")
-    before = [(a, b) for a in mine for b in mine if _is_before(position, a, b)]
-    base = frozenset(a for a, b in before if b == first) | {first}
-    rest = [q for q in mine if q not in base]
-    options = []
-    for mask in range(1 << len(rest)):
-        done = base | {q for i, q in enumerate(rest) if mask >> i & 1}
-        if any(b in done and a not in done for a, b in before):
-            continue  # not closed under dependencies
-        options.append((_held(instance, done), sum(cost[q] for q in mine if q not in done)))
+    options = [(_held(instance, done), sum(cost[q] for q in mine if q not in done))
+               for done in states]
     options.sort(key=lambda x: (x[0], -x[1]))
     kept: list[tuple[float, float]] = []
     for held, work in options:
@@ -401,6 +417,152 @@ def device_bound(instance: Instance, device: int, with_drain: bool = True,
         idle = chain_drain_idle(instance, device, s)
         disjoint = _forwards_exceed_cap(instance, device, s)
         best = max(best, load + (ramp + idle if disjoint else max(ramp, idle)))
+    return best
+
+
+def _deferral_options(instance: Instance, mine, done) -> set[tuple[float, float, float]]:
+    """(memory held, work run before E, W work run after E) of a micro-batch in state `done`,
+    for every set of its pending W passes that may run after E (see w_deferral_idle)."""
+    rest = [q for q in mine if q not in done]
+    work = sum(instance.cost(u, k) for u, k in rest)
+    held = _held(instance, frozenset(done))
+    pending = [instance.cost(u, k) for u, k in rest if k == "W"]
+    out = set()
+    for mask in range(1 << len(pending)):
+        after = sum(c for i, c in enumerate(pending) if mask >> i & 1)
+        out.add((held, work - after, after))
+    return out
+
+
+def _undominated(options) -> list[tuple[float, float, float]]:
+    """Options no other beats on all of: less memory, more work before E, more after."""
+    options = sorted(set(options), key=lambda o: (o[0], -o[1], -o[2]))
+    return [o for i, o in enumerate(options)
+            if not any(h <= o[0] and u >= o[1] and a >= o[2] for h, u, a in options[:i])]
+
+
+def _polygon(options, room: float, count: int) -> list[tuple[float, float]]:
+    """Convex hull of every (work before E, W work after E) that `count` micro-batches with
+    states mixed fractionally (the LP relaxation of choosing one option each) can reach with
+    held memory at most `room`: the images of the vertices of {x >= 0, sum x <= count,
+    sum x_k held_k <= room}, which have at most two nonzero x_k."""
+    points = {(0.0, 0.0)}
+    if count > 0 and room >= 0:
+        for h, u, a in options:
+            x = count if h <= 0 else min(count, room / h)
+            points.add((x * u, x * a))
+        for i, (h1, u1, a1) in enumerate(options):
+            for h2, u2, a2 in options[i + 1:]:
+                if h1 != h2:  # both constraints tight: x1 + x2 = count, h1 x1 + h2 x2 = room
+                    x2 = (room - h1 * count) / (h2 - h1)
+                    x1 = count - x2
+                    if x1 >= 0 and x2 >= 0:
+                        points.add((x1 * u1 + x2 * u2, x1 * a1 + x2 * a2))
+    pts = sorted(points)
+    if len(pts) <= 2:
+        return pts
+
+    def turn(o, a, b):
+        return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+    lower: list = []
+    upper: list = []
+    for point in pts:
+        while len(lower) >= 2 and turn(lower[-2], lower[-1], point) <= 0:
+            lower.pop()
+        lower.append(point)
+    for point in reversed(pts):
+        while len(upper) >= 2 and turn(upper[-2], upper[-1], point) <= 0:
+            upper.pop()
+        upper.append(point)
+    return lower[:-1] + upper[:-1]
+
+
+def _least_idle(polygon, shift: tuple[float, float], floor: float, path: float,
+                trip: float) -> float:
+    """Least of max(floor, path - U) + max(0, trip - A) over (U, A) in the shifted polygon.
+
+    The function is convex and linear between the lines U = path - floor and A = trip, so its
+    least value lies at a vertex of the polygon or where an edge crosses one of those lines."""
+    du, da = shift
+
+    def value(u: float, a: float) -> float:
+        return max(floor, path - u - du) + max(0.0, trip - a - da)
+    best = min(value(u, a) for u, a in polygon)
+    lines = ((0, path - floor - du), (1, trip - da))
+    for i, (u1, a1) in enumerate(polygon):
+        u2, a2 = polygon[(i + 1) % len(polygon)]
+        for axis, at in lines:
+            c1, c2 = (u1, u2) if axis == 0 else (a1, a2)
+            if (c1 - at) * (c2 - at) < 0:
+                s = (at - c1) / (c2 - c1)
+                best = min(best, value(u1 + s * (u2 - u1), a1 + s * (a2 - a1)))
+    return best
+
+
+def w_deferral_idle(instance: Instance, device: int, stage: int) -> float:
+    """Idle beyond its load that the span of device d or of the chain's first device must
+    hold, from the last F on `stage` of d (single-chain placements, capped; else 0).
+
+    Let f be d's first stage on the chain, E the end of the item holding the last B(f, .) to
+    end, say B(f, z), and A the W work d runs after E. Every F and B of d precedes some
+    B(f, .) of its micro-batch, so only W passes run on d after E: d's window is at least
+    (E - a_d) + A. Device 0, holding the chain's first stage, started at least head =
+    path F(0) -> F(f) before d's first pass, and its W(0, z) ends at least tail = path from
+    the end of B(f, z) to the end of W(0, z) after E: its window is at least head + (E - a_d)
+    + tail. So the span is at least (E - a_d) + max(A, head + tail): d must run W work of
+    head + tail after E or the first device's window is longer.
+
+    Let t be the start of the item X holding the last F(stage, .), say of micro-batch x.
+    E - t is at least path = the path F(stage, x) -> B(f, x). Every other micro-batch is in
+    a state closed under dependencies with F(stage) run, holding its memory at t, and x has
+    run exactly the ancestors of F(stage, x); with x's memory all of it fits under the cap.
+    From its state a micro-batch splits the work it has left into U, run in [t, E], and W
+    passes run after E (part of A). The busy time before t plus U plus A is d's load, and the
+    ramp idle (ramp_idle) lies before d's first B, before t when the forwards up to `stage`
+    exceed the cap (then windows [a_d, first B] and [t, E] are disjoint). So the span is at
+    least load + ramp + max(0, path - U) + max(0, head + tail - A), or, when the windows may
+    overlap, load + max(ramp, path - U) + max(0, head + tail - A). The least of this over
+    the fractional mix of states (an LP relaxation, solved exactly on the 2-d polygon of
+    reachable (U, A)) and over x's own choice of W passes after E is returned, less the load.
+
+    At 1p on V placements the device next to the turn holds head + tail of W work only by
+    leaving too few activations in flight to fill its own drain: the two terms trade off.
+    """
+    if len(instance.chains) != 1:
+        return 0.0
+    capacity = _capacity(instance, device)
+    if not math.isfinite(capacity):
+        return 0.0
+    stages, forward, backward = _chain_sums(instance)[stage]
+    n = len(stages)
+    k = next(i for i, u in enumerate(stages) if instance.device_of(u) == device)
+    trip = forward[k] + backward[0] - backward[k] + instance.t_w[stages[0]]
+    path = forward[n - 1] - forward[stages.index(stage)] + instance.t_f[stages[n - 1]] \
+        + backward[k]
+    mine, ancestors, states = _closed_states(instance, device, stage)
+    options = set()
+    for done in states:
+        options |= _deferral_options(instance, mine, done)
+    x_held = _held(instance, ancestors | {(stage, "F")})
+    polygon = _polygon(_undominated(options), capacity - x_held, _count(instance, stage) - 1)
+    ramp = ramp_idle(instance, device)
+    disjoint = _forwards_exceed_cap(instance, device, stage)
+    floor = 0.0 if disjoint else ramp
+    least = min(_least_idle(polygon, (u, a), floor, path, trip)
+                for _, u, a in _deferral_options(instance, mine, ancestors))
+    # the polygon's arithmetic is in floats: never claim more than it shows
+    least -= 1e-9 * max(1.0, path + trip)
+    return max(0.0, (ramp if disjoint else 0.0) + least)
+
+
+def w_deferral(instance: Instance) -> float:
+    """The span bound of w_deferral_idle: the largest, over devices and their stages, of the
+    device's load plus that idle."""
+    loads = device_loads(instance)
+    best = max(loads)
+    for d in range(instance.devices):
+        for s in _device_stages(instance)[d]:
+            best = max(best, loads[d] + w_deferral_idle(instance, d, s))
     return best
 
 
@@ -557,9 +719,12 @@ def lower_bounds(instance: Instance, objective: str = "span") -> dict[str, float
     return _lower_bounds(instance, objective, extended=True)
 
 
-def _lower_bounds(instance: Instance, objective: str, extended: bool) -> dict[str, float]:
+def _lower_bounds(instance: Instance, objective: str, extended: bool,
+                  deferral: Optional[bool] = None) -> dict[str, float]:
     """lower_bounds; without `extended`, as they were before the chain drain and the first-B
-    wave (benchmarks compare the two)."""
+    wave; without `deferral` (default: as `extended`), before the W deferral bound
+    (benchmarks compare them)."""
+    deferral = extended if deferral is None else deferral
     _check_objective(objective)
     p = instance.devices
     heads = [device_head(instance, d) if objective == "makespan" else 0.0 for d in range(p)]
@@ -574,6 +739,8 @@ def _lower_bounds(instance: Instance, objective: str, extended: bool) -> dict[st
     out["bottleneck"] = max(h + b for h, b in zip(heads, bottlenecks(instance)))
     if extended:
         out["first_b_wave"] = first_b_wave(instance)  # every window lies in [0, makespan]
+    if deferral:
+        out["w_deferral"] = w_deferral(instance)  # a span bound; makespan >= span
     return out
 
 
