@@ -25,11 +25,12 @@ from zbopt.plan.bound import (
     segment_bounds,
 )
 from zbopt.plan.memory_bound import pipeline_bound, start_chain
+from zbopt.plan.policy_search import search as policy_search
 from zbopt.plan.polish import polish
 from zbopt.plan.search import schedule_methods
 from zbopt.registry import get_method, run
 from zbopt.result import Result
-from zbopt.schedule import Schedule, evaluate
+from zbopt.schedule import Schedule, evaluate, validate
 from zbopt.solvers.api import solve
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "instances" / "models" / "blocks16-p4.toml"
@@ -383,3 +384,71 @@ def test_polish_only_returns_shorter_schedules_within_the_cap():
             assert pipeline_bound(instance) <= better.span + 1e-9
             shorter += 1
     assert shorter >= 1
+
+
+@pytest.mark.slow  # a few climbs of a few hundred greedy runs on each of a few splits
+def test_policy_search_only_returns_shorter_schedules_within_the_cap():
+    """The per-device policy search on the greedy's schedules of tight random splits (p=4..6,
+    m=8..16): whatever it returns is valid, within the cap, evaluated afresh, shorter and never
+    below the split's bounds; and it does shorten one (the grid applies one W rule to every
+    device)."""
+    rng = random.Random(0)
+    shorter = 0
+    for _ in range(6):
+        model = _tight_model(rng, rng.randint(4, 6), rng.randint(8, 16))
+        try:
+            instance = model.instance(next(_partitions(model.num_layers, model.devices)))
+        except ZboptError:
+            continue
+        timeline = evaluate(instance, get_method("zb-greedy").generate(instance))
+        if not timeline.fits_cap:
+            continue
+        base = Result("zb-greedy", "heuristic", "heuristic", instance, timeline)
+        better = policy_search(base, deadline=math.inf)  # ends when its climbs stall
+        if better is None:
+            continue
+        again = evaluate(instance, better.schedule)
+        assert not validate(instance, better.schedule)
+        assert again.fits_cap and again.span == pytest.approx(better.span)
+        assert better.span < base.span and better.method == "zb-greedy+policy-search"
+        assert max(pipeline_bound(instance), best_lower_bound(instance)[1]) <= better.span + 1e-9
+        shorter += 1
+        break
+    assert shorter >= 1
+
+
+@pytest.mark.slow  # several exact solves
+def test_window_seen_from_the_last_forward_is_below_the_optimum(monkeypatch):
+    """memory_bound.window_tail (the W that can follow the window, counted from the activations
+    in flight at the last F) raises pipeline_bound above both its other terms and zbopt.bounds
+    on splits of small models whose W hold little memory, and the raised bound never exceeds
+    CP-SAT's proven optimum (the solver without bound cuts); on some it is the optimum."""
+    import zbopt.plan.memory_bound as memory_bound
+
+    rng = random.Random(3)
+    tail = memory_bound.window_tail
+    checked = tight = 0
+    for _ in range(300):
+        p = rng.randint(2, 3)
+        layers = tuple(Layer(f"l{k}", t_f=rng.choice([1, 2, 3]), t_b=rng.choice([1, 2, 3]),
+                             t_w=rng.choice([1, 2, 3]), m_b=rng.choice([3, 4]), m_w=1, static=0)
+                       for k in range(p + rng.randint(0, 2)))
+        model = LayeredModel(layers=layers, devices=p, microbatches=rng.randint(4, 8),
+                             comm=rng.choice([0, 1]), memory_cap=rng.choice([8, 10, 12]))
+        for sizes in _partitions(model.num_layers, p):
+            try:
+                instance = model.instance(sizes)
+            except ZboptError:
+                continue
+            value = pipeline_bound(instance)
+            monkeypatch.setattr(memory_bound, "window_tail", lambda *args: 0.0)
+            without = pipeline_bound(instance)
+            monkeypatch.setattr(memory_bound, "window_tail", tail)
+            if value <= max(without, best_lower_bound(instance)[1]) + 1e-9:
+                continue
+            result = solve(instance, time_limit=600, threads=1, prove_with_bounds=False)
+            assert result.status == "optimal"
+            assert value <= result.span + 1e-9, (sizes, value, result.span)
+            checked += 1
+            tight += value >= result.span - 1e-9
+    assert checked >= 5 and tight >= 1

@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 from ..bounds import knapsack_max
 from ..instance import within_cap
 from ..layers import LayeredModel
-from .memory_bound import held_count, start_chain, window_work
+from .memory_bound import held_count, start_chain, window_tail, window_work
 
 INF = math.inf
 
@@ -126,11 +126,13 @@ def segment_bounds(model: LayeredModel) -> SegmentBounds:
                     continue
                 wait = (tf[n] - tf[i]) + (tb[n] - tb[j + 1]) + 2 * (p - 1 - d) * comm
                 capacity = INF if caps is None else caps[d] - seg["static"]
-                own, idle = _device_bound(seg, m, wait, capacity)
+                own, idle, ramp = _device_bound(seg, m, wait, capacity)
                 trip = wait + seg["t_b"]
                 held = held_count(capacity, seg["m_b"], m)
                 window = max(window_work(m, seg["t_f"], seg["t_b"], seg["t_w"], seg["m_b"],
                                          seg["m_w"], capacity, idle),
+                             window_tail(m, seg["t_f"], seg["t_b"], seg["t_w"], seg["m_b"],
+                                         seg["m_w"], capacity, wait, ramp),
                              start_chain(m, seg["t_f"], [(held, trip)]) + trip)
                 # the paths from device 0 to d and back: R_0 - R_d
                 paths = (tf[i] - tf[0]) + (tb[i] - tb[0]) + 2 * d * comm
@@ -157,10 +159,10 @@ def _caps(model: LayeredModel) -> tuple[float, ...] | None:
     return (float(cap),) * model.devices
 
 
-def _device_bound(seg: dict, m: int, wait: float, capacity: float) -> tuple[float, float]:
+def _device_bound(seg: dict, m: int, wait: float, capacity: float) -> tuple[float, float, float]:
     """(zbopt.bounds.device_bound for a device with one stage of these totals, raised by the
     memory throughput bound where the cap cannot hold every micro-batch at once; the forced idle
-    it adds to the load)."""
+    it adds to the load; the ramp idle alone)."""
     load = m * (seg["t_f"] + seg["t_b"] + seg["t_w"])
     if math.isfinite(capacity):
         ramp_busy = knapsack_max([(seg["m_b"], seg["t_f"], m)], capacity)
@@ -172,8 +174,8 @@ def _device_bound(seg: dict, m: int, wait: float, capacity: float) -> tuple[floa
     ramp = max(0.0, wait - ramp_busy)
     if m * seg["m_b"] > capacity + 1e-9:
         # some forward starts after the first B: disjoint windows
-        return max(load + ramp + drain, _throughput(seg, m, wait, capacity)), ramp + drain
-    return load + max(ramp, drain), max(ramp, drain)
+        return max(load + ramp + drain, _throughput(seg, m, wait, capacity)), ramp + drain, ramp
+    return load + max(ramp, drain), max(ramp, drain), ramp
 
 
 def _throughput(seg: dict, m: int, wait: float, capacity: float) -> float:

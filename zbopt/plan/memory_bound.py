@@ -21,6 +21,17 @@ where window_e is the time from e's first F start to e's last B end. Two lower b
   window and the other m - Q_e - 1 run in it. The window also holds the forced idle of
   zbopt.bounds (before e's first B, and before the B of its last F; both in the window, summed
   when the cap cannot hold every forward at once, the max otherwise), disjoint from the work.
+- Seen from the last F (`window_tail`). Let the last F of e start at y with a micro-batches in
+  flight (F started, B not ended; the new one included, 1 <= a <= k_e) and P W pending, so
+  a m_b(e) + P m_w(e) <= room_e. A W that runs after the window's end z was pending at y or
+  belongs to one of the a (its B runs after y), so at most a + P do, less every W run in
+  [y, z]. That stretch holds only the last F, the a B and W passes (no F follows y, and every B
+  ends by z), and lasts at least wait_e + t_b(e) (the last F's own round trip, wait_e from its
+  start to its B's start): the W run in it or its idle fill wait_e - t_f(e) - (a - 1) t_b(e).
+  So window_e >= m (t_f + t_b) + min over a of ((m - a - P_a) t_w + max(0, that fill)), with
+  P_a the W that fit next to a activations; plus e's ramp idle when some F must follow its
+  first B (then the ramp lies before y). This sees what the pending count alone does not: few
+  held W when several micro-batches are in flight at the last F, or a long wait with one.
 - Chain of starts (`start_chain`). Order the micro-batches by the start s_1 <= ... <= s_m of their
   F on e. For d <= e: if s_{i+k_d} - fwd(d, e) < min over l in [i, i+k_d) of (end of B(e, l))
   + bwd(e, d), then at time s_{i+k_d} - fwd(d, e) each of the k_d + 1 micro-batches i..i+k_d has
@@ -60,6 +71,20 @@ def window_work(m: int, t_f: float, t_b: float, t_w: float, m_b: float, m_w: flo
     """Least window (first F start to last B end) of a device from its work and forced idle."""
     pending = held_count(room - m_b, m_w, m)
     return m * (t_f + t_b) + max(0, m - 1 - pending) * t_w + idle
+
+
+def window_tail(m: int, t_f: float, t_b: float, t_w: float, m_b: float, m_w: float,
+                room: float, wait: float, ramp: float) -> float:
+    """Least window of a device seen from its last F (`wait`: its F start to B start, `ramp`:
+    forced idle before its first B, counted only when some F must follow the first B)."""
+    held = held_count(room, m_b, m)
+    extra = math.inf
+    for a in range(1, max(1, held) + 1):
+        pending = min(m - a, held_count(room - a * m_b, m_w, m))
+        fill = max(0.0, wait - t_f - (a - 1) * t_b)
+        extra = min(extra, (m - a - pending) * t_w + fill)
+    disjoint = m * m_b > room + EPS
+    return m * (t_f + t_b) + extra + (ramp if disjoint else 0.0)
 
 
 def start_chain(m: int, step: float, rules: Sequence[tuple[int, float]]) -> float:
@@ -109,6 +134,9 @@ def pipeline_bound(instance: Instance) -> float:
     for e in range(p):
         work = window_work(m, instance.t_f[e], instance.t_b[e], instance.t_w[e], instance.m_b[e],
                            instance.m_w[e], rooms[e], _idle(instance, e))
+        work = max(work, window_tail(m, instance.t_f[e], instance.t_b[e], instance.t_w[e],
+                                     instance.m_b[e], instance.m_w[e], rooms[e],
+                                     round_trip(instance, e, e), ramp_idle(instance, e)))
         chain = start_chain(m, instance.t_f[e], [(counts[d], trip[d]) for d in range(e + 1)])
         window = max(work, chain + trip[e])
         for d in range(e + 1):

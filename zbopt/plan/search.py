@@ -42,12 +42,15 @@ from .bound import (
     suffix_minmax,
 )
 from .memory_bound import pipeline_bound
+from .policy_search import search as policy_search
 from .polish import polish
 
 Progress = Callable[[dict], None]
 TOLERANCE = 1e-9
-POLISH_SHARE = 0.3  # of the time left after the heuristics, before the solver
+POLICY_SHARE = 0.5  # of the time left after the heuristics: greedy policies tuned per device
+POLISH_SHARE = 0.3  # of the time left after that, before the solver
 POLISHED = 3  # schedules polished by local search
+TUNED = 2  # splits given the policy search, by shortest span and again by least bound
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,32 @@ class _Search:
                 self.offer(updated)
                 self.tell("local search", placement=split.placement, sizes=list(split.sizes))
 
+    def tune_policies(self, budget_end: float, bounds_of: dict) -> None:
+        """The per-device policy search (zbopt.plan.policy_search) on the TUNED shortest
+        schedules and the TUNED splits of least proven bound (`bounds_of`: per key) whose bound
+        lies below the best span: the first may become the plan, the second are where a shorter
+        schedule would lower the gap most."""
+        best = self.best.span if self.best is not None else math.inf
+        open_ = [s for s in self.cache.values() if s.result is not None
+                 and bounds_of.get((s.placement, s.sizes), s.bound) < best * (1 - TOLERANCE)]
+        chosen = sorted(open_, key=lambda s: s.span)[:TUNED]
+        for split in sorted(open_, key=lambda s: bounds_of.get((s.placement, s.sizes), s.bound)):
+            if len(chosen) >= 2 * TUNED:
+                break
+            if split not in chosen:
+                chosen.append(split)
+        for index, split in enumerate(chosen):
+            now = time.perf_counter()
+            if now >= budget_end:
+                return
+            split = self.cache[(split.placement, split.sizes)]
+            better = policy_search(split.result, now + (budget_end - now) / (len(chosen) - index))
+            if better is not None and better.span < split.span * (1 - TOLERANCE):
+                updated = replace(split, result=better)
+                self.cache[(split.placement, split.sizes)] = updated
+                self.offer(updated)
+                self.tell("policy search", placement=split.placement, sizes=list(split.sizes))
+
     def solve(self, split: Split, time_limit: float) -> Split:
         """The exact solver on one partition: a better schedule or a higher proven bound."""
         from ..solvers.api import PASSES_PER_SECOND, solve
@@ -245,8 +274,11 @@ class _Search:
                 self.tell("solver", solver_incumbent=info["incumbent"],
                           solver_bound=info.get("bound"), sizes=list(split.sizes))
 
+        # the split's best schedule (polished, tuned) is the solver's hint and incumbent
+        start = split.result.schedule if split.result is not None and \
+            split.result.instance == instance else True
         result = solve(instance, solver=self.solver, time_limit=time_limit, threads=self.threads,
-                       progress=forward)
+                       warm_start=start, progress=forward)
         self.solver_runs += 1
         bound = max(split.bound, result.lower_bound or 0.0)
         best = split.result
@@ -398,6 +430,12 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
 
     search.bound = overall()
     if overall() < search.best.span * (1 - TOLERANCE):
+        # a share of what is left tunes the greedy's policies per device on the best splits
+        search.tune_policies(time.perf_counter() + POLICY_SHARE * search.left(),
+                             {(s.placement, s.sizes): s.bound for s in pending})
+        pending = [_refreshed(s, search.cache) for s in pending]
+        search.bound = overall()
+    if overall() < search.best.span * (1 - TOLERANCE):
         # a share of what is left (all of it without the solver) polishes the best schedules
         search.polish_best(time.perf_counter() + POLISH_SHARE * search.left() if exact
                            else search.deadline)
@@ -447,6 +485,14 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         lower < chosen.span * (1 - TOLERANCE) else None
     return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs,
                 bound_split)
+
+
+def _refreshed(split: Split, cache: dict) -> Split:
+    """A listed split with the schedule the cache now holds for it (its bound kept)."""
+    cached = cache.get((split.placement, split.sizes))
+    if cached is None or cached.result is None or cached.span >= split.span:
+        return split
+    return replace(split, result=cached.result)
 
 
 def _total_load(model: LayeredModel) -> float:

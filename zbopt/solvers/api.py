@@ -246,13 +246,30 @@ def _infeasible(instance: Instance, solver: str, objective: str,
                   min_feasible_cap=tuple(need))
 
 
+def _given_start(instance: Instance, schedule: Schedule, objective: str) -> tuple[Timeline, Timeline]:
+    """(the given schedule's timeline, its single-pass form for the hint); ZboptError when it
+    is not a valid schedule of the instance within the cap."""
+    problems = validate(instance, schedule)
+    if problems:
+        raise ZboptError(f"the warm start schedule is not a valid schedule of this instance: "
+                         f"{problems[0]}; pass a schedule of the same instance (or warm_start=True)")
+    timeline = evaluate(instance, schedule)
+    if not timeline.fits_cap:
+        raise ZboptError("the warm start schedule goes over the memory cap; pass one that fits "
+                         "(or warm_start=True)")
+    flat = _single_pass_hints(instance, [timeline], objective)
+    return timeline, (flat[0] if flat else timeline)
+
+
 def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
-          time_limit: float = 60, threads: int = 2, warm_start: bool = True,
+          time_limit: float = 60, threads: int = 2, warm_start: bool | Schedule = True,
           symmetry: bool = True, prove_with_bounds: bool = True,
           options: Optional[dict] = None, progress: Optional[Progress] = None) -> Result:
     """The best schedule the solver finds within the time limit, with a proven lower bound.
 
-    warm_start: hint the backend with the best known schedule. symmetry: micro-batch order
+    warm_start: hint the backend with the best known schedule; a Schedule of the instance is
+    also a candidate (the hint and the incumbent when it beats the registered methods'; it
+    must be valid and fit the cap, else ZboptError). symmetry: micro-batch order
     per stage and kind. prove_with_bounds: skip the backend when the warm start already
     meets the lower bounds of zbopt.bounds (turn off to make the backend prove it).
     options: backend-specific switches (BackendRequest.options).
@@ -268,6 +285,8 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     _check_arguments(solver, objective, time_limit, threads)
     if not isinstance(instance, Instance):
         raise ZboptError(f"solve() takes an Instance, got {type(instance).__name__}")
+    if not isinstance(warm_start, (bool, Schedule)):
+        raise ZboptError(f"warm_start must be True, False or a Schedule, got {type(warm_start).__name__}")
     params = {"time_limit": time_limit, "threads": threads}
     check_size(instance, time_limit)
     deadline = began + time_limit
@@ -278,6 +297,8 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         if progress is not None:
             progress({"phase": phase, "elapsed": time.perf_counter() - began, **fields})
 
+    # a given warm start is checked before anything costly runs
+    given = _given_start(instance, warm_start, objective) if isinstance(warm_start, Schedule) else None
     scaled, scale, memory_scale = scaled_instance(instance)
     tell("bounds")
     bound_name, bound_value = bounds.best_lower_bound(instance, objective)
@@ -286,6 +307,16 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     tell("warm start", bound=bound_value)
     heuristic_name, heuristic_value, warm, hint = _warm_start(
         instance, objective, began + WARM_SHARE * time_limit)
+    if given is not None:
+        given, given_hint = given
+        single = all(len(item) == 1 for order in given_hint.schedule.orders for item in order)
+        if single and given_hint.objective(objective) < hint.objective(objective):
+            hint = given_hint
+        # with an overlap discount the incumbent stays among single-pass schedules (see above)
+        candidate = given_hint if instance.overlap else given
+        if (single or not instance.overlap) and \
+                candidate.objective(objective) < warm.objective(objective):
+            warm = candidate
     checked = time.perf_counter()
     hint_starts, hint_tl = _hint_starts(scaled, hint)
     # turning the backend's answer into a checked schedule costs a few evaluations: keep
@@ -335,7 +366,8 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                       f"warm start")
     searched(None, None)
     raw = backend(BackendRequest(scaled, objective=objective, time_limit=search_time,
-                                 threads=threads, hint=hint_starts if warm_start else None,
+                                 threads=threads,
+                                 hint=hint_starts if warm_start is not False else None,
                                  horizon=horizon, symmetry=symmetry,
                                  options=dict(options or {}),
                                  on_progress=searched if progress is not None else None))
