@@ -374,9 +374,19 @@ def test_zb_greedy_meets_the_first_b_wave_at_2p(p, m):
     assert timeline.span == bounds.first_b_wave(instance) > max(bounds.device_loads(instance))
 
 
-def test_wave_policies_are_tried_first_and_stay_within_their_budget():
+def test_wave_policies_follow_the_grids_first_point_and_stay_within_their_budget(monkeypatch):
     instance = Instance(devices=8, microbatches=32, **COSTS_15B).with_cap("3p")
     policies = zb.wave_policies(instance)
     assert 2 <= len(policies) <= max(2, zb.WAVE_BUDGET // instance.num_passes)
     assert all(p.inflight is not None and len(p.inflight) == 8 for p in policies)
     assert zb.wave_policies(instance.with_placement("v")) == []
+    # the search runs the grid's first point, then the wave settings (pruned at its estimate)
+    tried = []
+    run = zb._engine.run
+    monkeypatch.setattr(zb._engine, "run", lambda i, c, pol, top=None: tried.append(pol) or run(i, c, pol, top))
+    monkeypatch.setattr(zb, "schedule_bound", lambda instance: None)  # no early stop
+    zb._search_grid(instance, "zb-greedy")
+    first = zb.grid(instance)[0]
+    waves = [p for p in policies if p != first]  # a wave setting can be the grid's first point
+    assert tried[0] == first
+    assert tried[1:1 + len(waves)] == waves
