@@ -2,12 +2,14 @@
 the page's redraw in chromium after a control change for every registered schedule method at
 p=16, m=64, and a burst of 200 requests. Writes results/serve.md.
 
-Usage: python benchmarks/bench_serve.py [--repeats N] [--starts N] [--before REV] [--no-browser]
+Usage: python benchmarks/bench_serve.py [--repeats N] [--starts N] [--before REV [--before-whole]]
+                                        [--methods A,B] [--no-browser]
 
 Every server is a `python -m zbopt serve --port 0` subprocess on 127.0.0.1 (stopped by its
 handle). Each timed change raises t_f by one unit, so no answer comes from a cache. --before REV
 also serves the page and server of commit REV (zbopt/serve/ as it was then, everything else as
-now, in a temporary copy) and times it in the same run, method by method, as the peer.
+now, in a temporary copy; with --before-whole the whole package as it was then) and times it
+in the same run, method by method, as the peer.
 """
 
 from __future__ import annotations
@@ -83,13 +85,18 @@ def ms(x: float) -> str:
     return f"{1000 * x:.0f}"
 
 
+WHOLE = [False]  # --before-whole: the earlier commit's whole package, not only zbopt/serve/
+
+
 def before_tree(rev: str, folder: Path) -> Path:
-    """A copy of zbopt with zbopt/serve/ as it was at `rev` (read with git show)."""
+    """A copy of zbopt with zbopt/serve/ (with --before-whole: every file of zbopt/) as it was
+    at `rev` (read with git show)."""
     root = folder / "before"
+    part = "zbopt" if WHOLE[0] else "zbopt/serve"
     shutil.copytree(ROOT / "zbopt", root / "zbopt",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.rmtree(root / "zbopt" / "serve")
-    names = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "zbopt/serve"], cwd=ROOT,
+    shutil.rmtree(root / part)
+    names = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, part], cwd=ROOT,
                            check=True, capture_output=True, text=True).stdout.split()
     for name in names:
         target = root / name
@@ -275,10 +282,13 @@ def redraw(pages: dict[str, Page], repeats: int) -> list[str]:
             f"screen (the page's view counter seen in an animation frame). {repeats} changes per "
             f"method, milliseconds. The comparison table is held back between changes so each "
             f"change is timed alone.", "",
-            "*before* is the same change on the page and server of the earlier commit (timeline as "
-            "SVG, step states in the same answer; it evaluated on `input` after a 150 ms pause, "
-            "left out here), in the same run, method by method, so both saw the same load."
-            if "before" in pages else "",
+            ("*before* is the same change served by the earlier commit's whole package "
+             "(generators, evaluator and server), in the same run, method by method, so both saw "
+             "the same load." if WHOLE[0] else
+             "*before* is the same change on the page and server of the earlier commit (timeline "
+             "as SVG, step states in the same answer; it evaluated on `input` after a 150 ms "
+             "pause, left out here), in the same run, method by method, so both saw the same "
+             "load.") if "before" in pages else "",
             "",
             "*total / server / parse / draw / paint* is the page's own record of the same wait "
             "(medians): from the change to the frame after drawing, the `/api/evaluate` round "
@@ -338,14 +348,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--before", default="", help="also time zbopt/serve/ of this commit")
+    parser.add_argument("--before-whole", action="store_true",
+                        help="--before serves the earlier commit's whole zbopt/, not only serve/")
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--methods", default="", help="comma-separated (default: every one)")
     args = parser.parse_args()
     if args.methods:
         ONLY.extend(args.methods.split(","))
+    WHOLE[0] = args.before_whole
     load = os.getloadavg()[0]
     command = f"python benchmarks/bench_serve.py --repeats {args.repeats} --starts {args.starts}" \
               f"{' --before ' + args.before if args.before else ''}" \
+              f"{' --before-whole' if args.before_whole else ''}" \
               f"{' --no-browser' if args.no_browser else ''}" \
               f"{' --methods ' + args.methods if args.methods else ''}"
     lines = ["# zbopt serve: startup, server time, redraw, burst", "",
