@@ -29,8 +29,8 @@ from .memory_bound import held_count
 SUFFIX = "+policy-search"
 STARTS = 3  # climbs from the grid's best points, then from kicks of the best found
 KICK = 5  # coordinates a kick changes
-STALL = 300  # evaluations without a shorter schedule that end a climb
-STALE_CLIMBS = 4  # climbs in a row without a new best that end the search
+STALL = 200  # evaluations without a shorter schedule that end a climb
+STALE_CLIMBS = 3  # climbs in a row without a new best that end the search
 
 
 def _limits(instance: Instance) -> tuple[int, ...]:

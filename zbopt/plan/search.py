@@ -47,7 +47,7 @@ from .polish import polish
 
 Progress = Callable[[dict], None]
 TOLERANCE = 1e-9
-POLICY_SHARE = 0.5  # of the time left after the heuristics: greedy policies tuned per device
+POLICY_SHARE = 0.4  # of the time left after the heuristics: greedy policies tuned per device
 POLISH_SHARE = 0.3  # of the time left after that, before the solver
 POLISHED = 3  # schedules polished by local search
 TUNED = 2  # splits given the policy search, by shortest span and again by least bound
