@@ -8,12 +8,15 @@ before anything is scheduled. The search then
 2. lists the partitions whose bound is below the best span found (the only ones that can beat
    it; the rest are pruned), up to `max_partitions` of the lowest bound, and schedules them in
    order of their bound (the coupled bound of zbopt.plan.memory_bound) while time allows;
-3. polishes the shortest schedules with local search (zbopt.plan.polish) for a share of the rest;
-4. gives the rest of the time to the exact solver, first on the best partition, then on the
-   partition with the lowest proven bound, raising that partition's bound or lowering the span.
+3. tunes the greedy's policies per device (zbopt.plan.policy_search) on the shortest schedules
+   and the splits of least bound, for a share of the rest;
+4. polishes the shortest schedules with local search (zbopt.plan.polish) for a share of the rest;
+5. gives the rest of the time to the exact solver, first on the best partition, then on the
+   partition with the lowest proven bound, raising that partition's bound or lowering the span;
+   each run is warm-started from the split's best schedule so far.
 The bound over all partitions is the least of: the bound of every partition not listed (all at
 or above the listing threshold), and the proven bound of every partition listed (its own bound,
-or the solver's). Other placements: the same steps 1, 3 and 4 around the baselines and a
+or the solver's). Other placements: the same steps 1 and 5 around the baselines and a
 load-balanced split, with a weaker bound over all partitions (the total load over p).
 """
 
