@@ -276,8 +276,8 @@ def _reach_table(rows: list[dict]) -> list[str]:
            f"Load average (1 min) when this table was written: {os.getloadavg()[0]:.1f} on 2 cores "
            "(above 2: other jobs shared the CPU).", "",
            "| instance | cap | solver | status | span | lower bound | gap | target | met "
-           "| wall (s) | limit (s) | best heuristic | peer |",
-           "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---|"]
+           "| wall (s) | limit (s) | proved by | best heuristic | peer |",
+           "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---|---|"]
     for r in rows:
         gap = "-" if r["gap"] == "" else f"{100 * float(r['gap']):.3f}%"
         target = _reach_target(r["instance"])
@@ -289,7 +289,7 @@ def _reach_table(rows: list[dict]) -> list[str]:
         out.append(f"| {r['instance']} | {r['cap']} | {r['solver']} | {r['status']} "
                    f"| {_num(r['objective'], '{:,.1f}')} | {_num(r['lower_bound'], '{:,.1f}')} "
                    f"| {gap} | {_num(r.get('wall', ''), '{:.1f}')} | {_num(r['time_limit'])} "
-                   f"| {heur} | {r.get('peer') or '-'} |")
+                   f"| {r.get('proved_by') or '-'} | {heur} | {r.get('peer') or '-'} |")
     met = sum(1 for r in rows if r["gap"] != "" and float(r["gap"]) <= _reach_target(r["instance"])
               + 1e-12 and r.get("wall") not in ("", None) and float(r["wall"]) <= 75)
     out += ["", f"Targets met on {met} of {len(rows)} rows. Every row's span is at most its best "
