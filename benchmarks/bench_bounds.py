@@ -135,6 +135,9 @@ def analogues_part(time_limit: float, threads: int) -> list[str]:
 
 
 def _weak_side(status, span, proven, hint, bound) -> str:
+    if bound >= span - 1e-3:  # float bounds a hair below a span they meet
+        return "neither (the bound proves the span optimal)" + (
+            f"; heuristic ({100 * (hint - span) / span:.2f}%)" if hint > span + 1e-6 else "")
     if status != "optimal":
         return "open (not proven)" if proven <= bound + 1e-6 else "bound (solver proves more)"
     sides = []

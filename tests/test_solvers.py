@@ -353,3 +353,15 @@ def test_cli_infeasible_cap_is_one_line_and_exit_2(tmp_path, capsys):
 def test_cli_bad_solver_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["solve", _instance_file(tmp_path), "--solver", "gurobi"]) == 2
     assert "unknown solver" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # the warm start runs every V heuristic
+def test_the_w_deferral_bound_certifies_the_v_turn_instance():
+    # the turn device of a V at its smallest cap (tests/test_bounds.py derives 48 by hand):
+    # the schedule solve() returns meets zbopt's own bound, which names the proof
+    instance = Instance(devices=3, microbatches=2, placement="v", t_f=2, t_b=2, t_w=0, comm=1,
+                        m_b=1, m_w=1, memory_cap=3)
+    result = solve(instance, time_limit=600)
+    _check_result(instance, result, "span")
+    assert result.status == "optimal" and result.objective == 48
+    assert result.lower_bound == 48 and result.bound_name == "w_deferral"
