@@ -52,7 +52,7 @@ TARGET = {"p8": "proven optimal within 60 s", "p16": "proven optimal within 120 
 COLUMNS = ("part", "instance", "cap", "solver", "status", "objective", "lower_bound", "gap",
            "runtime_median", "runtimes", "proved_by", "backend_status", "best_heuristic",
            "best_heuristic_objective", "gain_percent", "reference_heuristic", "vs_reference",
-           "time_limit", "threads", "wall", "peer", "command")
+           "time_limit", "threads", "wall", "peer", "command", "load")
 
 
 # solver label -> (solver, solve() keywords). "cold": no warm start and no proof by the bounds
@@ -161,6 +161,7 @@ def measure(part, label, cap, instance, mode, reference, time_limit, threads, re
         "gain_percent": gain, "reference_heuristic": reference, "vs_reference": vs_reference,
         "time_limit": time_limit, "threads": threads, "wall": statistics.median(walls),
         "peer": PEER.get((label, cap), PAPER_PEER if label.startswith("paper") else ""),
+        "load": os.getloadavg()[0],  # other jobs on the machine while this row ran
     }
 
 
@@ -256,9 +257,13 @@ def write_markdown(path: Path, rows: list[dict]) -> None:
 
 
 def _row_order(r: dict):
-    # reach rows stay in the order they ran (the table's order); the others by name
+    # reach rows in the table's order (reach_runs), solvers in the order of MODES; the
+    # others by name
     if r["part"] == "reach":
-        return (PARTS.index(r["part"]), "", 0.0, "")
+        place = {(label, cap): i for i, (label, cap, _) in enumerate(reach_runs())}
+        solvers = list(MODES)
+        return (PARTS.index(r["part"]), "", float(place.get((r["instance"], r["cap"]), len(place))),
+                solvers.index(r["solver"]) if r["solver"] in solvers else len(solvers))
     return (PARTS.index(r["part"]), r["instance"], float(r["cap"].rstrip("p") or 0), r["solver"])
 
 
@@ -273,11 +278,11 @@ def _reach_target(label: str) -> float:
 
 def _reach_table(rows: list[dict]) -> list[str]:
     out = ["Wall = the whole solve() call (warm start and bounds included) against the limit. "
-           f"Load average (1 min) when this table was written: {os.getloadavg()[0]:.1f} on 2 cores "
-           "(above 2: other jobs shared the CPU).", "",
+           f"Load = the 1-minute load average when the row finished, on {os.cpu_count()} cores "
+           "(above the core count: other jobs shared the CPU; '-': not recorded).", "",
            "| instance | cap | solver | status | span | lower bound | gap | target | met "
-           "| wall (s) | limit (s) | proved by | best heuristic | peer |",
-           "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---|---|"]
+           "| wall (s) | limit (s) | load | proved by | best heuristic | peer |",
+           "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---|---|"]
     for r in rows:
         gap = "-" if r["gap"] == "" else f"{100 * float(r['gap']):.3f}%"
         target = _reach_target(r["instance"])
@@ -289,7 +294,8 @@ def _reach_table(rows: list[dict]) -> list[str]:
         out.append(f"| {r['instance']} | {r['cap']} | {r['solver']} | {r['status']} "
                    f"| {_num(r['objective'], '{:,.1f}')} | {_num(r['lower_bound'], '{:,.1f}')} "
                    f"| {gap} | {_num(r.get('wall', ''), '{:.1f}')} | {_num(r['time_limit'])} "
-                   f"| {r.get('proved_by') or '-'} | {heur} | {r.get('peer') or '-'} |")
+                   f"| {_num(r.get('load', ''), '{:.1f}')} | {r.get('proved_by') or '-'} | {heur} "
+                   f"| {r.get('peer') or '-'} |")
     met = sum(1 for r in rows if r["gap"] != "" and float(r["gap"]) <= _reach_target(r["instance"])
               + 1e-12 and r.get("wall") not in ("", None) and float(r["wall"]) <= 75)
     out += ["", f"Targets met on {met} of {len(rows)} rows. Every row's span is at most its best "
