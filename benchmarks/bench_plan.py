@@ -10,14 +10,18 @@ Parts:
              and 128,256, sequence 2048, micro-batch 1; caps from tight to loose (below)
 - exhaustive: 8 blocks (Llama-3-8B shape) on p=4, m=8: plan against every split with every
              heuristic (84 splits)
+- analogues: (only when named in --only) 8 blocks on p=4, m=6 at the tight and mid caps: CP-SAT
+             on every split the plan's bound leaves open, to tell whether the plan's span or its
+             bound is the weak side of the certified gap
 Caps: c_min is the least cap any split admits (static memory plus one micro-batch's activations,
 from the segment DP), c_1f1b what 1F1B needs on the even split (static plus p-d micro-batches on
 device d); "tight" = c_min + 25% of the difference, "mid" = c_min + 60%, "1f1b" = c_1f1b,
 "none" = uncapped. All plans use CP-SAT with 2 threads and the span objective.
 
 Usage:
-  python benchmarks/bench_plan.py [--only presets,estimated,exhaustive] [--time-limit S]
-                                  [--time-limit-p16 S] [--filter TEXT] [--out results/plan.md]
+  python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues] [--time-limit S]
+                                  [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
+                                  [--out results/plan.md]
 Sections of the parts not run are kept from the previous results/plan.md, and so are the
 estimated rows of models --filter leaves out (--filter llama-32L: the p=8 rows only).
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import platform
 import re
@@ -44,6 +49,7 @@ from zbopt.plan import even_split, plan
 from zbopt.plan.bound import least_excess, segment_bounds
 from zbopt.plan.search import schedule_methods
 from zbopt.registry import run
+from zbopt.solvers.api import solve
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA3_8B = dict(hidden=4096, heads=32, kv_heads=8, layers=32, ffn=14336)
@@ -252,7 +258,53 @@ def part_presets(args) -> list[str]:
     return lines + extra
 
 
-PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive}
+def part_analogues(args) -> list[str]:
+    """Which side of the certified gap is weak: on small analogues (8 blocks, p=4, m=6) every
+    split whose bound lies below the plan's span is solved by CP-SAT, and the least proven bound
+    and the best span over all splits are set against the plan's."""
+    limit = args.analogue_limit
+    lines = [f"8 blocks (Llama-3-8B shape), p=4, m=6, tight and mid caps: `plan` (30 s, 1 thread) "
+             f"against CP-SAT on every split whose bound lies below the plan's span ({limit:g} s, "
+             f"1 thread, warm-started from the registered methods). If CP-SAT proves every such "
+             f"split, its least optimum is the optimum over all splits: the plan's span minus it "
+             f"is the span side of the gap, it minus the plan's bound the bound side.", "",
+             "| model | cap | plan span | plan bound | plan gap | splits solved | proven optimal | "
+             "best span over all splits | least proven bound over all splits | span side | "
+             "bound side |", _rule("|" * 12)]
+    for vocab in (32000, 128256):
+        model = estimated(LLAMA3_8B, vocab, 4, 6, blocks=8)
+        for cap_name in ("tight", "mid"):
+            capped = model.with_settings(memory_cap=cap_levels(model)[cap_name])
+            print(f"[bench_plan] analogue {model.name} cap {cap_name}", file=sys.stderr, flush=True)
+            result = plan(capped, time_limit=30, threads=1)
+            r = result.result
+            table = segment_bounds(capped)
+            best, low, solved, proven = r.span, math.inf, 0, 0
+            for cuts in itertools.combinations(range(1, capped.num_layers), 3):
+                edges = (0, *cuts, capped.num_layers)
+                sizes = tuple(edges[k + 1] - edges[k] for k in range(4))
+                bound = table.full_bound(sizes)
+                if not math.isfinite(bound):
+                    continue  # the cap cannot hold this split
+                if bound >= r.span * (1 - 1e-9):
+                    low = min(low, bound)
+                    continue
+                answer = solve(capped.instance(sizes), time_limit=limit, threads=1)
+                solved += 1
+                proven += answer.status == "optimal"
+                best, low = min(best, answer.span), min(low, answer.lower_bound)
+            low = min(low, best)
+            lines.append(f"| {model.name} | {cap_name} | {_fmt(r.span)} | {_fmt(r.lower_bound)} | "
+                         f"{_pct(r.gap)} | {solved} | {proven} | {_fmt(best)} | {_fmt(low)} | "
+                         f"{_pct((r.span - best) / r.span)} | "
+                         f"{_pct((best - r.lower_bound) / r.span) if proven == solved else 'unknown'} |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    return lines
+
+
+PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
+         "analogues": part_analogues}
+DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
 def _sections(text: str) -> dict[str, str]:
@@ -261,7 +313,10 @@ def _sections(text: str) -> dict[str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default=",".join(PARTS))
+    parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
+                        help=f"parts among {', '.join(PARTS)} (analogues only when named)")
+    parser.add_argument("--analogue-limit", type=float, default=120.0,
+                        help="CP-SAT seconds per split in the analogues part")
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--time-limit-p16", type=float, default=120.0)
     parser.add_argument("--filter", default="")

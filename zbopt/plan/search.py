@@ -44,6 +44,7 @@ from .bound import (
     segment_bounds,
     suffix_minmax,
 )
+from .device_bound import relaxation_bound
 from .memory_bound import pipeline_bound
 from .policy_search import search as policy_search
 from .polish import polish
@@ -53,6 +54,7 @@ TOLERANCE = 1e-9
 POLICY_SHARE = 0.4  # of the time left after the heuristics: greedy policies tuned per device
 POLISH_SHARE = 0.3  # of the time left after that, before the solver
 POLISHED = 3  # schedules polished by local search
+RELAX_SHARE = 0.5  # of a solver run's time: the one-device relaxations first
 TUNED = 2  # splits given the policy search, by shortest span and again by least bound
 
 
@@ -280,6 +282,18 @@ class _Search:
         # the split's best schedule (polished, tuned) is the solver's hint and incumbent
         start = split.result.schedule if split.result is not None and \
             split.result.instance == instance else True
+        # first the one-device relaxations (zbopt.plan.device_bound): cheap, and on tight caps
+        # often higher than what the solver proves on the whole pipeline in the same time
+        began = time.perf_counter()
+        relaxed = relaxation_bound(instance, began + RELAX_SHARE * time_limit, self.threads)
+        if relaxed > split.bound:
+            split = replace(split, bound=relaxed)
+            self.cache[(split.placement, split.sizes)] = split
+            self.tell("solver", relaxation_bound=relaxed, sizes=list(split.sizes))
+        time_limit -= time.perf_counter() - began
+        if split.span <= split.bound * (1 + TOLERANCE) or \
+                time_limit <= max(0.5, instance.num_passes / PASSES_PER_SECOND):
+            return split
         result = solve(instance, solver=self.solver, time_limit=time_limit, threads=self.threads,
                        warm_start=start, progress=forward)
         self.solver_runs += 1
