@@ -187,6 +187,7 @@ def _count(instance: Instance, stage: int) -> int:
     return len(instance.microbatches_of(stage))
 
 
+@lru_cache(maxsize=4096)  # device_bound and w_deferral_idle both need it
 def ramp_idle(instance: Instance, device: int) -> float:
     """Idle time forced on `device` between its first pass and its first B.
 
