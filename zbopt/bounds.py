@@ -516,7 +516,9 @@ def w_deferral_idle(instance: Instance, device: int, stage: int) -> float:
     Let t be the start of the item X holding the last F(stage, .), say of micro-batch x.
     E - t is at least path = the path F(stage, x) -> B(f, x). Every other micro-batch is in
     a state closed under dependencies with F(stage) run, holding its memory at t, and x has
-    run exactly the ancestors of F(stage, x); with x's memory all of it fits under the cap.
+    run exactly the ancestors of F(stage, x); with x's memory all of it fits under the cap (a
+    micro-batch whose F(stage) shares the block X counts as having run it: X's other passes
+    delay x's path by as much as the work they add).
     From its state a micro-batch splits the work it has left into U, run in [t, E], and W
     passes run after E (part of A). The busy time before t plus U plus A is d's load, and the
     ramp idle (ramp_idle) lies before d's first B, before t when the forwards up to `stage`
@@ -526,8 +528,8 @@ def w_deferral_idle(instance: Instance, device: int, stage: int) -> float:
     the fractional mix of states (an LP relaxation, solved exactly on the 2-d polygon of
     reachable (U, A)) and over x's own choice of W passes after E is returned, less the load.
 
-    At 1p on V placements the device next to the turn holds head + tail of W work only by
-    leaving too few activations in flight to fill its own drain: the two terms trade off.
+    At 1p on V placements the turn device (stages p-1 and p) keeps head + tail of W work for
+    the end only by leaving too little work in flight to fill its own drain: the terms trade off.
     """
     if len(instance.chains) != 1:
         return 0.0
