@@ -114,11 +114,16 @@ def _memory(model, f, b, w, t_b: int, t_w: int, m_b: int, m_w: int, room: int,
         model.AddCumulative(intervals, demands, room)
 
 
+# seconds one device's relaxation may take: those that prove anything mostly do it in one or
+# two seconds at p=8, m=32 (768 passes), and the rest of a solver run is worth more to CP-SAT
+DEVICE_LIMIT = 2.0
+
+
 def relaxation_bound(instance: Instance, deadline: float, threads: int = 1) -> float:
     """The largest device relaxation bound found before `deadline` (perf_counter); devices that
     hold the fewest activations first, deeper first among equals (the first device, which holds
     the most, is slow to prove and rarely the highest), each given an even share of what is
-    left."""
+    left, at most DEVICE_LIMIT seconds."""
     if not applies(instance):
         return 0.0
     best = 0.0
@@ -131,6 +136,7 @@ def relaxation_bound(instance: Instance, deadline: float, threads: int = 1) -> f
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
-        best = max(best, device_relaxation(instance, device, left / (len(order) - index), threads))
+        share = min(DEVICE_LIMIT, left / (len(order) - index))
+        best = max(best, device_relaxation(instance, device, share, threads))
     return best
 

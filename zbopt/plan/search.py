@@ -54,7 +54,7 @@ TOLERANCE = 1e-9
 POLICY_SHARE = 0.4  # of the time left after the heuristics: greedy policies tuned per device
 POLISH_SHARE = 0.3  # of the time left after that, before the solver
 POLISHED = 3  # schedules polished by local search
-RELAX_SHARE = 0.5  # of a solver run's time: the one-device relaxations first
+RELAX_SHARE = 0.25  # of a solver run's time: the one-device relaxations first
 TUNED = 2  # splits given the policy search, by shortest span and again by least bound
 
 
