@@ -38,7 +38,9 @@ GENERATOR_FILES = (
     "zbopt/families/one_f_one_b.py", "zbopt/families/zbv.py",
     "zbopt/families/zero_bubble_handcrafted.py", "zbopt/heuristics/_engine.py",
     "zbopt/heuristics/_search.py", "zbopt/heuristics/zb_greedy.py",
-    "zbopt/heuristics/list_scheduler.py",
+    "zbopt/heuristics/list_scheduler.py", "zbopt/heuristics/v_greedy.py",
+    "zbopt/heuristics/interleaved_zb.py", "zbopt/heuristics/refine.py",
+    "zbopt/heuristics/local_search.py", "zbopt/heuristics/sink_placement.py",
 )
 SPEED_NOTE = " (with the speed runs' p=32 and p=64)"
 # The last commit before the generator speed work.
