@@ -151,5 +151,7 @@ def refine_best(instance: Instance, candidates: Iterable[Callable[[], _engine.Ou
 def _leaders(outcomes: list[_engine.Outcome], keep: int) -> list[_engine.Outcome]:
     """The outcomes with the `keep` best distinct estimates (the only ones _grid() ran to their
     end for sure; the estimate of a simulator order is its evaluate() span)."""
-    distinct = dict((o.orders, o) for o in reversed(outcomes))
+    distinct: dict[tuple, _engine.Outcome] = {}
+    for outcome in outcomes:  # the first of equal orders, ties in the order they came
+        distinct.setdefault(outcome.orders, outcome)
     return sorted(distinct.values(), key=lambda o: o.estimate)[:keep]
