@@ -20,9 +20,11 @@ THRESHOLDS = (0.5, 0.75, 1.0)  # sink placements tried (waits, in multiples of t
 SEARCHED = 2  # candidates that go through the local search, the shortest first
 SINK_LIMIT = 6_000  # passes from which sink placement is skipped (its simulation grows fastest)
 ROUNDS = 2
-FINALISTS = 2  # greedy outcomes (best estimates) refined besides the one best_of() picks,
-FEW = 4_000  # on instances of fewer passes (above, the best start refines best on nearly all
-# random V and interleaved instances at p=12-16, m=48-64: 23 of 24, the other lost 0.26%)
+FINALISTS = 2  # greedy outcomes (best estimates) refined besides the one best_of() picks ...
+# ... on instances of fewer than FEW passes: above, the best start alone refined to the best
+# schedule on 23 of 24 random V and interleaved instances at p=12-16, m=48-64 (the other lost
+# 0.26%), at a third of the cost
+FEW = 4_000
 # re-timings of every local search of one refine_best(), in pass-steps (re-timings x passes):
 # about 650 at p=8, m=32, so the step costs a few seconds there whatever the candidates; from
 # FEW passes on, TOTAL_LARGE (at p=16, m=64, 400,000 instead of 1,000,000 lost at most 0.033%
