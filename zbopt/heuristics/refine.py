@@ -23,7 +23,7 @@ ROUNDS = 2
 FINALISTS = 2  # greedy outcomes (best estimates) refined besides the one best_of() picks ...
 # ... on instances of fewer than FEW passes: above, the best start alone refined to the best
 # schedule on 23 of 24 random V and interleaved instances at p=12-16, m=48-64 (the other lost
-# 0.26%), at a third of the cost
+# 0.26%)
 FEW = 4_000
 # re-timings of every local search of one refine_best(), in pass-steps (re-timings x passes):
 # about 650 at p=8, m=32, so the step costs a few seconds there whatever the candidates; from
