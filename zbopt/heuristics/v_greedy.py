@@ -75,7 +75,8 @@ def v_schedule(instance: Instance, method: str) -> Schedule:
     # On large instances zb-v is its own compare row and warm start; generating it again
     # here would double the time (the grid is already cut to its first points there).
     if handcrafted is not None and handcrafted.placement == "v" and instance.num_passes <= LARGE:
-        candidates.append(lambda: _replay_family(handcrafted, instance, caps, top))
+        # first: where it is the best (loose caps), its span prunes the grid's simulations early
+        candidates.insert(0, lambda: _replay_family(handcrafted, instance, caps, top))
     return refine_best(instance, candidates, method, needed)
 
 
