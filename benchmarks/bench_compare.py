@@ -4,6 +4,7 @@ and 2p, with one and two worker processes; per-method times; where a method's ti
 under 10 s.
 
 Usage: python benchmarks/bench_compare.py [--repeats N] [--cases 64:2p,32:1p] [--no-split]
+       [--before REV]  (also runs commit REV's package, the peer, in the same run)
 """
 
 from __future__ import annotations
@@ -33,16 +34,27 @@ def instance_file(folder: Path, p: int, cap: str) -> Path:
     return path
 
 
-def cli(path: Path, *extra: str) -> tuple[float, float, str]:
-    """(wall s, CPU s of the command and its workers, stdout) of one `zbopt compare`."""
+def cli(path: Path, *extra: str, root: Path = ROOT) -> tuple[float, float, str]:
+    """(wall s, CPU s of the command and its workers, stdout) of one `zbopt compare` of the
+    package in `root` (`python -m` runs the zbopt/ of its working directory)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "zbopt", "compare", str(path), "--quiet", *extra],
-                          cwd=ROOT, capture_output=True, text=True, check=True)
+                          cwd=root, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu, done.stdout
+
+
+def package_at(rev: str, folder: Path) -> Path:
+    """zbopt/ as it was at commit `rev`, in a folder of its own (git archive)."""
+    root = folder / f"at-{rev}"
+    root.mkdir()
+    archive = subprocess.run(["git", "archive", rev, "zbopt"], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    return root
 
 
 def split(p: int, cap: str) -> list[tuple[str, float, float, float]]:
@@ -78,11 +90,13 @@ def main() -> None:
     parser.add_argument("--cases", default="64:1p,64:2p,32:1p,32:2p")
     parser.add_argument("--no-split", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "results" / "compare.md"))
+    parser.add_argument("--before", default="", help="also time this commit's package (2 processes)")
     args = parser.parse_args()
     cases = [(int(c.split(":")[0]), c.split(":")[1]) for c in args.cases.split(",")]
     folder = Path(tempfile.mkdtemp())
     loads = [os.getloadavg()[0]]
     rows, per_method = [], {}
+    earlier = package_at(args.before, folder) if args.before else None
     for p, cap in cases:
         path = instance_file(folder, p, cap)
         result = {}
@@ -93,12 +107,21 @@ def main() -> None:
                 loads.append(os.getloadavg()[0])
             result[jobs] = (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs),
                             min(w for w, _ in runs))
+        peer = ""
+        if earlier is not None:
+            runs = []
+            for _ in range(args.repeats):
+                runs.append(cli(path, "--jobs", "2", root=earlier)[0])
+                loads.append(os.getloadavg()[0])
+            was = statistics.median(runs)
+            peer = f" {was:.1f} ({min(runs):.1f}) | {was / result[2][0]:.2f}x |"
         wall, cpu, out = cli(path, "--jobs", "1", "--json")
         loads.append(os.getloadavg()[0])
         per_method[(p, cap)] = {r["method"]: r["runtime"] for r in json.loads(out)}
         row = (f"| {p} | 256 | {cap} | {result[1][0]:.1f} ({result[1][2]:.1f}) | {result[1][1]:.1f} "
                f"| {result[2][0]:.1f} ({result[2][2]:.1f}) | {result[2][1]:.1f} "
-               f"| {result[1][0] / result[2][0]:.2f}x | {'yes' if result[2][0] < TARGET else 'no'} |")
+               f"| {result[1][0] / result[2][0]:.2f}x | {'yes' if result[2][0] < TARGET else 'no'} |"
+               + peer)
         print(row, flush=True)
         rows.append(row)
     shared = max(loads) > LOADED
@@ -113,8 +136,11 @@ def main() -> None:
         "row: `python -m zbopt compare FILE --quiet --jobs N` (a subprocess), "
         f"median of {args.repeats} runs (fastest in brackets); CPU = user + system seconds of the "
         "command and its workers. `--jobs 2` is the default on a machine with 2 cores.", "",
+        (f"*before*: the same command (2 processes) run by the package of commit "
+         f"`{args.before}`, in the same run, case by case." if args.before else ""), "",
         "| p | m | cap | wall, 1 process (s) | CPU (s) | wall, 2 processes (s) | CPU (s) "
-        "| 1 / 2 | under target |", "|" + "---|" * 9, *rows, "",
+        "| 1 / 2 | under target |" + (" before, 2 processes (s) | before / now |" if args.before else ""),
+        "|" + "---|" * (11 if args.before else 9), *rows, "",
         f"Machine: {cpu_model}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"{platform.system()}. 1-minute load average between runs (these runs included): {min(loads):.1f} to "
         f"{max(loads):.1f}" + (": other work shared the CPU during these runs, so the seconds "
@@ -146,7 +172,8 @@ def main() -> None:
             lines.append(f"| {name} | {g:.2f} | {e:.2f} | {b:.2f} |")
         total = [sum(t[i] for t in parts) for i in (1, 2, 3)]
         lines.append(f"| **sum** | **{total[0]:.1f}** | **{total[1]:.1f}** | **{total[2]:.1f}** |")
-    command = f"python benchmarks/bench_compare.py --repeats {args.repeats} --cases {args.cases}"
+    command = f"python benchmarks/bench_compare.py --repeats {args.repeats} --cases {args.cases}" \
+              + (f" --before {args.before}" if args.before else "")
     lines += ["", f"Command: `{command}{' --no-split' if args.no_split else ''}`", ""]
     Path(args.out).write_text("\n".join(lines))
     print(f"wrote {args.out}")
