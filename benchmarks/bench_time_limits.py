@@ -1,6 +1,6 @@
 """Does `--time-limit` bound solve()'s whole wall time? And how long does compare take at scale?
 
-For p in {16, 32, 64}, m in {128, 256}, caps 1p and 2p (contiguous, the 1.5B model's costs),
+For p in {16, 32, 64}, m in {128, 256}, caps 1p, 2p and 3p (contiguous, the 1.5B model's costs),
 solve() with CP-SAT and the given limit (default 10 s, 2 threads): the wall time of the whole
 call (bounds, warm start, search, checks) against the limit, and what it returned (or the
 refusal when the instance is too large for the limit). Target: wall <= 1.1 x limit + 5 s.
@@ -55,14 +55,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     methods()  # import every method once, outside the timed calls
     limit = args.time_limit
+    loads = [os.getloadavg()[0]]
     rows = []
     for p in (16, 32, 64):
         for m in (128, 256):
-            for cap in ("1p", "2p"):
+            for cap in ("1p", "2p", "3p"):  # 3p: where the bounds do not settle it, the search runs
                 row = solve_row(p, m, cap, limit, args.threads)
                 rows.append(row)
                 print(f"p={p} m={m} {cap}: {row['wall']:.1f} s; {row['outcome']}", file=sys.stderr,
                       flush=True)
+    loads.append(os.getloadavg()[0])
     big = instance(64, 256, "2p")
     began = time.perf_counter()
     results = compare(big)
@@ -75,8 +77,10 @@ def main(argv=None) -> int:
              f"Written by `{command.strip()}`. solve() with CP-SAT, {args.threads} threads, "
              f"limit {limit:g} s; wall = the whole call (bounds, warm start, search, checks). "
              f"Allowed: 1.1 x limit + 5 s = {allowed:g} s. Contiguous placement, the 1.5B "
-             f"model's costs. Machine: {platform.machine()}, {os.cpu_count()} cores, shared "
-             f"with other engineers' jobs during the run (wall times are upper estimates).", "",
+             f"model's costs. Machine: {platform.machine()}, {os.cpu_count()} cores, 1-minute "
+             f"load average {min(loads):.1f} to {max(loads):.1f} during the run"
+             + (" (other work shared the CPU: wall times are upper estimates)." if max(loads) > 1.5
+                else " (a quiet machine)."), "",
              "| p | m | cap | wall (s) | within | outcome |", "|---:|---:|---|---:|---|---|"]
     for r in rows:
         within = "yes" if r["wall"] <= allowed else "NO"
@@ -86,7 +90,9 @@ def main(argv=None) -> int:
     lines += ["", f"Median wall / limit: {walls[len(walls) // 2]:.2f}; "
                   f"largest: {walls[-1]:.2f}.", "",
               f"## compare at p=64, m=256, cap 2p: {compare_wall:.1f} s in all (target < 10 s)",
-              "", "Slowest methods (each includes evaluate() and the row's lower bound):", "",
+              "", "`compare()` in this one process (the command's `--jobs 2` default is timed in "
+              "results/compare.md). Slowest methods (each includes evaluate() and the row's "
+              "lower bound):", "",
               "| method | kind | seconds |", "|---|---|---:|"]
     lines += [f"| {r.method} | {r.kind} | {r.runtime:.1f} |" for r in slowest]
     Path(args.out).write_text("\n".join(lines) + "\n")
