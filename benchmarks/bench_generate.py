@@ -257,7 +257,8 @@ def main() -> None:
         lines.append(f"| **sum** | {totals['32old']:.2f} | {totals['32new']:.2f} | "
                      f"{totals['32old'] / totals['32new']:.1f}x | {totals['64old']:.2f} | "
                      f"{totals['64new']:.2f} | {totals['64old'] / totals['64new']:.1f}x |")
-    flags = (" --quick" if args.quick else "") + (" --skip-speed" if args.skip_speed else "")
+    flags = (" --quick" if args.quick else "") + (" --skip-speed" if args.skip_speed else "") \
+        + (f" --repeats {args.repeats}" if args.repeats != 3 else "")
     lines += ["", f"Command: `python benchmarks/bench_generate.py --base {args.base}{flags}`", ""]
     Path(args.out).write_text("\n".join(lines))
     print("\n".join(lines))
