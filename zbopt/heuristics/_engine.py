@@ -270,8 +270,7 @@ class _Greedy:
                     if a <= soon:
                         if inflight is not None and k - nb[s] >= inflight[s]:
                             continue
-                        if level[d] + (mb_[s] + (later[s] + reserve[d]) if reserving[s]
-                                       else need_f[s]) > limit[d]:
+                        if not f_fits(d, s):
                             f_blocked = True
                             continue
                         if fs < 0 or k < fk:
