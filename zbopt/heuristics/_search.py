@@ -38,34 +38,46 @@ def best_of(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcom
     point failed); `needed` explains, when none fits, which cap would be needed. Candidates
     stop once one's estimate reaches `enough` (a lower bound: nothing after it is shorter).
     """
+    keep = FINALISTS if instance.num_passes < LARGE else 1
+    return chosen(instance, simulated(candidates, keep, enough), keep, method, needed)
+
+
+def simulated(candidates: Iterable[Callable[[], _engine.Outcome | None]], keep: int,
+              enough: float = -math.inf) -> dict[tuple, float]:
+    """The candidates' distinct orders and their estimates, in the order they came. A
+    candidate whose estimate must exceed the `keep`-th best so far can never be among the
+    `keep` best, so its simulation stops as soon as that is certain (_engine.bounded): the
+    `keep` best are those of running every candidate to its end. Candidates stop once one's
+    estimate reaches `enough`."""
     outcomes: dict[tuple, float] = {}
-    # A candidate whose estimate must exceed the k-th best so far can never be among the k
-    # kept below, so its simulation stops as soon as that is certain (_engine.bounded).
     cutoff = math.inf
     for make in candidates:
         with _engine.bounded(cutoff):
             outcome = make()
         if outcome is not None and outcome.orders not in outcomes:
             outcomes[outcome.orders] = outcome.estimate
-            size = sum(len(order) for order in outcome.orders)
-            keep = FINALISTS if size < LARGE else 1
             if len(outcomes) >= keep:
                 cutoff = sorted(outcomes.values())[keep - 1]
             if outcome.estimate <= enough:
                 break
+    return outcomes
+
+
+def chosen(instance: Instance, outcomes: dict[tuple, float], count: int, method: str,
+           needed: Callable[[], str]) -> Schedule:
+    """Of the `count` best estimates (the first of equal ones), the one with the smallest
+    evaluate() span within the cap; from LARGE passes on, the best estimate as is."""
     if not outcomes:
         raise ZboptError(f"{method}: no schedule of this method fits the memory cap "
                          f"{_describe(instance.cap)}; {needed()}")
-    size = sum(len(order) for order in next(iter(outcomes)))
-    ranked = sorted(outcomes.items(), key=lambda kv: kv[1])[:FINALISTS if size < LARGE else 1]
-    if size >= LARGE:
+    ranked = sorted(outcomes.items(), key=lambda kv: kv[1])[:count]
+    if instance.num_passes >= LARGE:
         # One finalist, nothing left to compare: whoever uses the schedule judges it with
         # evaluate() (compare, the CLI), and a second evaluate() here would double the time.
-        orders = ranked[0][0]
-        return Schedule(tuple(tuple((q,) for q in order) for order in orders), method)
+        return _schedule(ranked[0][0], method)
     best: tuple[float, Schedule] | None = None
     for orders, _ in ranked:
-        schedule = Schedule(tuple(tuple((q,) for q in order) for order in orders), method)
+        schedule = _schedule(orders, method)
         timeline = evaluate(instance, schedule)
         if not timeline.fits_cap:
             continue  # cannot happen for simulator output; evaluate() has the last word
@@ -75,6 +87,10 @@ def best_of(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcom
         raise ZboptError(f"{method}: no schedule of this method fits the memory cap "
                          f"{_describe(instance.cap)}; {needed()}")
     return best[1]
+
+
+def _schedule(orders, method: str) -> Schedule:
+    return Schedule(tuple(tuple((q,) for q in order) for order in orders), method)
 
 
 def _describe(caps: Sequence[float] | None) -> str:

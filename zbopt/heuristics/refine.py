@@ -12,15 +12,14 @@ from typing import Callable, Iterable
 
 from ..instance import Instance
 from ..schedule import Schedule, evaluate
-from . import _engine, local_search
-from ._search import best_of
+from . import _engine, _search, local_search
 from .sink_placement import place_sinks
 
 THRESHOLDS = (0.5, 0.75, 1.0)  # sink placements tried (waits, in multiples of the sink's time)
 SEARCHED = 2  # candidates that go through the local search, the shortest first
 SINK_LIMIT = 6_000  # passes from which sink placement is skipped (its simulation grows fastest)
 ROUNDS = 2
-FINALISTS = 2  # greedy outcomes (best estimates) refined besides the one best_of() picks ...
+FINALISTS = 2  # greedy outcomes (best estimates) refined besides the one _search.chosen() picks ...
 # ... on instances of fewer than FEW passes: above, the best start alone refined to the best
 # schedule on 23 of 24 random V and interleaved instances at p=12-16, m=48-64 (the other lost
 # 0.26%)
@@ -104,40 +103,18 @@ def _judged(judge: _Judge, candidates: list[Schedule]) -> list[tuple[float, int,
     return sorted(judged, key=lambda x: x[:2])
 
 
-def _grid(candidates: Iterable[Callable[[], _engine.Outcome | None]],
-          keep: int) -> list[_engine.Outcome]:
-    """The candidates' outcomes; a simulation stops once its estimate is certain to exceed the
-    `keep`-th best distinct estimate so far (_engine.bounded), so the best `keep`, all that
-    refine_best() uses, are those of running every candidate to its end."""
-    outcomes: list[_engine.Outcome] = []
-    estimates: dict[tuple, float] = {}
-    cutoff = math.inf
-    for make in candidates:
-        with _engine.bounded(cutoff):
-            outcome = make()
-        if outcome is None:
-            continue
-        outcomes.append(outcome)
-        estimates.setdefault(outcome.orders, outcome.estimate)
-        if len(estimates) >= keep:
-            cutoff = sorted(estimates.values())[keep - 1]
-    return outcomes
-
-
 def refine_best(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcome | None]],
                 method: str, needed: Callable[[], str]) -> Schedule:
-    """best_of() over the greedy's candidates, refined; below FEW passes the next FINALISTS by
-    the simulator's estimate are refined too (a longer start often refines to a shorter schedule
-    there), and the shortest within the cap wins."""
+    """The best of the greedy's candidates (as _search.best_of() picks it), refined; below FEW
+    passes the next FINALISTS by the simulator's estimate are refined too (a longer start often
+    refines to a shorter schedule there), and the shortest within the cap wins."""
     finalists = FINALISTS if instance.num_passes < FEW else 0
-    outcomes = _grid(candidates, 1 + finalists)
-    best = best_of(instance, [lambda o=o: o for o in _leaders(outcomes, 1 + finalists)], method,
-                   needed)
+    outcomes = _search.simulated(candidates, 1 + finalists)
+    best = _search.chosen(instance, outcomes, 1 + finalists, method, needed)
     if instance.num_passes > local_search.OFF_ABOVE:
         return best
-    ranked = sorted(dict((o.orders, o.estimate) for o in outcomes).items(), key=lambda kv: kv[1])
-    pool = [best] + [Schedule(tuple(tuple((q,) for q in order) for order in orders), method)
-                     for orders, _ in ranked[:finalists]]
+    ranked = sorted(outcomes.items(), key=lambda kv: kv[1])
+    pool = [best] + [_search._schedule(orders, method) for orders, _ in ranked[:finalists]]
     total = TOTAL if instance.num_passes < FEW else TOTAL_LARGE
     allowance = local_search.Allowance(min(MOST, total // max(1, instance.num_passes)))
     judge = _Judge(instance)
@@ -148,12 +125,3 @@ def refine_best(instance: Instance, candidates: Iterable[Callable[[], _engine.Ou
         if span < math.inf:
             judged.append((span, len(judged), refined))
     return min(judged, key=lambda x: x[:2])[2]
-
-
-def _leaders(outcomes: list[_engine.Outcome], keep: int) -> list[_engine.Outcome]:
-    """The outcomes with the `keep` best distinct estimates (the only ones _grid() ran to their
-    end for sure; the estimate of a simulator order is its evaluate() span)."""
-    distinct: dict[tuple, _engine.Outcome] = {}
-    for outcome in outcomes:  # the first of equal orders, ties in the order they came
-        distinct.setdefault(outcome.orders, outcome)
-    return sorted(distinct.values(), key=lambda o: o.estimate)[:keep]
