@@ -362,30 +362,37 @@ def test_bad_plan_arguments(capsys, argv, fragment):
     assert fragment in err and "\n" not in err
 
 
-def test_polish_only_returns_shorter_schedules_within_the_cap():
-    """Local search on the greedy's schedules of tight random splits: whatever polish returns is
-    valid, within the cap, evaluated afresh, and shorter; and it does shorten some of them."""
-    rng = random.Random(8)
-    shorter = 0
-    for _ in range(12):
-        model = _tight_model(rng, rng.randint(3, 5), rng.randint(6, 12))
-        for sizes in itertools.islice(_partitions(model.num_layers, model.devices), 2):
+def _greedy_on_tight_splits(rng: random.Random, models: int, devices: tuple[int, int],
+                            microbatches: tuple[int, int], splits: int):
+    """zb-greedy's Result on the first `splits` splits of each of `models` random tight models
+    (p and m drawn from the ranges given), where the split is feasible and the greedy fits."""
+    for _ in range(models):
+        model = _tight_model(rng, rng.randint(*devices), rng.randint(*microbatches))
+        for sizes in itertools.islice(_partitions(model.num_layers, model.devices), splits):
             try:
                 instance = model.instance(sizes)
             except ZboptError:
                 continue
             timeline = evaluate(instance, get_method("zb-greedy").generate(instance))
-            if not timeline.fits_cap:
-                continue
-            base = Result("zb-greedy", "heuristic", "heuristic", instance, timeline)
-            better = polish(base, deadline=math.inf)
-            if better is None:
-                continue
-            again = evaluate(instance, better.schedule)
-            assert again.fits_cap and again.span == pytest.approx(better.span)
-            assert better.span < base.span and better.method == "zb-greedy+local-search"
-            assert pipeline_bound(instance) <= better.span + 1e-9
-            shorter += 1
+            if timeline.fits_cap:
+                yield Result("zb-greedy", "heuristic", "heuristic", instance, timeline)
+
+
+def test_polish_only_returns_shorter_schedules_within_the_cap():
+    """Local search on the greedy's schedules of tight random splits: whatever polish returns is
+    valid, within the cap, evaluated afresh, and shorter; and it does shorten some of them."""
+    rng = random.Random(8)
+    shorter = 0
+    for base in _greedy_on_tight_splits(rng, 12, (3, 5), (6, 12), splits=2):
+        instance = base.instance
+        better = polish(base, deadline=math.inf)
+        if better is None:
+            continue
+        again = evaluate(instance, better.schedule)
+        assert again.fits_cap and again.span == pytest.approx(better.span)
+        assert better.span < base.span and better.method == "zb-greedy+local-search"
+        assert pipeline_bound(instance) <= better.span + 1e-9
+        shorter += 1
     assert shorter >= 1
 
 
@@ -397,16 +404,8 @@ def test_policy_search_only_returns_shorter_schedules_within_the_cap():
     device)."""
     rng = random.Random(0)
     shorter = 0
-    for _ in range(6):
-        model = _tight_model(rng, rng.randint(4, 6), rng.randint(8, 16))
-        try:
-            instance = model.instance(next(_partitions(model.num_layers, model.devices)))
-        except ZboptError:
-            continue
-        timeline = evaluate(instance, get_method("zb-greedy").generate(instance))
-        if not timeline.fits_cap:
-            continue
-        base = Result("zb-greedy", "heuristic", "heuristic", instance, timeline)
+    for base in _greedy_on_tight_splits(rng, 6, (4, 6), (8, 16), splits=1):
+        instance = base.instance
         better = policy_search(base, deadline=math.inf)  # ends when its climbs stall
         if better is None:
             continue
