@@ -118,12 +118,10 @@ def search(result: Result, deadline: float, seed: int = 0) -> Optional[Result]:
                 if found < best_value:
                     best_value, best_policy, best_outcome, improved = found, candidate, outcome, True
         stale = 0 if improved else stale + 1
-    schedule = Schedule(tuple(tuple((q,) for q in order) for order in best_outcome.orders))
+    method = "zb-greedy" + SUFFIX
+    schedule = Schedule(tuple(tuple((q,) for q in order) for order in best_outcome.orders), method)
     timeline = evaluate(instance, schedule)
     if not timeline.fits_cap or timeline.span >= result.span * (1 - 1e-9):
         return None
-    method = "zb-greedy" + SUFFIX
-    schedule = replace(schedule, method=method)
     return replace(result, method=method, kind="heuristic", status="heuristic",
-                   timeline=evaluate(instance, schedule),
-                   runtime=result.runtime + time.perf_counter() - began)
+                   timeline=timeline, runtime=result.runtime + time.perf_counter() - began)
