@@ -176,7 +176,7 @@ def _enumerate(items: list[Item], capacity: float) -> float:
     return best
 
 
-def _capacity(instance: Instance, device: int) -> float:
+def activation_capacity(instance: Instance, device: int) -> float:
     """Activation memory device d may hold (cap less static memory); inf when uncapped."""
     if instance.cap is None:
         return math.inf
@@ -197,7 +197,7 @@ def ramp_idle(instance: Instance, device: int) -> float:
     """
     stages = _device_stages(instance)[device]
     wait = min(round_trip(instance, _first_stage_on_device(instance, s), s) for s in stages)
-    capacity = _capacity(instance, device)
+    capacity = activation_capacity(instance, device)
     forwards = [(instance.m_b[s], instance.t_f[s], _count(instance, s)) for s in stages]
     busy = knapsack_max(forwards, capacity) if math.isfinite(capacity) \
         else sum(v * n for _, v, n in forwards)
@@ -218,7 +218,7 @@ def drain_idle(instance: Instance, device: int) -> float:
     W passes already pending; with F(s, j) started, all of them fit under the cap together.
     """
     stages = _device_stages(instance)[device]
-    capacity = _capacity(instance, device)
+    capacity = activation_capacity(instance, device)
     best = math.inf
     # F(s, j) of an earlier stage of d on the chain precedes F(s', j) of the later one, so the
     # last F of d belongs to d's last stage on some chain
@@ -373,7 +373,7 @@ def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
     and with z's memory it all fits under the cap. The LP over those states bounds the work
     they leave from above, so the rest of the path is idle.
     """
-    capacity = _capacity(instance, device)
+    capacity = activation_capacity(instance, device)
     if not math.isfinite(capacity):
         return 0.0
     chain = _chain_sums(instance)[stage][0]
@@ -395,7 +395,7 @@ def _forwards_exceed_cap(instance: Instance, device: int, stage: int) -> bool:
     starts after the device's first B, and the ramp and drain windows are disjoint."""
     chain = instance.chain_of_stage(stage)
     upto = [u for u in chain[:chain.index(stage) + 1] if instance.device_of(u) == device]
-    return sum(_count(instance, u) * instance.m_b[u] for u in upto) > _capacity(instance, device) + 1e-9
+    return sum(_count(instance, u) * instance.m_b[u] for u in upto) > activation_capacity(instance, device) + 1e-9
 
 
 def device_bound(instance: Instance, device: int, with_drain: bool = True,
@@ -409,7 +409,7 @@ def device_bound(instance: Instance, device: int, with_drain: bool = True,
         return load + ramp
     drain = drain_idle(instance, device)
     all_forwards = sum(instance.m_b[s] * _count(instance, s) for s in _device_stages(instance)[device])
-    if all_forwards > _capacity(instance, device) + 1e-9:
+    if all_forwards > activation_capacity(instance, device) + 1e-9:
         # some forward must start after the first B, so the two windows are disjoint
         best = load + ramp + drain
     else:
@@ -533,7 +533,7 @@ def w_deferral_idle(instance: Instance, device: int, stage: int) -> float:
     """
     if len(instance.chains) != 1:
         return 0.0
-    capacity = _capacity(instance, device)
+    capacity = activation_capacity(instance, device)
     if not math.isfinite(capacity):
         return 0.0
     stages, forward, backward = _chain_sums(instance)[stage]
@@ -622,7 +622,7 @@ def _wave_setting(instance: Instance, j: int, downstream: tuple[float, int] | No
 
 def _forward_limit(instance: Instance, device: int) -> int:
     """How many forwards of a one-stage device fit under its cap before any memory is freed."""
-    capacity, m_b, m = _capacity(instance, device), instance.m_b[device], instance.microbatches
+    capacity, m_b, m = activation_capacity(instance, device), instance.m_b[device], instance.microbatches
     if not math.isfinite(capacity) or m_b <= 0:
         return m
     return min(m, math.floor(capacity / m_b + 1e-9))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..bounds import round_trip
+from ..bounds import activation_capacity, round_trip
 from ..instance import Instance
 from .memory_bound import applies, held_count
 
@@ -46,8 +46,7 @@ def device_relaxation(instance: Instance, device: int, time_limit: float,
     p, m, e = scaled.devices, scaled.microbatches, device
     wait = [int(round(round_trip(scaled, d, d))) for d in range(p)]
     trip = [wait[d] + int(scaled.t_b[d]) for d in range(p)]
-    rooms = [math.inf if scaled.cap is None else scaled.cap[d] - scaled.static_memory[d]
-             for d in range(p)]
+    rooms = [activation_capacity(scaled, d) for d in range(p)]
     held = [held_count(rooms[d], scaled.m_b[d], m) for d in range(p)]
     t_f, t_b, t_w = (int(x) for x in (scaled.t_f[e], scaled.t_b[e], scaled.t_w[e]))
     horizon = m * (sum(trip) + t_f + t_b + t_w) + sum(int(x) for x in scaled.t_w)
@@ -128,8 +127,7 @@ def relaxation_bound(instance: Instance, deadline: float, threads: int = 1) -> f
         return 0.0
     best = 0.0
     m = instance.microbatches
-    held = [held_count(math.inf if instance.cap is None else
-                       instance.cap[d] - instance.static_memory[d], instance.m_b[d], m)
+    held = [held_count(activation_capacity(instance, d), instance.m_b[d], m)
             for d in range(instance.devices)]
     order = sorted(range(instance.devices), key=lambda d: (held[d], -d))
     for index, device in enumerate(order):

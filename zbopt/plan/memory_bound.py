@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..bounds import drain_idle, ramp_idle, round_trip
+from ..bounds import activation_capacity, drain_idle, ramp_idle, round_trip
 from ..instance import Instance
 
 EPS = 1e-9
@@ -102,15 +102,9 @@ def start_chain(m: int, step: float, rules: Sequence[tuple[int, float]]) -> floa
     return starts[-1]
 
 
-def _room(instance: Instance, d: int) -> float:
-    if instance.cap is None:
-        return math.inf
-    return instance.cap[d] - instance.static_memory[d]
-
-
 def _idle(instance: Instance, d: int) -> float:
     ramp, drain = ramp_idle(instance, d), drain_idle(instance, d)
-    if instance.m_b[d] * instance.microbatches > _room(instance, d) + EPS:
+    if instance.m_b[d] * instance.microbatches > activation_capacity(instance, d) + EPS:
         return ramp + drain  # some F starts after the first B: the two waits are disjoint
     return max(ramp, drain)
 
@@ -128,7 +122,7 @@ def pipeline_bound(instance: Instance) -> float:
         return 0.0
     p, m = instance.devices, instance.microbatches
     trip = [round_trip(instance, d, d) + instance.t_b[d] for d in range(p)]
-    rooms = [_room(instance, d) for d in range(p)]
+    rooms = [activation_capacity(instance, d) for d in range(p)]
     counts = [held_count(rooms[d], instance.m_b[d], m) for d in range(p)]
     best = 0.0
     for e in range(p):

@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 from typing import Optional
 
+from ..bounds import activation_capacity
 from ..heuristics import _engine
 from ..heuristics.zb_greedy import W_FILLS, budgeted, grid, wave_policies
 from ..instance import Instance
@@ -38,7 +39,7 @@ def _limits(instance: Instance) -> tuple[int, ...]:
     m = instance.microbatches
     if instance.cap is None:
         return (m,) * instance.devices
-    return tuple(max(1, held_count(instance.cap[d] - instance.static_memory[d], instance.m_b[d], m))
+    return tuple(max(1, held_count(activation_capacity(instance, d), instance.m_b[d], m))
                  for d in range(instance.devices))
 
 
