@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from peer import package_at
+
 ROOT = Path(__file__).resolve().parents[1]
 COSTS = {"t_f": 5, "t_b": 6, "t_w": 4, "comm": 1, "m_b": 1, "m_w": 0.5}
 TARGET = 10.0
@@ -45,16 +47,6 @@ def cli(path: Path, *extra: str, root: Path = ROOT) -> tuple[float, float, str]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu, done.stdout
-
-
-def package_at(rev: str, folder: Path) -> Path:
-    """zbopt/ as it was at commit `rev`, in a folder of its own (git archive)."""
-    root = folder / f"at-{rev}"
-    root.mkdir()
-    archive = subprocess.run(["git", "archive", rev, "zbopt"], cwd=ROOT, check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
-    return root
 
 
 def split(p: int, cap: str) -> list[tuple[str, float, float, float]]:

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from peer import package_at
 
 from zbopt.instance import default_instance_path, load_instance
 from zbopt.registry import methods
@@ -90,20 +91,8 @@ WHOLE = [False]  # --before-whole: the earlier commit's whole package, not only 
 
 def before_tree(rev: str, folder: Path) -> Path:
     """A copy of zbopt with zbopt/serve/ (with --before-whole: every file of zbopt/) as it was
-    at `rev` (read with git show)."""
-    root = folder / "before"
-    part = "zbopt" if WHOLE[0] else "zbopt/serve"
-    shutil.copytree(ROOT / "zbopt", root / "zbopt",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.rmtree(root / part)
-    names = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, part], cwd=ROOT,
-                           check=True, capture_output=True, text=True).stdout.split()
-    for name in names:
-        target = root / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(subprocess.run(["git", "show", f"{rev}:{name}"], cwd=ROOT, check=True,
-                                          capture_output=True).stdout)
-    return root
+    at `rev`."""
+    return package_at(rev, folder, "zbopt" if WHOLE[0] else "zbopt/serve")
 
 
 # ----- startup -------------------------------------------------------------------------------
