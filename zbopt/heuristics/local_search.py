@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..instance import Instance, within_cap
 from ..passes import dependencies, memory_delta, neighbours, stage_lag
@@ -241,17 +241,23 @@ def improve_orders(instance: Instance, orders: Sequence[Sequence[Pass]],
 
 
 def improve(instance: Instance, schedule: Schedule, budget: int = BUDGET,
-            allowance: Allowance | None = None) -> Schedule:
+            allowance: Allowance | None = None,
+            span_of: Callable[[Schedule], float] | None = None) -> Schedule:
     """`schedule` improved by local search, judged by evaluate(): never a longer span, never over
-    the cap. Schedules with blocks (several passes in one item) are returned as they are."""
+    the cap. Schedules with blocks (several passes in one item) are returned as they are.
+    `span_of`: the evaluate() span of a schedule, inf over the cap (default: evaluate() it),
+    for a caller that has judged some schedules already."""
     if instance.num_passes > OFF_ABOVE or any(len(item) != 1 for order in schedule.orders
                                               for item in order):
         return schedule  # too large to search here (evaluate() alone would double the time)
-    before = evaluate(instance, schedule)
+    span_of = span_of or (lambda s: _span_within_cap(instance, s))
+    before = span_of(schedule)
     orders = improve_orders(instance, [[item[0] for item in order] for order in schedule.orders],
                             budget, allowance)
     candidate = Schedule(tuple(tuple((q,) for q in order) for order in orders), schedule.method)
-    after = evaluate(instance, candidate)
-    if after.fits_cap and (after.span < before.span or not before.fits_cap):
-        return candidate
-    return schedule
+    return candidate if span_of(candidate) < before else schedule
+
+
+def _span_within_cap(instance: Instance, schedule: Schedule) -> float:
+    timeline = evaluate(instance, schedule)
+    return timeline.span if timeline.fits_cap else math.inf

@@ -63,12 +63,9 @@ def refine(instance: Instance, schedule: Schedule,
         judged = _judged(judge, [best] + _sink_placements(instance, best))
         improved = False
         for candidate_span, _, candidate in judged[:SEARCHED]:
-            orders = local_search.improve_orders(instance, _orders(candidate), allowance=allowance)
-            searched = Schedule(tuple(tuple((q,) for q in order) for order in orders),
-                                candidate.method)
-            searched_span = judge(searched)
-            if searched_span < candidate_span:
-                candidate, candidate_span = searched, searched_span
+            candidate = local_search.improve(instance, candidate, allowance=allowance,
+                                             span_of=judge)
+            candidate_span = judge(candidate)
             if candidate_span < best_span:
                 best, best_span, improved = candidate, candidate_span, True
         if not improved:
@@ -76,14 +73,10 @@ def refine(instance: Instance, schedule: Schedule,
     return best
 
 
-def _orders(schedule: Schedule) -> list[list[tuple[int, int, str]]]:
-    return [[item[0] for item in order] for order in schedule.orders]
-
-
 def _sink_placements(instance: Instance, schedule: Schedule) -> list[Schedule]:
     if instance.num_passes > SINK_LIMIT:
         return []
-    orders = _orders(schedule)
+    orders = [[item[0] for item in order] for order in schedule.orders]
     out = []
     for threshold in THRESHOLDS:
         placed = place_sinks(instance, orders, threshold)
