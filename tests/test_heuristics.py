@@ -317,10 +317,26 @@ def test_bounded_run_is_the_full_run_or_certainly_above_the_bound(instance, v, s
             assert cut == full  # a bound at or above its estimate never stops a run
 
 
+def test_simulate_is_run_within_its_own_bound():
+    # the engine's one-call surface (zbopt.plan.policy_search uses it): a topology reused, the
+    # instance's cap, and a bound that replaces an enclosing one
+    instance = Instance(devices=4, microbatches=8, t_f=[3, 4, 3, 5], t_b=4, t_w=2, comm=1,
+                        m_b=2, m_w=1, memory_cap="1.5p")
+    top = _engine.Topology(instance)
+    for policy in zb.grid(instance)[:4]:
+        full = _engine.run(instance, instance.cap, policy)
+        assert full is not None and full.estimate > 0
+        assert _engine.simulate(instance, policy, top) == full
+        with _engine.bounded(0.0):
+            assert _engine.simulate(instance, policy, top) == full
+        assert _engine.simulate(instance, policy, top, bound=full.estimate) == full
+        assert _engine.simulate(instance, policy, top, bound=0.5 * full.estimate) is None
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instance=instances(max_p=5))
 def test_replay_refuses_orders_over_the_cap_before_simulating(instance):
-    top = _engine._Topology(instance)
+    top = _engine.Topology(instance)
     for name in ("zb-h1", "zb-h2"):
         orders = [[item[0] for item in order] for order in generate(name, instance).orders]
         fits = evaluate(instance, Schedule.build(orders)).fits_cap

@@ -7,6 +7,11 @@ numbers users see always come from `evaluate()` on the returned orders.
 
 Passes of one kind on one stage run in micro-batch order (docs/model.md, symmetry), so a device only
 ever chooses between the next F, the next B of each of its stages and its oldest pending W.
+
+Its surface for other modules: `Policy`, `Outcome`, `Topology`, `run()`, `replay()`, `bounded()`
+and `simulate()` (one policy on an instance within its cap, a topology reused, pruned by a span
+bound); names starting with `_` are the simulator's own. (The `_` of the module's name only
+keeps the registry from importing it as a method module.)
 """
 
 from __future__ import annotations
@@ -79,8 +84,11 @@ class Outcome:
     estimate: float
 
 
-class _Topology:
-    """Stage neighbours, costs and memory of an instance, as flat lists for the hot loop."""
+class Topology:
+    """Stage neighbours, costs and memory of an instance, as flat lists for the hot loop.
+
+    It depends on the instance only (not on caps or policy): build it once and pass it to
+    every run(), replay() or simulate() of that instance."""
 
     def __init__(self, instance: Instance):
         self.instance = instance
@@ -132,24 +140,34 @@ class _Topology:
 
 
 def run(instance: Instance, caps: Sequence[float] | None, policy: Policy,
-        topology: _Topology | None = None) -> Outcome | None:
+        topology: Topology | None = None) -> Outcome | None:
     """Simulate the greedy under `policy`; None if it gets stuck (not seen with a feasible cap,
     see tests/test_heuristics.py; the grid just skips such a point)."""
-    top = topology or _Topology(instance)
+    top = topology or Topology(instance)
     return _Greedy(instance, top, caps, policy).go()
 
 
 def replay(instance: Instance, caps: Sequence[float] | None,
-           orders: Sequence[Sequence[Pass]], topology: _Topology | None = None) -> Outcome | None:
+           orders: Sequence[Sequence[Pass]], topology: Topology | None = None) -> Outcome | None:
     """Rank a fixed per-device order (e.g. ZB-H1) with the same simulator; None if it goes over
     a cap or runs a stage's passes out of micro-batch order (not a candidate then)."""
-    top = topology or _Topology(instance)
+    top = topology or Topology(instance)
     if caps is not None and not _orders_fit(instance, top, caps, orders):
         return None  # the replay would stop at the F that goes over (memory follows the order)
     return _Greedy(instance, top, caps, Policy(), fixed=orders).go()
 
 
-def _orders_fit(instance: Instance, top: _Topology, caps: Sequence[float],
+def simulate(instance: Instance, policy: Policy, topology: Topology | None = None,
+             bound: float = math.inf) -> Outcome | None:
+    """Simulate the greedy under `policy` on `instance` within its own cap (`instance.cap`),
+    reusing `topology` (Topology(instance)) when given; run() within `bounded(bound)`, so None
+    also when the span estimate is certain to exceed `bound` (the default, infinite, runs to the
+    end whatever bound an enclosing block set)."""
+    with bounded(bound):
+        return run(instance, instance.cap, policy, topology)
+
+
+def _orders_fit(instance: Instance, top: Topology, caps: Sequence[float],
                 orders: Sequence[Sequence[Pass]]) -> bool:
     """Whether every F of the fixed orders fits its device's cap, with the levels summed in
     the order the replay sums them (a device's level changes only with its own passes)."""
@@ -168,7 +186,7 @@ class _Greedy:
     """One simulation. The hot loop (`go`) works on local names and closures: a method call and
     an attribute look-up per pass and candidate were most of its time on large instances."""
 
-    def __init__(self, instance: Instance, top: _Topology, caps, policy: Policy, fixed=None):
+    def __init__(self, instance: Instance, top: Topology, caps, policy: Policy, fixed=None):
         self.top = top
         self.policy = policy
         p, S = top.p, top.stages
@@ -412,3 +430,7 @@ class _Greedy:
             self.wq[d].remove((s, k))
         queue.popleft()
         return (s, k, kind)
+
+
+# The class's former name, still used by tests (tests/test_audit.py, tests/test_plan.py).
+_Topology = Topology

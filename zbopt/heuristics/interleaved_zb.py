@@ -78,7 +78,7 @@ def interleaved_schedule(instance: Instance, method: str) -> Schedule:
     if instance.cap is not None and any(c + 1e-9 < n for c, n in zip(instance.cap, need)):
         raise ZboptError(f"{method}: no schedule fits the memory cap {instance.memory_cap!r}; "
                          f"{needed()}")
-    top = _engine._Topology(instance)
+    top = _engine.Topology(instance)
     policies = grid(instance)
     if len(policies) * instance.num_passes > SIMULATION_BUDGET:
         policies = policies[:max(MIN_POLICIES, SIMULATION_BUDGET // instance.num_passes)]

@@ -66,7 +66,7 @@ def v_schedule(instance: Instance, method: str) -> Schedule:
     if caps is not None and any(c + 1e-9 < n for c, n in zip(caps, need)):
         raise ZboptError(f"{method}: no schedule of this method fits the memory cap "
                          f"{instance.memory_cap!r}; {needed()}")
-    top = _engine._Topology(instance)
+    top = _engine.Topology(instance)
     policies = grid(instance)
     if len(policies) * instance.num_passes > SIMULATION_BUDGET:
         policies = policies[:max(MIN_POLICIES, SIMULATION_BUDGET // instance.num_passes)]

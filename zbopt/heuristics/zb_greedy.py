@@ -174,7 +174,7 @@ def zb_schedule(instance: Instance, method: str) -> Schedule:
 
 def _search_grid(instance: Instance, method: str) -> Schedule:
     caps = instance.cap
-    top = _engine._Topology(instance)
+    top = _engine.Topology(instance)
     # The grid's first point runs first: its estimate prunes a wave setting that goes badly
     # (in-flight limits that serialise the pipeline: 25 times the span at p=64, m=256 with
     # comm) early in its simulation, instead of at its end (_engine.bounded).

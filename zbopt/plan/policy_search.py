@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Optional
 
 from ..bounds import activation_capacity
-from ..heuristics import _engine
+from ..heuristics._engine import Outcome, Policy, Topology, simulate
 from ..heuristics.zb_greedy import W_FILLS, budgeted, grid, wave_policies
 from ..instance import Instance
 from ..result import Result
@@ -43,7 +43,7 @@ def _limits(instance: Instance) -> tuple[int, ...]:
                  for d in range(instance.devices))
 
 
-def _normalised(policy: _engine.Policy, instance: Instance) -> _engine.Policy:
+def _normalised(policy: Policy, instance: Instance) -> Policy:
     """The same policy with a W rule per device and a limit per stage (so each can mutate)."""
     p = instance.devices
     fill = policy.w_fill if isinstance(policy.w_fill, tuple) else (policy.w_fill,) * p
@@ -53,8 +53,8 @@ def _normalised(policy: _engine.Policy, instance: Instance) -> _engine.Policy:
                    inflight=tuple(max(1, min(a, b)) for a, b in zip(inflight, limits)))
 
 
-def _mutate(policy: _engine.Policy, limits: tuple[int, ...], rng: random.Random,
-            moves: int) -> _engine.Policy:
+def _mutate(policy: Policy, limits: tuple[int, ...], rng: random.Random,
+            moves: int) -> Policy:
     fill, inflight, b_first = list(policy.w_fill), list(policy.inflight), policy.b_first
     p = len(fill)
     for _ in range(moves):
@@ -77,12 +77,11 @@ def search(result: Result, deadline: float, seed: int = 0) -> Optional[Result]:
     if instance.placement != "contiguous" or instance.overlap or result.timeline is None:
         return None
     began = time.perf_counter()
-    top = _engine._Topology(instance)
+    top = Topology(instance)
     limits = _limits(instance)
 
-    def estimate(policy: _engine.Policy, cutoff: float) -> tuple[float, Optional[_engine.Outcome]]:
-        with _engine.bounded(cutoff):
-            outcome = _engine.run(instance, instance.cap, policy, top)
+    def estimate(policy: Policy, cutoff: float) -> tuple[float, Optional[Outcome]]:
+        outcome = simulate(instance, policy, top, bound=cutoff)
         return (math.inf, None) if outcome is None else (outcome.estimate, outcome)
 
     starts = []
