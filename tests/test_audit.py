@@ -108,7 +108,7 @@ def test_every_greedy_grid_point_keeps_the_cap_when_re_evaluated(case):
     """The engine's own admission is checked by evaluate(), not by its own bookkeeping (a cap
     test that left out the F being admitted went unnoticed before)."""
     _, instance, policies = case
-    top = _engine._Topology(instance)
+    top = _engine.Topology(instance)
     ran = 0
     for policy in policies:
         outcome = _engine.run(instance, instance.cap, policy, top)

@@ -196,7 +196,7 @@ def test_memory_aware_bounds_hold_for_random_valid_schedules():
             bound = max(_coupled_bounds(model, table, sizes))
             spans = [r.span for r in (run(name, instance) for name in schedule_methods("contiguous"))
                      if r.fits()]
-            top = _engine._Topology(instance)
+            top = _engine.Topology(instance)
             for _ in range(8):
                 outcome = _engine.run(instance, instance.cap, _random_policy(rng, instance), top)
                 if outcome is None:

@@ -430,7 +430,3 @@ class _Greedy:
             self.wq[d].remove((s, k))
         queue.popleft()
         return (s, k, kind)
-
-
-# The class's former name, still used by tests (tests/test_audit.py, tests/test_plan.py).
-_Topology = Topology
