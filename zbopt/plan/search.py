@@ -11,12 +11,14 @@ before anything is scheduled. The search then
 3. tunes the greedy's policies per device (zbopt.plan.policy_search) on the shortest schedules
    and the splits of least bound, for a share of the rest;
 4. polishes the shortest schedules with local search (zbopt.plan.polish) for a share of the rest;
-5. gives the rest of the time to the exact solver, first on the best partition, then on the
+5. with few micro-batches, raises the bounds of the listed splits below the best span with the
+   collision relaxation (zbopt.plan.collision_bound), least bound first, for a share of the rest;
+6. gives the rest of the time to the exact solver, first on the best partition, then on the
    partition with the lowest proven bound, raising that partition's bound or lowering the span;
    each run is warm-started from the split's best schedule so far.
 The bound over all partitions is the least of: the bound of every partition not listed (all at
 or above the listing threshold), and the proven bound of every partition listed (its own bound,
-or the solver's). Other placements: the same steps 1 and 5 around the baselines and a
+or the solver's). Other placements: the same steps 1 and 6 around the baselines and a
 load-balanced split, with a weaker bound over all partitions (the total load over p).
 """
 
@@ -44,6 +46,7 @@ from .bound import (
     segment_bounds,
     suffix_minmax,
 )
+from .collision_bound import MAX_MICROBATCHES, collision_bound
 from .device_bound import relaxation_bound
 from .memory_bound import pipeline_bound
 from .policy_search import search as policy_search
@@ -53,6 +56,7 @@ Progress = Callable[[dict], None]
 TOLERANCE = 1e-9
 POLICY_SHARE = 0.4  # of the time left after the heuristics: greedy policies tuned per device
 POLISH_SHARE = 0.3  # of the time left after that, before the solver
+COLLISION_SHARE = 0.3  # of the time left after that: collision bounds of the open splits
 POLISHED = 3  # schedules polished by local search
 RELAX_SHARE = 0.25  # of a solver run's time: the one-device relaxations first
 TUNED = 2  # splits given the policy search, by shortest span and again by least bound
@@ -266,6 +270,33 @@ class _Search:
                 self.offer(updated)
                 self.tell("policy search", placement=split.placement, sizes=list(split.sizes))
 
+    def collide(self, pending: list[Split], budget_end: float) -> list[Split]:
+        """The collision relaxation (zbopt.plan.collision_bound) on the listed splits whose bound
+        lies below the best span, least bound first, each given an even share of what is left;
+        the listed splits with their bounds raised."""
+        open_ = sorted((s for s in pending if s.bound < self.best.span * (1 - TOLERANCE)),
+                       key=lambda s: s.bound)
+        raised = {}
+        for index, split in enumerate(open_):
+            now = time.perf_counter()
+            if now >= budget_end:
+                break
+            instance = self.instance(split.placement, split.sizes)
+            if instance is None:
+                continue
+            key = (split.placement, split.sizes)
+            cached = self.cache.get(key)
+            upper = cached.span if cached is not None else math.inf
+            share = (budget_end - now) / (len(open_) - index)
+            value = collision_bound(instance, now + share, upper)
+            if value > split.bound:
+                raised[key] = value
+                if cached is not None:
+                    self.cache[key] = replace(cached, bound=max(cached.bound, value))
+                self.tell("collision bound", sizes=list(split.sizes), bound=value)
+        return [replace(s, bound=raised[(s.placement, s.sizes)])
+                if (s.placement, s.sizes) in raised else s for s in pending]
+
     def solve(self, split: Split, time_limit: float) -> Split:
         """The exact solver on one partition: a better schedule or a higher proven bound."""
         from ..solvers.api import PASSES_PER_SECOND, solve
@@ -456,6 +487,10 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         # a share of what is left (all of it without the solver) polishes the best schedules
         search.polish_best(time.perf_counter() + POLISH_SHARE * search.left() if exact
                            else search.deadline)
+        search.bound = overall()
+    if exact and model.microbatches <= MAX_MICROBATCHES and \
+            overall() < search.best.span * (1 - TOLERANCE):
+        pending = search.collide(pending, time.perf_counter() + COLLISION_SHARE * search.left())
         search.bound = overall()
     solved: set[tuple[str, tuple[int, ...]]] = set()
     # the exact solver: the best partition first, then the weakest proven bound below the span
