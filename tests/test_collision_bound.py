@@ -7,7 +7,7 @@ import random
 import time
 
 import pytest
-from test_plan import _partitions, _tight_model
+from test_plan import _partitions, _tight_model, llama_split
 
 from zbopt.bounds import best_lower_bound
 from zbopt.errors import ZboptError
@@ -72,17 +72,7 @@ def test_need_is_the_least_wait_that_keeps_the_passes_apart():
 
 def _llama_mid_split():
     """8 Llama-3-8B-shaped blocks on p=4, m=8 at the benchmark's mid cap, split (3, 2, 2, 3)."""
-    from zbopt.estimate import Accelerator, DecoderShape, estimate_model
-    from zbopt.plan import even_split
-    from zbopt.plan.bound import least_excess, segment_bounds
-
-    shape = DecoderShape(hidden=4096, heads=32, kv_heads=8, layers=8, ffn=14336, vocab=32000,
-                         gated_mlp=True, model_type="llama")
-    model = estimate_model(shape, 1, 2048, Accelerator(), devices=4, microbatches=8)
-    c_min = least_excess(segment_bounds(model.with_settings(memory_cap=1.0)))[0] + 1.0
-    even = model.instance(even_split(model))
-    c_1f1b = max(even.static_memory[d] + (4 - d) * even.m_b[d] for d in range(4))
-    return model.with_settings(memory_cap=c_min + 0.6 * (c_1f1b - c_min)).instance((3, 2, 2, 3))
+    return llama_split(32000, 8, 0.6, (3, 2, 2, 3))
 
 
 def test_collisions_raise_the_bound_of_a_memory_bound_llama_split():
@@ -134,16 +124,15 @@ def test_collision_bound_is_below_the_optimum():
     assert checked >= 10 and proven >= 6
 
 
-@pytest.mark.slow  # hundreds of schedules
+@pytest.mark.slow  # dozens of splits scheduled by every heuristic
 def test_collision_bound_holds_for_valid_schedules_of_larger_pipelines():
-    """p=4..5, m=8..12 under tight caps: no registered schedule within the cap is shorter."""
+    """p=4..5, m=7..10 under tight caps: no registered schedule within the cap is shorter."""
     rng = random.Random(9)
-    compared = 0
-    for _ in range(12):
+    compared = splits = 0
+    for _ in range(300):
         p = rng.randint(4, 5)
-        model = _tight_model(rng, p, rng.randint(8, 12))
-        options = list(_partitions(model.num_layers, p))
-        for sizes in rng.sample(options, min(2, len(options))):
+        model = _tight_model(rng, p, rng.randint(7, 10))
+        for sizes in _partitions(model.num_layers, p):
             try:
                 instance = model.instance(sizes)
             except ZboptError:
@@ -153,6 +142,11 @@ def test_collision_bound_holds_for_valid_schedules_of_larger_pipelines():
             if not spans:
                 continue
             value = collision_bound(instance, time.perf_counter() + 10, min(spans))
+            if value <= 0:
+                continue
             assert value <= min(spans) + 1e-6, (sizes, value, min(spans))
             compared += len(spans)
-    assert compared >= 40
+            splits += 1
+        if splits >= 15 and compared >= 40:
+            break
+    assert splits >= 15 and compared >= 40

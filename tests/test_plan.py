@@ -485,6 +485,22 @@ def test_device_relaxation_is_below_the_optimum():
     assert checked >= 10 and tight >= 3
 
 
+def llama_split(vocab: int, microbatches: int, share: float, sizes: tuple[int, ...]):
+    """8 Llama-3-8B-shaped blocks on p=4 (benchmarks/bench_plan.py's exhaustive and analogue
+    models) split into `sizes`, the cap `share` of the way from the least any split admits to
+    what 1F1B needs on the even split (the bench's tight cap is 0.25, its mid cap 0.6)."""
+    from zbopt.estimate import Accelerator, DecoderShape, estimate_model
+
+    shape = DecoderShape(hidden=4096, heads=32, kv_heads=8, layers=8, ffn=14336, vocab=vocab,
+                         gated_mlp=True, model_type="llama")
+    model = estimate_model(shape, 1, 2048, Accelerator(), devices=4, microbatches=microbatches)
+    table = segment_bounds(model.with_settings(memory_cap=1.0))
+    c_min = least_excess(table)[0] + 1.0
+    even = model.instance(even_split(model))
+    c_1f1b = max(even.static_memory[d] + (4 - d) * even.m_b[d] for d in range(4))
+    return model.with_settings(memory_cap=c_min + share * (c_1f1b - c_min)).instance(sizes)
+
+
 def test_device_relaxation_raises_the_bound_of_a_tight_llama_split():
     """An 8-block Llama-3-8B-shaped model on p=4, m=6 under a tight cap (the bench's analogue):
     on the split (2, 3, 3, 2) the middle devices hold two activations and few pending W, and
@@ -492,16 +508,7 @@ def test_device_relaxation_raises_the_bound_of_a_tight_llama_split():
     that must run before an F nor the collisions on the device) and below every valid schedule
     (CP-SAT proves 476,552 us optimal there in about 100 s: benchmarks/bench_plan.py
     --only analogues)."""
-    from zbopt.estimate import Accelerator, DecoderShape, estimate_model
-
-    shape = DecoderShape(hidden=4096, heads=32, kv_heads=8, layers=8, ffn=14336, vocab=128256,
-                         gated_mlp=True, model_type="llama")
-    model = estimate_model(shape, 1, 2048, Accelerator(), devices=4, microbatches=6)
-    table = segment_bounds(model.with_settings(memory_cap=1.0))
-    c_min = least_excess(table)[0] + 1.0
-    even = model.instance(even_split(model))
-    c_1f1b = max(even.static_memory[d] + (4 - d) * even.m_b[d] for d in range(4))
-    instance = model.with_settings(memory_cap=c_min + 0.25 * (c_1f1b - c_min)).instance((2, 3, 3, 2))
+    instance = llama_split(128256, 6, 0.25, (2, 3, 3, 2))
     exact = device_relaxation(instance, 1, 60)
     others = max(pipeline_bound(instance), best_lower_bound(instance)[1])
     assert exact > others * 1.05

@@ -108,7 +108,9 @@ def collision_relaxation(instance: Instance, device: int, time_limit: float,
     if not math.isfinite(upper):
         # one micro-batch at a time through the whole pipeline fits any feasible cap
         upper = m * (trip[0] + sum(instance.t_w))
-    top = upper - extra  # least V of a schedule no longer than `upper`; the optimum is below
+    # V of a schedule no longer than `upper` is at most this (the optimum's is); the slack keeps
+    # "no such V" (returned as `upper`) clear of HiGHS' tolerances
+    top = upper - extra + 1e-6 * max(1.0, upper)
     big = 2 * top + trip[e]
     with _stdout_silenced():
         h = highspy.Highs()

@@ -293,7 +293,7 @@ class _Search:
                 raised[key] = value
                 if cached is not None:
                     self.cache[key] = replace(cached, bound=max(cached.bound, value))
-                self.tell("collision bound", sizes=list(split.sizes), bound=value)
+                self.tell("collision bound", sizes=list(split.sizes), collision_bound=value)
         return [replace(s, bound=raised[(s.placement, s.sizes)])
                 if (s.placement, s.sizes) in raised else s for s in pending]
 
