@@ -7,7 +7,7 @@ import random
 import time
 
 import pytest
-from test_plan import _partitions, _tight_model, llama_split
+from test_plan import _partitions, _tight_model, llama_split, solved_where_raised
 
 from zbopt.bounds import best_lower_bound
 from zbopt.errors import ZboptError
@@ -15,7 +15,6 @@ from zbopt.plan.collision_bound import collision_bound, collision_relaxation, ne
 from zbopt.plan.memory_bound import pipeline_bound
 from zbopt.plan.search import schedule_methods
 from zbopt.registry import run
-from zbopt.solvers.api import solve
 
 
 def _least_wait(instance, e: int, delta: float, top: int = 14) -> float:
@@ -102,26 +101,11 @@ def test_collision_bound_is_below_the_optimum():
     """Never above CP-SAT's schedules (most proven optimal) of tight random splits where it lies
     above the other bounds (about one split in 40 here), also when the solver may run
     micro-batches out of order (symmetry off)."""
-    rng = random.Random(7)
-    checked = proven = 0
-    for _ in range(300):
-        model = _tight_model(rng, rng.randint(3, 4), rng.randint(4, 6))
-        for sizes in _partitions(model.num_layers, model.devices):
-            try:
-                instance = model.instance(sizes)
-            except ZboptError:
-                continue
-            value = collision_bound(instance, time.perf_counter() + 20)
-            if value <= max(pipeline_bound(instance), best_lower_bound(instance)[1]) + 1e-6:
-                continue
-            result = solve(instance, time_limit=120, threads=1, prove_with_bounds=False,
-                           symmetry=checked % 2 == 0)
-            assert value <= result.span + 1e-6, (sizes, value, result.span)
-            checked += 1
-            proven += result.status == "optimal"
-        if checked >= 10:
-            break
-    assert checked >= 10 and proven >= 6
+    found = solved_where_raised(random.Random(7),
+                                lambda instance: collision_bound(instance, time.perf_counter() + 20),
+                                (3, 4), (4, 6), 10, 120)
+    assert len(found) >= 10
+    assert sum(result.status == "optimal" for _, result in found) >= 6
 
 
 @pytest.mark.slow  # dozens of splits scheduled by every heuristic

@@ -43,10 +43,10 @@ dual bound still holds. tests/test_collision_bound.py checks it against CP-SAT o
 from __future__ import annotations
 
 import math
-import time
 
 from ..bounds import activation_capacity, round_trip
 from ..instance import Instance
+from .device_bound import best_over_devices
 from .memory_bound import applies, held_count
 
 # The programme has one binary per pair of micro-batches in flight together and per device
@@ -176,11 +176,6 @@ def collision_bound(instance: Instance, deadline: float, upper: float = math.inf
     devices = [d for d in range(p - 1) if 2 <= held[d] < m]
     trip = [round_trip(instance, d, d) + instance.t_b[d] for d in range(p)]
     devices.sort(key=lambda d: -trip[d] / held[d])
-    best = 0.0
-    for index, device in enumerate(devices):
-        left = deadline - time.perf_counter()
-        if left <= 0.05:
-            break
-        share = min(DEVICE_LIMIT, left / (len(devices) - index))
-        best = max(best, collision_relaxation(instance, device, share, upper))
-    return best
+    return best_over_devices(devices, deadline, DEVICE_LIMIT,
+                             lambda device, seconds: collision_relaxation(instance, device,
+                                                                          seconds, upper))

@@ -125,16 +125,24 @@ def relaxation_bound(instance: Instance, deadline: float, threads: int = 1) -> f
     left, at most DEVICE_LIMIT seconds."""
     if not applies(instance):
         return 0.0
-    best = 0.0
     m = instance.microbatches
     held = [held_count(activation_capacity(instance, d), instance.m_b[d], m)
             for d in range(instance.devices)]
     order = sorted(range(instance.devices), key=lambda d: (held[d], -d))
-    for index, device in enumerate(order):
+    return best_over_devices(order, deadline, DEVICE_LIMIT,
+                             lambda device, seconds: device_relaxation(instance, device, seconds,
+                                                                       threads))
+
+
+def best_over_devices(devices, deadline: float, limit: float, relax) -> float:
+    """The largest relax(device, seconds) over `devices`, in order, before `deadline`
+    (perf_counter), each given an even share of what is left and at most `limit` seconds."""
+    best = 0.0
+    for index, device in enumerate(devices):
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
-        share = min(DEVICE_LIMIT, left / (len(order) - index))
-        best = max(best, device_relaxation(instance, device, share, threads))
+        share = min(limit, left / (len(devices) - index))
+        best = max(best, relax(device, share))
     return best
 
