@@ -103,9 +103,9 @@ def test_collision_bound_is_below_the_optimum():
     micro-batches out of order (symmetry off)."""
     found = solved_where_raised(random.Random(7),
                                 lambda instance: collision_bound(instance, time.perf_counter() + 20),
-                                (3, 4), (4, 6), 10, 120)
-    assert len(found) >= 10
-    assert sum(result.status == "optimal" for _, result in found) >= 6
+                                (3, 4), (4, 6), 8, 60)
+    assert len(found) >= 8
+    assert sum(result.status == "optimal" for _, result in found) >= 5
 
 
 @pytest.mark.slow  # dozens of splits scheduled by every heuristic
