@@ -46,10 +46,9 @@ from __future__ import annotations
 
 import math
 
-from ..bounds import activation_capacity, round_trip
 from ..instance import Instance
 from .device_bound import best_over_devices
-from .memory_bound import applies, held_count
+from .memory_bound import applies, held_counts, round_trips
 
 # The programme has one binary per pair of micro-batches in flight together and per device
 # window after e. HiGHS proves about 200 of them in a few seconds (p=8, m=12: 3 s) and the time
@@ -98,10 +97,10 @@ def collision_relaxation(instance: Instance, device: int, time_limit: float,
     if not applies(instance) or time_limit <= 0:
         return 0.0
     p, m, e = instance.devices, instance.microbatches, device
-    held = [held_count(activation_capacity(instance, d), instance.m_b[d], m) for d in range(p)]
+    held = held_counts(instance)
     if e >= p - 1 or held[e] < 2:
         return 0.0
-    trip = [round_trip(instance, d, d) + instance.t_b[d] for d in range(p)]
+    trip = round_trips(instance)
     paths, windows = _windows(instance, e)
     last = paths[-1] + instance.t_f[p - 1] + instance.t_b[p - 1]
     if abs(last - trip[e]) > 1e-9 * max(1.0, trip[e]):
@@ -175,10 +174,8 @@ def collision_bound(instance: Instance, deadline: float, upper: float = math.inf
     first), each given an even share of what is left, at most DEVICE_LIMIT seconds."""
     if not applies(instance) or instance.microbatches > MAX_MICROBATCHES:
         return 0.0
-    p, m = instance.devices, instance.microbatches
-    held = [held_count(activation_capacity(instance, d), instance.m_b[d], m) for d in range(p)]
-    devices = [d for d in range(p - 1) if 2 <= held[d] < m]
-    trip = [round_trip(instance, d, d) + instance.t_b[d] for d in range(p)]
+    held, trip = held_counts(instance), round_trips(instance)
+    devices = [d for d in range(instance.devices - 1) if 2 <= held[d] < instance.microbatches]
     devices.sort(key=lambda d: -trip[d] / held[d])
     return best_over_devices(devices, deadline, DEVICE_LIMIT,
                              lambda device, seconds: collision_relaxation(instance, device,

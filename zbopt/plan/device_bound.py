@@ -30,7 +30,7 @@ import time
 
 from ..bounds import activation_capacity, round_trip
 from ..instance import Instance
-from .memory_bound import applies, held_count
+from .memory_bound import applies, held_count, held_counts
 
 
 def device_relaxation(instance: Instance, device: int, time_limit: float,
@@ -125,9 +125,7 @@ def relaxation_bound(instance: Instance, deadline: float, threads: int = 1) -> f
     left, at most DEVICE_LIMIT seconds."""
     if not applies(instance):
         return 0.0
-    m = instance.microbatches
-    held = [held_count(activation_capacity(instance, d), instance.m_b[d], m)
-            for d in range(instance.devices)]
+    held = held_counts(instance)
     order = sorted(range(instance.devices), key=lambda d: (held[d], -d))
     return best_over_devices(order, deadline, DEVICE_LIMIT,
                              lambda device, seconds: device_relaxation(instance, device, seconds,

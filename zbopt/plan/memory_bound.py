@@ -66,6 +66,18 @@ def held_count(room: float, need: float, limit: int) -> int:
     return max(0, min(limit, math.floor(room / need + EPS)))
 
 
+def held_counts(instance: Instance) -> list[int]:
+    """k_d of the module doc for every device: the most micro-batches it holds (m uncapped)."""
+    m = instance.microbatches
+    return [held_count(activation_capacity(instance, d), instance.m_b[d], m)
+            for d in range(instance.devices)]
+
+
+def round_trips(instance: Instance) -> list[float]:
+    """R_d of the module doc for every device: the least F(d, j) start to B(d, j) end."""
+    return [round_trip(instance, d, d) + instance.t_b[d] for d in range(instance.devices)]
+
+
 def window_work(m: int, t_f: float, t_b: float, t_w: float, m_b: float, m_w: float,
                 room: float, idle: float) -> float:
     """Least window (first F start to last B end) of a device from its work and forced idle."""
@@ -121,9 +133,9 @@ def pipeline_bound(instance: Instance) -> float:
     if not applies(instance):
         return 0.0
     p, m = instance.devices, instance.microbatches
-    trip = [round_trip(instance, d, d) + instance.t_b[d] for d in range(p)]
+    trip = round_trips(instance)
     rooms = [activation_capacity(instance, d) for d in range(p)]
-    counts = [held_count(rooms[d], instance.m_b[d], m) for d in range(p)]
+    counts = held_counts(instance)
     best = 0.0
     for e in range(p):
         work = window_work(m, instance.t_f[e], instance.t_b[e], instance.t_w[e], instance.m_b[e],

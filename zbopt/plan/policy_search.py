@@ -19,13 +19,12 @@ import time
 from dataclasses import replace
 from typing import Optional
 
-from ..bounds import activation_capacity
 from ..heuristics._engine import Outcome, Policy, Topology, simulate
 from ..heuristics.zb_greedy import W_FILLS, budgeted, grid, wave_policies
 from ..instance import Instance
 from ..result import Result
 from ..schedule import Schedule, evaluate
-from .memory_bound import held_count
+from .memory_bound import held_counts
 
 SUFFIX = "+policy-search"
 STARTS = 3  # climbs from the grid's best points, then from kicks of the best found
@@ -36,11 +35,7 @@ STALE_CLIMBS = 3  # climbs in a row without a new best that end the search
 
 def _limits(instance: Instance) -> tuple[int, ...]:
     """Per stage, the most micro-batches its device's cap lets it hold (m without a cap)."""
-    m = instance.microbatches
-    if instance.cap is None:
-        return (m,) * instance.devices
-    return tuple(max(1, held_count(activation_capacity(instance, d), instance.m_b[d], m))
-                 for d in range(instance.devices))
+    return tuple(max(1, k) for k in held_counts(instance))
 
 
 def _normalised(policy: Policy, instance: Instance) -> Policy:
