@@ -318,7 +318,7 @@ def test_bounded_run_is_the_full_run_or_certainly_above_the_bound(instance, v, s
 
 
 def test_simulate_is_run_within_its_own_bound():
-    # the engine's one-call surface (zbopt.plan.policy_search uses it): a topology reused, the
+    # the engine's one-call surface (zbopt.heuristics.policy_search uses it): a topology reused, the
     # instance's cap, and a bound that replaces an enclosing one
     instance = Instance(devices=4, microbatches=8, t_f=[3, 4, 3, 5], t_b=4, t_w=2, comm=1,
                         m_b=2, m_w=1, memory_cap="1.5p")

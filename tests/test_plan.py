@@ -15,6 +15,7 @@ from zbopt.compare import best_of
 from zbopt.errors import ZboptError
 from zbopt.export.schedule_file import read_schedule_file
 from zbopt.heuristics import _engine
+from zbopt.heuristics.policy_search import search as policy_search
 from zbopt.layers import Layer, LayeredModel, load_model
 from zbopt.plan import even_split, plan, torchtitan_split
 from zbopt.plan.bound import (
@@ -28,7 +29,6 @@ from zbopt.plan.bound import (
 )
 from zbopt.plan.device_bound import device_relaxation, relaxation_bound
 from zbopt.plan.memory_bound import pipeline_bound, start_chain
-from zbopt.plan.policy_search import search as policy_search
 from zbopt.plan.polish import polish
 from zbopt.plan.search import schedule_methods
 from zbopt.registry import get_method, run

@@ -61,19 +61,27 @@ class Policy:
         W's duration (or to free memory for a waiting F); "balance" also when idling would make
         this device's bubble the largest of all (W delays the next pass a little instead, the
         paper's bubble balancing); "eager" whenever nothing else is ready; "lazy" only when
-        memory forces it or nothing else is left. A tuple gives one value per device.
+        memory forces it or nothing else is left.
     inflight: per stage, the most micro-batches with F done and B not done (None: memory only).
     late_chunk_first: on a device with several stages (V), prefer the later stage's ready pass.
     reserve_all: a micro-batch's first-chunk F reserves room for its later chunks' F on the
         device for every micro-batch started there (else: room for one, which lets about twice
         as many micro-batches be in flight on V at the same cap).
+
+    b_first, w_fill, late_chunk_first and reserve_all take one value for every device or a
+    tuple of one per device (zbopt.heuristics.policy_search tunes them device by device).
     """
 
-    b_first: bool = True
-    w_fill: str = "gap"
+    b_first: bool | tuple[bool, ...] = True
+    w_fill: str | tuple[str, ...] = "gap"
     inflight: tuple[int, ...] | None = None
-    late_chunk_first: bool = True
-    reserve_all: bool = True
+    late_chunk_first: bool | tuple[bool, ...] = True
+    reserve_all: bool | tuple[bool, ...] = True
+
+
+def _per_device(value, p: int) -> list:
+    """A policy choice as one value per device."""
+    return list(value) if isinstance(value, tuple) else [value] * p
 
 
 @dataclass(frozen=True)
@@ -229,11 +237,14 @@ class _Greedy:
         lag_next, lag_prev = top.lag_next, top.lag_prev
         inflight = self.inflight
         dev_stages = top.dev_stages
-        reserve_all = pol.reserve_all
-        b_first = pol.b_first
+        # every choice per device (a policy gives one value, or a tuple of one per device)
+        reserve_all = _per_device(pol.reserve_all, p)
+        b_first = _per_device(pol.b_first, p)
+        late_first = _per_device(pol.late_chunk_first, p)
         # a device's candidate stages in the order it looks at them
-        scan = [s[::-1] if pol.late_chunk_first and len(s) > 1 else s for s in top.dev_stages]
-        w_fills = [pol.w_fill if isinstance(pol.w_fill, str) else pol.w_fill[d] for d in range(p)]
+        scan = [s[::-1] if late_first[d] and len(s) > 1 else s
+                for d, s in enumerate(top.dev_stages)]
+        w_fills = _per_device(pol.w_fill, p)
         # the cap test of within_cap, with the tolerance folded into the cap once
         limit = [c + 1e-9 * max(1.0, abs(c)) for c in caps]
         top_idle = [0.0]  # max(idle): a device's idle time only grows
@@ -257,7 +268,7 @@ class _Greedy:
         # since a stage runs micro-batches in order, so the oldest in flight finds the room;
         # the engine reports a stuck run anyway)
         need_f = [mb_[s] + later[s] if first_on_device[s] else mb_[s] for s in range(top.stages)]
-        reserving = [first_on_device[s] and reserve_all for s in range(top.stages)]
+        reserving = [first_on_device[s] and reserve_all[device[s]] for s in range(top.stages)]
 
         def f_fits(d: int, s: int) -> bool:
             need = mb_[s] + (later[s] + reserve[d]) if reserving[s] else need_f[s]
@@ -295,7 +306,7 @@ class _Greedy:
                             fs, fk = s, k
                     elif a < next_arrival:
                         next_arrival = a
-            if bs >= 0 and (b_first or fs < 0):
+            if bs >= 0 and (b_first[d] or fs < 0):
                 return bs, bk, "B"
             if fs >= 0:
                 return fs, fk, "F"
@@ -338,7 +349,7 @@ class _Greedy:
                 if kind == "F":
                     cost = tf[s]
                     level[d] += d_f[s]
-                    if reserve_all:
+                    if reserve_all[d]:
                         reserve[d] += later[s] if first_on_device[s] else -mb_[s]
                     nf[s] += 1
                 elif kind == "B":

@@ -8,7 +8,7 @@ before anything is scheduled. The search then
 2. lists the partitions whose bound is below the best span found (the only ones that can beat
    it; the rest are pruned), up to `max_partitions` of the lowest bound, and schedules them in
    order of their bound (the coupled bound of zbopt.plan.memory_bound) while time allows;
-3. tunes the greedy's policies per device (zbopt.plan.policy_search) on the shortest schedules
+3. tunes the greedy's policies per device (zbopt.heuristics.policy_search) on the shortest schedules
    and the splits of least bound, for a share of the rest;
 4. polishes the shortest schedules with local search (zbopt.plan.polish) for a share of the rest;
 5. with few micro-batches, raises the bounds of the listed splits below the best span with the
@@ -32,6 +32,7 @@ from typing import Callable, Optional, Sequence
 
 from ..compare import best_of
 from ..errors import ZboptError
+from ..heuristics.policy_search import search as policy_search
 from ..instance import PLACEMENTS, Instance
 from ..layers import LayeredModel
 from ..registry import methods, run
@@ -49,7 +50,6 @@ from .bound import (
 from .collision_bound import MAX_MICROBATCHES, collision_bound
 from .device_bound import relaxation_bound
 from .memory_bound import pipeline_bound
-from .policy_search import search as policy_search
 from .polish import polish
 
 Progress = Callable[[dict], None]
@@ -245,7 +245,7 @@ class _Search:
                 self.tell("local search", placement=split.placement, sizes=list(split.sizes))
 
     def tune_policies(self, budget_end: float, bounds_of: dict) -> None:
-        """The per-device policy search (zbopt.plan.policy_search) on the TUNED shortest
+        """The per-device policy search (zbopt.heuristics.policy_search) on the TUNED shortest
         schedules and the TUNED splits of least proven bound (`bounds_of`: per key) whose bound
         lies below the best span: the first may become the plan, the second are where a shorter
         schedule would lower the gap most."""

@@ -3,10 +3,12 @@
 Steps: validate the arguments; check the cap admits any schedule (else status "infeasible"
 naming the smallest cap); scale costs to integers by a power of ten (reported as `scale`);
 warm-start from the best registered family or heuristic that fits the cap (or, if none does,
-one micro-batch at a time); stop early when that schedule already meets the lower bound; run
-the backend with the warm start as a complete hint; turn its start times into per-device orders
-(plus each device's first start as `release`, which the span objective needs); evaluate() and
-validate() them on the original instance; report against the best lower bound.
+one micro-batch at a time); on interleaved and V instances, tune the greedy's policies per
+device and stage for a share of the limit (zbopt.heuristics.policy_search); stop early when the
+best schedule already meets the lower bound; run the backend with the warm start as a complete
+hint; turn its start times into per-device orders (plus each device's first start as `release`,
+which the span objective needs); evaluate() and validate() them on the original instance; report
+against the best lower bound.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Callable, Optional
 
 from .. import bounds
 from ..errors import ZboptError
+from ..heuristics import policy_search
 from ..heuristics.list_scheduler import list_schedule, sequential_schedule, single_passes
 from ..instance import Instance
 from ..passes import Pass
@@ -101,6 +104,11 @@ def scaled_instance(instance: Instance) -> tuple[Instance, int, int]:
 PASSES_PER_SECOND = 4_000
 # share of the time limit the registered heuristics may use (once one schedule fits)
 WARM_SHARE = 0.3
+# On these placements the greedy's grid lies furthest from the bound (1-3% on interleaved at 1p,
+# p=8): its policies tuned per device and stage (zbopt.heuristics.policy_search) get this share
+# of the limit before the backend, and their best becomes the hint
+POLICY_PLACEMENTS = ("interleaved", "v")
+POLICY_SHARE = 0.2
 
 
 def check_size(instance: Instance, time_limit: float) -> None:
@@ -273,9 +281,10 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     per stage and kind. prove_with_bounds: skip the backend when the warm start already
     meets the lower bounds of zbopt.bounds (turn off to make the backend prove it).
     options: backend-specific switches (BackendRequest.options).
-    progress: called with a dict at each phase ({"phase": "bounds" | "warm start" | "search" |
-    "done", ...}); during the search with "incumbent", "bound" and "gap" (instance time
-    units) as they improve, and "elapsed" seconds.
+    progress: called with a dict at each phase ({"phase": "bounds" | "warm start" |
+    "policy search" (interleaved and V only) | "search" | "done", ...}); during the search
+    with "incumbent", "bound" and "gap" (instance time units) as they improve, and "elapsed"
+    seconds.
 
     Statuses: "optimal" (objective == lower bound), "feasible" (a valid schedule and its gap),
     "infeasible" (no schedule fits the cap; `message` names the smallest cap that does).
@@ -317,6 +326,16 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         if (single or not instance.overlap) and \
                 candidate.objective(objective) < warm.objective(objective):
             warm = candidate
+    if instance.placement in POLICY_PLACEMENTS and objective == "span" \
+            and warm_start is not False and round(hint.span * scale) > bound_scaled:
+        tell("policy search", incumbent=warm.span, bound=bound_value)
+        tuned = policy_search.improve(instance, hint.span,
+                                      time.perf_counter() + POLICY_SHARE * time_limit,
+                                      target=bound_scaled / scale)
+        if tuned is not None:  # shorter than the hint, single passes, within the cap
+            hint = tuned
+            if tuned.span < warm.span:
+                warm = tuned
     checked = time.perf_counter()
     hint_starts, hint_tl = _hint_starts(scaled, hint)
     # turning the backend's answer into a checked schedule costs a few evaluations: keep
