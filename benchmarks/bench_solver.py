@@ -278,6 +278,9 @@ def _reach_target(label: str) -> float:
 
 def _reach_table(rows: list[dict]) -> list[str]:
     out = ["Wall = the whole solve() call (warm start and bounds included) against the limit. "
+           "On interleaved and v, solve() first tunes the greedy per device and stage for up to "
+           "40% of the limit (zbopt.heuristics.policy_search); `best heuristic` is the best "
+           "registered method, before that search. "
            f"Load = the 1-minute load average when the row finished, on {os.cpu_count()} cores "
            "(above the core count: other jobs shared the CPU; '-': not recorded).", "",
            "| instance | cap | solver | status | span | lower bound | gap | target | met "

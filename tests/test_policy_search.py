@@ -138,3 +138,23 @@ def test_solve_does_not_tune_contiguous_instances(recorder, monkeypatch):
                         memory_cap="1p")
     result = api.solve(instance, time_limit=10, threads=1, prove_with_bounds=False)
     assert result.warm_start and "policy-search" not in result.warm_start
+
+
+def test_more_patience_continues_the_same_search(monkeypatch):
+    """Same seed: a search allowed more stale climbs runs the same climbs first, so it is never
+    longer, and it runs more greedy simulations."""
+    instance = _capped(random.Random(5), "interleaved")
+    counted = []
+    real = policy_search.simulate
+
+    def counting(*args, **kwargs):
+        counted.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(policy_search, "simulate", counting)
+    spans, calls = [], []
+    for patience in (1, 6):
+        counted.clear()
+        spans.append(policy_search.improve(instance, math.inf, math.inf, patience=patience).span)
+        calls.append(len(counted))
+    assert spans[1] <= spans[0] and calls[1] > calls[0]

@@ -116,11 +116,12 @@ def _mutate(policy: Policy, limits: tuple[int, ...], rng: random.Random, moves: 
 
 
 def improve(instance: Instance, span: float, deadline: float, seed: int = 0,
-            target: float = 0.0) -> Optional[Timeline]:
+            target: float = 0.0, patience: Optional[int] = STALE_CLIMBS) -> Optional[Timeline]:
     """A schedule of `instance` within its cap with a span below `span`, from greedy policies
-    tuned per device and stage until `deadline` (perf_counter), until STALE_CLIMBS climbs in a
-    row found nothing shorter, or once the span reaches `target` (e.g. a lower bound); None if
-    none was found. Its method is the placement's greedy with SUFFIX."""
+    tuned per device and stage until `deadline` (perf_counter), until `patience` climbs in a
+    row found nothing shorter (None: kicks go on until the deadline), or once the span reaches
+    `target` (e.g. a lower bound); None if none was found. Its method is the placement's greedy
+    with SUFFIX."""
     if not applies(instance):
         return None
     top = Topology(instance)
@@ -148,7 +149,7 @@ def improve(instance: Instance, span: float, deadline: float, seed: int = 0,
     def done() -> bool:
         return time.perf_counter() >= deadline or best_value <= target
 
-    while not done() and stale < STALE_CLIMBS:
+    while not done() and (patience is None or stale < patience):
         # climb from the grid's next best point, then from kicks of the best found
         if climbs < min(STARTS, len(starts)):
             value, current, _ = starts[climbs]
