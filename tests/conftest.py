@@ -1,7 +1,11 @@
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+
+from zbopt.solvers import api
+from zbopt.solvers.protocol import BackendResult
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REFERENCE = Path(__file__).resolve().parent / "data"
@@ -21,3 +25,22 @@ def paper_rows():
 def unit_grid():
     data = load_reference("unit_cost_grid.json")
     return [dict(zip(data["columns"], row)) for row in data["rows"]]
+
+
+class _Recorder:
+    """A backend that finds nothing and keeps the request it was given."""
+
+    def __init__(self):
+        self.requests = []
+
+    def __call__(self, request):
+        self.requests.append(request)
+        return BackendResult("unknown", None, None, None, message="nothing found")
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """solve() with a backend that finds nothing: the requests it got, to inspect the hint."""
+    backend = _Recorder()
+    monkeypatch.setattr(api, "get_method", lambda name, kind: SimpleNamespace(backend=backend))
+    return backend

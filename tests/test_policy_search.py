@@ -3,7 +3,6 @@ multi-chunk placements, and solve() using it before the backend on interleaved a
 
 import math
 import random
-from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +12,6 @@ from zbopt.instance import Instance
 from zbopt.registry import run
 from zbopt.schedule import evaluate, validate
 from zbopt.solvers import api
-from zbopt.solvers.protocol import BackendResult
 
 GREEDY = {"interleaved": "interleaved-zb", "v": "v-greedy"}
 
@@ -53,9 +51,9 @@ def test_only_shorter_valid_schedules_within_the_cap_and_some_shorten(placement)
     assert shorter >= 2
 
 
-def test_a_target_already_met_ends_the_search_at_the_grid(monkeypatch):
-    """With the target at or above every span, only the grid runs: no climb."""
-    instance = _capped(random.Random(3), "interleaved")
+@pytest.fixture
+def simulations(monkeypatch):
+    """The greedy simulations the search runs, counted (one item each)."""
     calls = []
     real = policy_search.simulate
 
@@ -64,8 +62,14 @@ def test_a_target_already_met_ends_the_search_at_the_grid(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(policy_search, "simulate", counted)
+    return calls
+
+
+def test_a_target_already_met_ends_the_search_at_the_grid(simulations):
+    """With the target at or above every span, only the grid runs: no climb."""
+    instance = _capped(random.Random(3), "interleaved")
     policy_search.improve(instance, math.inf, deadline=math.inf, target=math.inf)
-    assert len(calls) == len(policy_search._grid(instance))
+    assert len(simulations) == len(policy_search._grid(instance))
 
 
 def test_dualpipe_and_overlap_are_left_alone():
@@ -73,24 +77,6 @@ def test_dualpipe_and_overlap_are_left_alone():
     assert policy_search.improve(base.with_placement("dualpipe"), math.inf, math.inf) is None
     overlapped = Instance(devices=4, microbatches=8, memory_cap="2p", overlap=0.5)
     assert policy_search.improve(overlapped, math.inf, math.inf) is None
-
-
-class _Recorder:
-    """A backend that finds nothing and keeps the request it was given."""
-
-    def __init__(self):
-        self.requests = []
-
-    def __call__(self, request):
-        self.requests.append(request)
-        return BackendResult("unknown", None, None, None, message="nothing found")
-
-
-@pytest.fixture
-def recorder(monkeypatch):
-    backend = _Recorder()
-    monkeypatch.setattr(api, "get_method", lambda name, kind: SimpleNamespace(backend=backend))
-    return backend
 
 
 def _where_tuning_wins(placement: str):
@@ -140,21 +126,13 @@ def test_solve_does_not_tune_contiguous_instances(recorder, monkeypatch):
     assert result.warm_start and "policy-search" not in result.warm_start
 
 
-def test_more_patience_continues_the_same_search(monkeypatch):
+def test_more_patience_continues_the_same_search(simulations):
     """Same seed: a search allowed more stale climbs runs the same climbs first, so it is never
     longer, and it runs more greedy simulations."""
     instance = _capped(random.Random(5), "interleaved")
-    counted = []
-    real = policy_search.simulate
-
-    def counting(*args, **kwargs):
-        counted.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(policy_search, "simulate", counting)
     spans, calls = [], []
     for patience in (1, 6):
-        counted.clear()
+        simulations.clear()
         spans.append(policy_search.improve(instance, math.inf, math.inf, patience=patience).span)
-        calls.append(len(counted))
+        calls.append(len(simulations))
     assert spans[1] <= spans[0] and calls[1] > calls[0]

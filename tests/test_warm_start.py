@@ -3,7 +3,6 @@ incumbent when it is better than the registered methods' (warm_start=True/False 
 
 import functools
 import random
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,25 +13,6 @@ from zbopt.plan.polish import polish
 from zbopt.result import Result
 from zbopt.schedule import evaluate, validate
 from zbopt.solvers import api
-from zbopt.solvers.protocol import BackendResult
-
-
-class _Recorder:
-    """A backend that finds nothing and keeps the request it was given."""
-
-    def __init__(self):
-        self.requests = []
-
-    def __call__(self, request):
-        self.requests.append(request)
-        return BackendResult("unknown", None, None, None, message="nothing found")
-
-
-@pytest.fixture
-def recorder(monkeypatch):
-    backend = _Recorder()
-    monkeypatch.setattr(api, "get_method", lambda name, kind: SimpleNamespace(backend=backend))
-    return backend
 
 
 def _tight_instance(rng: random.Random):
