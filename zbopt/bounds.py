@@ -183,6 +183,13 @@ def activation_capacity(instance: Instance, device: int) -> float:
     return instance.cap[device] - instance.static_memory[device]
 
 
+def held_count(room: float, need: float, limit: int) -> int:
+    """How many items of size `need` fit in `room` (at most `limit`; `limit` when need is 0)."""
+    if need <= 0 or not math.isfinite(room):
+        return limit
+    return max(0, min(limit, math.floor(room / need + 1e-9)))
+
+
 def _count(instance: Instance, stage: int) -> int:
     return len(instance.microbatches_of(stage))
 

@@ -52,14 +52,9 @@ def applies(instance: Instance) -> bool:
 
 def _limits(instance: Instance) -> tuple[int, ...]:
     """Per stage, the most activations of it its device's cap could hold (m without a cap)."""
-    m = instance.microbatches
-    out = []
-    for s in range(instance.num_stages):
-        room = bounds.activation_capacity(instance, instance.device_of(s))
-        need = instance.m_b[s]
-        fit = m if need <= 0 or not math.isfinite(room) else math.floor(room / need + 1e-9)
-        out.append(max(1, min(m, fit)))
-    return tuple(out)
+    return tuple(max(1, bounds.held_count(bounds.activation_capacity(instance, instance.device_of(s)),
+                                          instance.m_b[s], instance.microbatches))
+                 for s in range(instance.num_stages))
 
 
 def _grid(instance: Instance) -> list[Policy]:

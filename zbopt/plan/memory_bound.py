@@ -53,17 +53,10 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..bounds import activation_capacity, drain_idle, ramp_idle, round_trip
+from ..bounds import activation_capacity, drain_idle, held_count, ramp_idle, round_trip
 from ..instance import Instance
 
 EPS = 1e-9
-
-
-def held_count(room: float, need: float, limit: int) -> int:
-    """How many items of size `need` fit in `room` (at most `limit`; `limit` when need is 0)."""
-    if need <= 0 or not math.isfinite(room):
-        return limit
-    return max(0, min(limit, math.floor(room / need + EPS)))
 
 
 def held_counts(instance: Instance) -> list[int]:
