@@ -34,31 +34,36 @@ to the end of W(d, j), at least v_j plus the backward path from e to d plus t_w(
 
     span >= V + max over d <= e of (R_d - R_e + t_w(d)).
 
-The least V over this relaxation is a mixed-integer programme (one binary per pair and device
-window); HiGHS solves it, and its proven dual bound (less a margin for its tolerances) is a lower
-bound on the span of every in-order schedule of the split. It grows exponentially with m: the
-programme is built only up to MAX_BINARIES binaries, and where HiGHS stops at its time limit the
-dual bound still holds. tests/test_collision_bound.py checks it against CP-SAT optima on small
-instances.
+The least V over this relaxation is found exactly by a dynamic programme over the micro-batches
+(`_least_v`: each pair's case turns every rule into a difference constraint, and only the
+Pareto-least states survive); it is a lower bound on the span of every in-order schedule of the
+split. A time limit stops it at the micro-batches done (a relaxation of the rest), and more
+than MAX_STATES states are merged by rounding their values down (a relaxation too), so what it
+returns is always a bound. tests/test_collision_bound.py checks it against the same relaxation
+written as a mixed-integer programme (HiGHS) and against CP-SAT optima on small instances.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import time
+from typing import Optional
+
+import numpy as np
 
 from ..instance import Instance
-from .device_bound import best_over_devices
 from .memory_bound import applies, held_counts, round_trips
 
-# The programme has one binary per pair of micro-batches in flight together and per device
-# window after e. HiGHS proves about 200 of them in a few seconds (p=8, m=12: 3 s) and the time
-# grows about fivefold with every 3 micro-batches more; beyond that its dual bound rarely rises
-# above the chain of round trips that cheaper bounds already have, so larger programmes are not
-# built, and plan() does not try instances with more micro-batches than MAX_MICROBATCHES.
-MAX_BINARIES = 200
-MAX_MICROBATCHES = 16
+# Cases per new micro-batch (per pair with an earlier one, before, after or a device window) the
+# programme enumerates at most; the Pareto states kept per micro-batch before rounding
+MAX_CHOICES = 600
+MAX_STATES = 20000
+TOL = 1e-6
+_U, _X, _V = 0, 1, 2  # a micro-batch's columns: u_j, x_j = u_j + a_j, v_j
+_NEG = -1e18  # a column not (yet) set
 # seconds one device's programme may take
-DEVICE_LIMIT = 5.0
+DEVICE_LIMIT = 10.0
 
 
 def _windows(instance: Instance, e: int) -> tuple[list[float], list[tuple[float, float, float]]]:
@@ -88,12 +93,10 @@ def need(instance: Instance, e: int, delta: float) -> float:
 
 def collision_relaxation(instance: Instance, device: int, time_limit: float,
                          upper: float = math.inf) -> float:
-    """The proven bound of the relaxation of the module doc seen from `device` (0 where it
-    proves nothing). `upper`: a known span of the instance (bounds the programme's big-M)."""
-    import highspy
-
-    from ..solvers.backends.highs import _stdout_silenced
-
+    """The bound of the relaxation of the module doc seen from `device` (0 where it proves
+    nothing), by the dynamic programme of `_least_v`; where `time_limit` (seconds) runs out, the
+    least V of the micro-batches done so far (fewer micro-batches relax the rest). `upper`: a
+    known span of the instance (relaxed schedules longer than it are dropped)."""
     if not applies(instance) or time_limit <= 0:
         return 0.0
     p, m, e = instance.devices, instance.microbatches, device
@@ -105,78 +108,174 @@ def collision_relaxation(instance: Instance, device: int, time_limit: float,
     last = paths[-1] + instance.t_f[p - 1] + instance.t_b[p - 1]
     if abs(last - trip[e]) > 1e-9 * max(1.0, trip[e]):
         return 0.0  # the paths above are not the round trip's (lags the argument does not know)
-    pairs = sum(min(held[e] - 1, m - 1 - i) for i in range(m))
-    if pairs * (len(windows) + 2) > MAX_BINARIES:
+    if (len(windows) + 2) ** (min(held[e], m) - 1) > MAX_CHOICES:
         return 0.0
     extra = max(trip[d] - trip[e] + instance.t_w[d] for d in range(e + 1))
     if not math.isfinite(upper):
         # one micro-batch at a time through the whole pipeline fits any feasible cap
         upper = m * (trip[0] + sum(instance.t_w))
-    # V of a schedule no longer than `upper` is at most this (the optimum's is); the slack keeps
-    # "no such V" (returned as `upper`) clear of HiGHS' tolerances
+    # V of a schedule no longer than `upper` is at most this (the optimum's is)
     top = upper - extra + 1e-6 * max(1.0, upper)
-    big = 2 * top + trip[e]
-    with _stdout_silenced():
-        h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("time_limit", float(time_limit))
-    h.setOptionValue("mip_rel_gap", 0.0)
-    highspy.Highs.resetGlobalScheduler(True)
-    u = [h.addVariable(lb=0.0, ub=top) for _ in range(m)]
-    a = [h.addVariable(lb=0.0, ub=top) for _ in range(m)]
-    b = [h.addVariable(lb=0.0, ub=top) for _ in range(m)]
-    top_v = h.addVariable(lb=0.0, ub=top)
-    v = [u[j] + a[j] + b[j] + trip[e] for j in range(m)]
-    h.addConstr(u[0] == 0)
-    rows = 0
-    for j in range(m):
-        h.addConstr(top_v - v[j] >= 0)
-        if j:
-            h.addConstr(u[j] - u[j - 1] >= instance.t_f[e])
-    for d in range(p):
-        k = held[d]
-        for j in range(k, m):
-            if d <= e:
-                h.addConstr(u[j] - v[j - k] >= trip[d] - trip[e])
-            else:
-                h.addConstr(u[j] - v[j - k] + a[j] + b[j - k] >= -paths[d - e])
-    for i in range(m):
-        for j in range(i + 1, min(m, i + held[e])):
-            delta = v[i] - u[j]
-            before = h.addBinary()  # delta <= 0
-            after = h.addBinary()  # past every window
-            inside = [h.addBinary() for _ in windows]
-            h.addConstr(before + after + sum(inside) == 1)
-            h.addConstr(delta + big * before <= big)
-            h.addConstr(delta - big * after >= last - big)
-            for z, (low, high, path) in zip(inside, windows):
-                h.addConstr(delta - big * z >= low - big)
-                h.addConstr(delta + big * z <= high + big)
-                h.addConstr(a[j] + b[i] - delta - big * z >= -path - big)
-            rows += 3 + 3 * len(windows)
-    h.minimize(top_v)
-    status = h.getModelStatus()
-    if status == highspy.HighsModelStatus.kInfeasible:
-        return upper  # no schedule shorter than `upper` exists in the relaxation
-    bound = h.getInfo().mip_dual_bound
-    if bound is None or not math.isfinite(bound) or bound <= 0:
+    value = _least_v(instance, e, windows, last, top, time.perf_counter() + time_limit)
+    if value is None:
+        return upper  # no relaxed schedule within `upper`: nothing shorter exists
+    if value <= 0:
         return 0.0
-    # the dual bound is the least LP bound of the open nodes, valid up to the LP's feasibility
-    # tolerance (1e-7 of a row's scale); a margin covers every row at once
-    margin = 1e-7 * big * (rows + 2 * m) + 1e-9 * abs(bound)
-    return max(0.0, bound - margin + extra)
+    # each comparison tolerates 1e-6 (TOL) per step and pass; the margin covers them all
+    return max(0.0, value + extra - TOL * 100 * m - 1e-9 * value)
+
+
+def _least_v(instance: Instance, e: int, windows, last: float, top: float,
+             deadline: float) -> Optional[float]:
+    """The least V of the relaxation (None: none at most `top`), micro-batch by micro-batch.
+
+    With x_j = u_j + a_j every rule of the module doc is a difference constraint once each pair
+    has chosen its case (before, after, or the window of a device d: v_i - u_j >= low,
+    v_i - u_j <= high, x_j - x_i >= R_e - P(d)); so, for a choice of cases, the least u, x, v
+    are longest paths, and every rule only raises a value when another rises. A state after
+    micro-batch j holds the least values of the last micro-batches (columns per offset back
+    from j) and the cases of the pairs among the ones that later pairs can still move; a state
+    no later than another in every column, with the same cases, does at least as well in every
+    continuation, so only the Pareto-least states are kept. Values older than the window are
+    frozen, and the rules that would raise them dropped: a relaxation, as is rounding the
+    values down to a grid when more than MAX_STATES states remain. Vectorised with numpy over
+    the states and the cases of the new pairs."""
+    m, p = instance.microbatches, instance.devices
+    held, trip = held_counts(instance), round_trips(instance)
+    paths, _ = _windows(instance, e)
+    R, k_e = trip[e], min(held[e], m)
+    # (source kind, lag, destination kind, weight) into micro-batch j
+    structural = [(_U, 1, _U, instance.t_f[e]), (_U, 0, _X, 0.0), (_X, 0, _V, R)]
+    for d in range(p):
+        if held[d] < m:
+            structural.append((_V, held[d], _U, trip[d] - R) if d <= e
+                              else (_X, held[d], _X, R - paths[d - e]))
+    live = max(k_e, 2)  # micro-batches whose values may still rise (offsets 0..live-1)
+    tracked = max(live, max(lag for _, lag, _, _ in structural) + 1)
+    width = 3 * tracked + 1
+    vmax = width - 1
+
+    def col(offset: int, kind: int) -> int:
+        return 3 * offset + kind
+
+    # per pair (i, j): its cases as edges (source kind, source is i, destination kind, dest is i, w)
+    cases = [[(_V, True, _U, False, 0.0)], [(_U, False, _V, True, last)]]
+    cases += [[(_U, False, _V, True, low), (_V, True, _U, False, -high), (_X, True, _X, False, R - path)]
+              for low, high, path in windows]
+    relevant = np.ones(width, dtype=bool)  # frozen columns no rule reaches again are cleared
+    for offset in range(live, tracked):
+        for kind in (_U, _X, _V):
+            relevant[col(offset, kind)] = any(k == kind and lag > offset for k, lag, _, _ in structural)
+    first = np.full((1, width), _NEG)
+    first[0, vmax] = 0.0
+    states: dict[tuple, np.ndarray] = {(): first}
+    grid = 0.0
+    best = 0.0
+    for j in range(m):
+        if time.perf_counter() > deadline:
+            return best
+        pairs = min(k_e - 1, j)
+        choices = list(itertools.product(range(len(cases)), repeat=pairs))
+        chosen_edges = [[(col(q + 1 if s_i else 0, sk), col(q + 1 if d_i else 0, dk), w)
+                         for q, c in enumerate(choice) for sk, s_i, dk, d_i, w in cases[c]]
+                        for choice in choices]
+        rules = [(col(r + lag, sk), col(r, dk), w) for sk, lag, dk, w in structural
+                 for r in range(live) if r + lag < tracked and j - r - lag >= 0]
+        new: dict[tuple, list[np.ndarray]] = {}
+        for key, values in states.items():
+            n = len(values)
+            shifted = np.full((n, width), _NEG)
+            shifted[:, 3:vmax] = values[:, :vmax - 3]
+            shifted[:, vmax] = values[:, vmax]
+            shifted[:, col(0, _U)] = 0.0
+            kept = [(s + 3, d + 3, w) for s, d, w in key]
+            # one weight per (case choice, state) for each edge (-inf where the choice lacks it)
+            weights: dict[tuple[int, int], np.ndarray] = {}
+            for s, d, w in kept + rules:
+                weights.setdefault((s, d), np.full(len(choices), -np.inf))
+                np.maximum(weights[(s, d)], w, out=weights[(s, d)])
+            for index, edges in enumerate(chosen_edges):
+                for s, d, w in edges:
+                    row = weights.setdefault((s, d), np.full(len(choices), -np.inf))
+                    row[index] = max(row[index], w)
+            block = np.repeat(shifted[None], len(choices), axis=0).reshape(-1, width)
+            edges = [(s, d, np.repeat(w, n)) for (s, d), w in weights.items() if d // 3 < live]
+            ok = _longest_paths(block, edges, top)
+            block[:, vmax] = np.maximum(block[:, vmax],
+                                        block[:, [col(r, _V) for r in range(min(live, j + 1))]].max(axis=1))
+            for index, edges_of in enumerate(chosen_edges):
+                rows = block[index * n:(index + 1) * n][ok[index * n:(index + 1) * n]]
+                if len(rows):
+                    following = tuple(sorted({(s, d, w) for s, d, w in kept + edges_of
+                                              if s // 3 <= live - 2 and d // 3 <= live - 2}))
+                    new.setdefault(following, []).append(rows)
+        states = {}
+        for key, parts in new.items():
+            values = np.concatenate(parts)
+            values[:, ~relevant] = _NEG
+            states[key] = _pareto(values)
+        while sum(len(v) for v in states.values()) > MAX_STATES:
+            grid = max(2 * grid, 1e-4 * top)
+            for key, values in states.items():
+                rounded = values.copy()
+                rounded[:, :vmax] = np.where(rounded[:, :vmax] > _NEG / 2,
+                                             np.floor(rounded[:, :vmax] / grid) * grid, _NEG)
+                states[key] = _pareto(rounded)
+        if not states:
+            return None
+        best = min(float(values[:, vmax].min()) for values in states.values())
+    return best
+
+
+def _longest_paths(values: np.ndarray, edges, top: float) -> np.ndarray:
+    """Raise `values` until every edge (source column, destination column, weight per row)
+    holds; the rows that do not settle (a positive cycle: contradictory cases) or pass `top`
+    are False."""
+    rising = np.zeros(len(values), dtype=bool)
+    for _ in range(len({d for _, d, _ in edges}) + 2):
+        rising[:] = False
+        for s, d, w in edges:
+            raised = values[:, s] + w
+            up = raised > values[:, d] + TOL
+            if up.any():
+                values[:, d] = np.where(up, raised, values[:, d])
+                rising |= up
+        if not rising.any():
+            break
+    return ~rising & (values[:, :-1].max(axis=1) <= top)
+
+
+def _pareto(values: np.ndarray) -> np.ndarray:
+    """The rows no other row is at most (within TOL) in every column; equal rows once."""
+    if len(values) <= 1:
+        return values
+    values = np.unique(values, axis=0)
+    values = values[np.argsort(values.sum(axis=1), kind="stable")]
+    kept = values[:0]
+    for start in range(0, len(values), 256):
+        rows = values[start:start + 256]
+        if len(kept):
+            rows = rows[~np.all(kept[None] <= rows[:, None] + TOL, axis=2).any(axis=1)]
+        if len(rows) > 1:  # sorted by sum: only an earlier row of the block can be at most it
+            below = np.all(rows[None] <= rows[:, None] + TOL, axis=2)
+            rows = rows[~(below & np.tri(len(rows), k=-1, dtype=bool)).any(axis=1)]
+        kept = np.concatenate([kept, rows])
+    return kept
 
 
 def collision_bound(instance: Instance, deadline: float, upper: float = math.inf) -> float:
     """The largest collision relaxation bound found before `deadline` (perf_counter), over the
     devices whose memory limits the pipeline most (longest round trip per held micro-batch
-    first), each given an even share of what is left, at most DEVICE_LIMIT seconds."""
-    if not applies(instance) or instance.microbatches > MAX_MICROBATCHES:
+    first), one after the other, each given what is left, at most DEVICE_LIMIT seconds."""
+    if not applies(instance):
         return 0.0
     held, trip = held_counts(instance), round_trips(instance)
     devices = [d for d in range(instance.devices - 1) if 2 <= held[d] < instance.microbatches]
     devices.sort(key=lambda d: -trip[d] / held[d])
-    return best_over_devices(devices, deadline, DEVICE_LIMIT,
-                             lambda device, seconds: collision_relaxation(instance, device,
-                                                                          seconds, upper))
+    best = 0.0
+    for device in devices:
+        left = deadline - time.perf_counter()
+        if left <= 0.05:
+            break
+        best = max(best, collision_relaxation(instance, device, min(DEVICE_LIMIT, left), upper))
+    return best

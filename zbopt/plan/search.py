@@ -11,8 +11,8 @@ before anything is scheduled. The search then
 3. tunes the greedy's policies per device (zbopt.heuristics.policy_search) on the shortest schedules
    and the splits of least bound, for a share of the rest;
 4. polishes the shortest schedules with local search (zbopt.plan.polish) for a share of the rest;
-5. with few micro-batches, raises the bounds of the listed splits below the best span with the
-   collision relaxation (zbopt.plan.collision_bound), least bound first, for a share of the rest;
+5. raises the bounds of the listed splits below the best span with the collision relaxation
+   (zbopt.plan.collision_bound), least bound first, for a share of the rest;
 6. gives the rest of the time to the exact solver, first on the best partition, then on the
    partition with the lowest proven bound, raising that partition's bound or lowering the span;
    each run is warm-started from the split's best schedule so far.
@@ -47,7 +47,7 @@ from .bound import (
     segment_bounds,
     suffix_minmax,
 )
-from .collision_bound import MAX_MICROBATCHES, collision_bound
+from .collision_bound import collision_bound
 from .device_bound import relaxation_bound
 from .memory_bound import pipeline_bound
 from .polish import polish
@@ -56,7 +56,7 @@ Progress = Callable[[dict], None]
 TOLERANCE = 1e-9
 POLICY_SHARE = 0.4  # of the time left after the heuristics: greedy policies tuned per device
 POLISH_SHARE = 0.3  # of the time left after that, before the solver
-COLLISION_SHARE = 0.3  # of the time left after that: collision bounds of the open splits
+COLLISION_SHARE = 0.5  # of the time left after that: collision bounds of the open splits
 POLISHED = 3  # schedules polished by local search
 RELAX_SHARE = 0.25  # of a solver run's time: the one-device relaxations first
 TUNED = 2  # splits given the policy search, by shortest span and again by least bound
@@ -488,8 +488,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         search.polish_best(time.perf_counter() + POLISH_SHARE * search.left() if exact
                            else search.deadline)
         search.bound = overall()
-    if exact and model.microbatches <= MAX_MICROBATCHES and \
-            overall() < search.best.span * (1 - TOLERANCE):
+    if exact and overall() < search.best.span * (1 - TOLERANCE):
         pending = search.collide(pending, time.perf_counter() + COLLISION_SHARE * search.left())
         search.bound = overall()
     solved: set[tuple[str, tuple[int, ...]]] = set()
