@@ -37,10 +37,12 @@ to the end of W(d, j), at least v_j plus the backward path from e to d plus t_w(
 The least V over this relaxation is found exactly by a dynamic programme over the micro-batches
 (`_least_v`: each pair's case turns every rule into a difference constraint, and only the
 Pareto-least states survive); it is a lower bound on the span of every in-order schedule of the
-split. A time limit stops it at the micro-batches done (a relaxation of the rest), and more
-than MAX_STATES states are merged by rounding their values down (a relaxation too), so what it
-returns is always a bound. tests/test_collision_bound.py checks it against the same relaxation
-written as a mixed-integer programme (HiGHS) and against CP-SAT optima on small instances.
+split. A time limit stops it at the micro-batches done (a relaxation of the rest); more than
+MAX_STATES states are merged by rounding their values down, and where a device holds many
+micro-batches only the pairs fewer than `reach` apart get their rule (MAX_CASES): relaxations
+too, so what it returns is always a bound. tests/test_collision_bound.py checks it against the
+same relaxation written as a mixed-integer programme (HiGHS) and against CP-SAT optima on small
+instances.
 """
 
 from __future__ import annotations
@@ -55,15 +57,20 @@ import numpy as np
 from ..instance import Instance
 from .memory_bound import applies, held_counts, round_trips
 
-# Cases per new micro-batch (per pair with an earlier one, before, after or a device window) the
-# programme enumerates at most; the Pareto states kept per micro-batch before rounding
-MAX_CHOICES = 600
+# Each pair of micro-batches has a case (before, after or a device window); the programme
+# enumerates those of the pairs a new micro-batch forms and keeps those of the pairs a state
+# carries: at most this many combinations (8 cases at p = 8 allow pairs 1 and 2 apart; all
+# pairs where a device holds 3); then the Pareto states kept per micro-batch before rounding
+MAX_CASES = 600
 MAX_STATES = 20000
 TOL = 1e-6
 _U, _X, _V = 0, 1, 2  # a micro-batch's columns: u_j, x_j = u_j + a_j, v_j
 _NEG = -1e18  # a column not (yet) set
-# seconds one device's programme may take
+# seconds one device's programme may take, and the devices tried: the relaxation sees the
+# collisions behind a device whose memory sets the pace, and the others rarely beat the
+# coupled bound (at p = 8, m = 32 the best came from the first or second)
 DEVICE_LIMIT = 10.0
+PACING = 2
 
 
 def _windows(instance: Instance, e: int) -> tuple[list[float], list[tuple[float, float, float]]]:
@@ -108,15 +115,18 @@ def collision_relaxation(instance: Instance, device: int, time_limit: float,
     last = paths[-1] + instance.t_f[p - 1] + instance.t_b[p - 1]
     if abs(last - trip[e]) > 1e-9 * max(1.0, trip[e]):
         return 0.0  # the paths above are not the round trip's (lags the argument does not know)
-    if (len(windows) + 2) ** (min(held[e], m) - 1) > MAX_CHOICES:
-        return 0.0
+    # pairs up to `reach` - 1 apart get their rule (all of them when reach = k_e; dropping the
+    # farther ones relaxes): the cases of the new pairs times those of the pairs a state keeps
+    reach = min(held[e], m)
+    while reach > 2 and (len(windows) + 2) ** (reach * (reach - 1) // 2) > MAX_CASES:
+        reach -= 1
     extra = max(trip[d] - trip[e] + instance.t_w[d] for d in range(e + 1))
     if not math.isfinite(upper):
         # one micro-batch at a time through the whole pipeline fits any feasible cap
         upper = m * (trip[0] + sum(instance.t_w))
     # V of a schedule no longer than `upper` is at most this (the optimum's is)
     top = upper - extra + 1e-6 * max(1.0, upper)
-    value = _least_v(instance, e, windows, last, top, time.perf_counter() + time_limit)
+    value = _least_v(instance, e, reach, windows, last, top, time.perf_counter() + time_limit)
     if value is None:
         return upper  # no relaxed schedule within `upper`: nothing shorter exists
     if value <= 0:
@@ -125,9 +135,10 @@ def collision_relaxation(instance: Instance, device: int, time_limit: float,
     return max(0.0, value + extra - TOL * 100 * m - 1e-9 * value)
 
 
-def _least_v(instance: Instance, e: int, windows, last: float, top: float,
+def _least_v(instance: Instance, e: int, reach: int, windows, last: float, top: float,
              deadline: float) -> Optional[float]:
-    """The least V of the relaxation (None: none at most `top`), micro-batch by micro-batch.
+    """The least V of the relaxation with the pair rules of micro-batches less than `reach`
+    apart (None: none at most `top`), micro-batch by micro-batch.
 
     With x_j = u_j + a_j every rule of the module doc is a difference constraint once each pair
     has chosen its case (before, after, or the window of a device d: v_i - u_j >= low,
@@ -143,14 +154,14 @@ def _least_v(instance: Instance, e: int, windows, last: float, top: float,
     m, p = instance.microbatches, instance.devices
     held, trip = held_counts(instance), round_trips(instance)
     paths, _ = _windows(instance, e)
-    R, k_e = trip[e], min(held[e], m)
+    R = trip[e]
     # (source kind, lag, destination kind, weight) into micro-batch j
     structural = [(_U, 1, _U, instance.t_f[e]), (_U, 0, _X, 0.0), (_X, 0, _V, R)]
     for d in range(p):
         if held[d] < m:
             structural.append((_V, held[d], _U, trip[d] - R) if d <= e
                               else (_X, held[d], _X, R - paths[d - e]))
-    live = max(k_e, 2)  # micro-batches whose values may still rise (offsets 0..live-1)
+    live = max(reach, 2)  # micro-batches whose values may still rise (offsets 0..live-1)
     tracked = max(live, max(lag for _, lag, _, _ in structural) + 1)
     width = 3 * tracked + 1
     vmax = width - 1
@@ -174,7 +185,7 @@ def _least_v(instance: Instance, e: int, windows, last: float, top: float,
     for j in range(m):
         if time.perf_counter() > deadline:
             return best
-        pairs = min(k_e - 1, j)
+        pairs = min(reach - 1, j)
         choices = list(itertools.product(range(len(cases)), repeat=pairs))
         chosen_edges = [[(col(q + 1 if s_i else 0, sk), col(q + 1 if d_i else 0, dk), w)
                          for q, c in enumerate(choice) for sk, s_i, dk, d_i, w in cases[c]]
@@ -265,15 +276,15 @@ def _pareto(values: np.ndarray) -> np.ndarray:
 
 def collision_bound(instance: Instance, deadline: float, upper: float = math.inf) -> float:
     """The largest collision relaxation bound found before `deadline` (perf_counter), over the
-    devices whose memory limits the pipeline most (longest round trip per held micro-batch
-    first), one after the other, each given what is left, at most DEVICE_LIMIT seconds."""
+    PACING devices whose memory limits the pipeline most (longest round trip per held
+    micro-batch), one after the other, each given what is left, at most DEVICE_LIMIT seconds."""
     if not applies(instance):
         return 0.0
     held, trip = held_counts(instance), round_trips(instance)
     devices = [d for d in range(instance.devices - 1) if 2 <= held[d] < instance.microbatches]
     devices.sort(key=lambda d: -trip[d] / held[d])
     best = 0.0
-    for device in devices:
+    for device in devices[:PACING]:
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
