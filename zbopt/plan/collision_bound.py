@@ -62,7 +62,7 @@ from .memory_bound import applies, held_counts, round_trips
 # carries: at most this many combinations (8 cases at p = 8 allow pairs 1 and 2 apart; all
 # pairs where a device holds 3); then the Pareto states kept per micro-batch before rounding
 MAX_CASES = 600
-MAX_STATES = 20000
+MAX_STATES = 3000
 TOL = 1e-6
 _U, _X, _V = 0, 1, 2  # a micro-batch's columns: u_j, x_j = u_j + a_j, v_j
 _NEG = -1e18  # a column not (yet) set
@@ -115,11 +115,7 @@ def collision_relaxation(instance: Instance, device: int, time_limit: float,
     last = paths[-1] + instance.t_f[p - 1] + instance.t_b[p - 1]
     if abs(last - trip[e]) > 1e-9 * max(1.0, trip[e]):
         return 0.0  # the paths above are not the round trip's (lags the argument does not know)
-    # pairs up to `reach` - 1 apart get their rule (all of them when reach = k_e; dropping the
-    # farther ones relaxes): the cases of the new pairs times those of the pairs a state keeps
-    reach = min(held[e], m)
-    while reach > 2 and (len(windows) + 2) ** (reach * (reach - 1) // 2) > MAX_CASES:
-        reach -= 1
+    reach = _reach(instance, e)
     extra = max(trip[d] - trip[e] + instance.t_w[d] for d in range(e + 1))
     if not math.isfinite(upper):
         # one micro-batch at a time through the whole pipeline fits any feasible cap
@@ -133,6 +129,17 @@ def collision_relaxation(instance: Instance, device: int, time_limit: float,
         return 0.0
     # each comparison tolerates 1e-6 (TOL) per step and pass; the margin covers them all
     return max(0.0, value + extra - TOL * 100 * m - 1e-9 * value)
+
+
+def _reach(instance: Instance, e: int) -> int:
+    """Pairs fewer than this apart get their rule (all of them when it is k_e; dropping the
+    farther ones relaxes): the cases of a new micro-batch's pairs times those of the pairs a
+    state keeps stay within MAX_CASES."""
+    cases = instance.devices - 1 - e + 2  # before, after, one window per device after e
+    reach = min(held_counts(instance)[e], instance.microbatches)
+    while reach > 2 and cases ** (reach * (reach - 1) // 2) > MAX_CASES:
+        reach -= 1
+    return reach
 
 
 def _least_v(instance: Instance, e: int, reach: int, windows, last: float, top: float,
