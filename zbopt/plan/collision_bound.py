@@ -122,7 +122,8 @@ def collision_relaxation(instance: Instance, device: int, time_limit: float,
         upper = m * (trip[0] + sum(instance.t_w))
     # V of a schedule no longer than `upper` is at most this (the optimum's is)
     top = upper - extra + 1e-6 * max(1.0, upper)
-    value = _least_v(instance, e, reach, windows, last, top, time.perf_counter() + time_limit)
+    value = _least_v(instance, e, reach, held, trip, paths, windows, top,
+                     time.perf_counter() + time_limit)
     if value is None:
         return upper  # no relaxed schedule within `upper`: nothing shorter exists
     if value <= 0:
@@ -142,7 +143,7 @@ def _reach(instance: Instance, e: int) -> int:
     return reach
 
 
-def _least_v(instance: Instance, e: int, reach: int, windows, last: float, top: float,
+def _least_v(instance: Instance, e: int, reach: int, held, trip, paths, windows, top: float,
              deadline: float) -> Optional[float]:
     """The least V of the relaxation with the pair rules of micro-batches less than `reach`
     apart (None: none at most `top`), micro-batch by micro-batch.
@@ -159,9 +160,7 @@ def _least_v(instance: Instance, e: int, reach: int, windows, last: float, top: 
     values down to a grid when more than MAX_STATES states remain. Vectorised with numpy over
     the states and the cases of the new pairs."""
     m, p = instance.microbatches, instance.devices
-    held, trip = held_counts(instance), round_trips(instance)
-    paths, _ = _windows(instance, e)
-    R = trip[e]
+    R, last = trip[e], windows[-1][1]  # past the last device window (the round trip)
     # (source kind, lag, destination kind, weight) into micro-batch j
     structural = [(_U, 1, _U, instance.t_f[e]), (_U, 0, _X, 0.0), (_X, 0, _V, R)]
     for d in range(p):
@@ -199,6 +198,14 @@ def _least_v(instance: Instance, e: int, reach: int, windows, last: float, top: 
                         for choice in choices]
         rules = [(col(r + lag, sk), col(r, dk), w) for sk, lag, dk, w in structural
                  for r in range(live) if r + lag < tracked and j - r - lag >= 0]
+        # one weight per case choice for each edge (-inf where the choice lacks it); the same
+        # for every state, which adds only the edges of the cases it keeps
+        step_weights: dict[tuple[int, int], np.ndarray] = {}
+        for s, d, w in rules:
+            _raise(step_weights, (s, d), len(choices), slice(None), w)
+        for index, edges in enumerate(chosen_edges):
+            for s, d, w in edges:
+                _raise(step_weights, (s, d), len(choices), index, w)
         new: dict[tuple, list[np.ndarray]] = {}
         for key, values in states.items():
             n = len(values)
@@ -207,15 +214,9 @@ def _least_v(instance: Instance, e: int, reach: int, windows, last: float, top: 
             shifted[:, vmax] = values[:, vmax]
             shifted[:, col(0, _U)] = 0.0
             kept = [(s + 3, d + 3, w) for s, d, w in key]
-            # one weight per (case choice, state) for each edge (-inf where the choice lacks it)
-            weights: dict[tuple[int, int], np.ndarray] = {}
-            for s, d, w in kept + rules:
-                weights.setdefault((s, d), np.full(len(choices), -np.inf))
-                np.maximum(weights[(s, d)], w, out=weights[(s, d)])
-            for index, edges in enumerate(chosen_edges):
-                for s, d, w in edges:
-                    row = weights.setdefault((s, d), np.full(len(choices), -np.inf))
-                    row[index] = max(row[index], w)
+            weights = {edge: row.copy() for edge, row in step_weights.items()}
+            for s, d, w in kept:
+                _raise(weights, (s, d), len(choices), slice(None), w)
             block = np.repeat(shifted[None], len(choices), axis=0).reshape(-1, width)
             edges = [(s, d, np.repeat(w, n)) for (s, d), w in weights.items() if d // 3 < live]
             ok = _longest_paths(block, edges, top)
@@ -243,6 +244,12 @@ def _least_v(instance: Instance, e: int, reach: int, windows, last: float, top: 
             return None
         best = min(float(values[:, vmax].min()) for values in states.values())
     return best
+
+
+def _raise(weights: dict, edge: tuple[int, int], size: int, where, w: float) -> None:
+    """Raise the weights of `edge` at `where` (a choice's index, or all) to at least w."""
+    row = weights.setdefault(edge, np.full(size, -np.inf))
+    row[where] = np.maximum(row[where], w)
 
 
 def _longest_paths(values: np.ndarray, edges, top: float) -> np.ndarray:
