@@ -8,9 +8,12 @@ Parts:
 - analogues: small instances with the same 1.5B costs, solved by CP-SAT with every zbopt.bounds
              cut removed from its model (an optimum that owes nothing to the bounds), next to
              the bounds and the best heuristic: which side, bound or schedule, is weak.
+- relaxation: small interleaved and V instances (1.5B costs, 1p): the one-device relaxation
+             (zbopt.solvers.chunk_relaxation) of every device next to zbopt.bounds, and solve()
+             with it against solve() without it (RELAX_SHARE 0) in the same run.
 
 Usage:
-  python benchmarks/bench_bounds.py [--only rows,analogues] [--time-limit S] [--threads N]
+  python benchmarks/bench_bounds.py [--only rows,analogues,relaxation] [--time-limit S] [--threads N]
                                     [--out results/bounds.md]
 The rows part takes seconds; the analogues part runs CP-SAT up to --time-limit per instance
 (default 60 s, 1 thread). Parts not run keep their section of the old file.
@@ -38,7 +41,7 @@ from zbopt.instance import Instance  # noqa: E402
 from zbopt.solvers.api import backend_inputs, run_backend  # noqa: E402
 from zbopt.solvers.backends import cpsat as cpsat_backend  # noqa: E402
 
-PARTS = ("rows", "analogues")
+PARTS = ("rows", "analogues", "relaxation")
 
 # Best spans of earlier reach runs (60 s, 2 threads) that later reruns on a busier machine did
 # not reach again (results/solver.csv in git history: 1p from the quiet run of the reach part);
@@ -135,6 +138,43 @@ def analogues_part(time_limit: float, threads: int) -> list[str]:
     return lines
 
 
+# (placement, devices, micro-batches) of the relaxation part, all at 1p
+RELAXED = (("interleaved", 2, 4), ("interleaved", 2, 8), ("interleaved", 3, 6),
+           ("interleaved", 4, 8), ("v", 2, 4), ("v", 3, 6), ("v", 4, 8))
+
+
+def relaxation_part(time_limit: float, threads: int) -> list[str]:
+    from zbopt.solvers import api
+    from zbopt.solvers.api import scaled_instance, solve
+    from zbopt.solvers.chunk_relaxation import chunk_relaxation
+
+    lines = ["| placement | p | m | bound (zbopt.bounds) | relaxation (best device) | its time (s, "
+             "all devices) | solve() status | span | lower bound | bound name | wall (s) | "
+             "without the relaxation: status | span | lower bound | wall (s) |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---|---:|---:|---:|"]
+    for placement, p, m in RELAXED:
+        instance = analogue(placement, p, m, "1p")
+        print(f"relaxation {placement} p{p} m{m} ...", file=sys.stderr, flush=True)
+        scaled, scale, _ = scaled_instance(instance)
+        began = time.perf_counter()
+        relaxed = max(chunk_relaxation(scaled, d, time_limit / p, threads) for d in range(p)) / scale
+        relax_time = time.perf_counter() - began
+        runs = []
+        saved = api.RELAX_SHARE
+        for share in (saved, 0.0):
+            api.RELAX_SHARE = share
+            try:
+                runs.append(solve(instance, time_limit=time_limit, threads=threads))
+            finally:
+                api.RELAX_SHARE = saved
+        (w, wo) = runs
+        lines.append(f"| {placement} | {p} | {m} | {bounds.best_lower_bound(instance)[1]:,.0f} | "
+                     f"{relaxed:,.0f} | {relax_time:.1f} | {w.status} | {w.span:,.1f} | "
+                     f"{w.lower_bound:,.1f} | {w.bound_name} | {w.runtime:.1f} | {wo.status} | "
+                     f"{wo.span:,.1f} | {wo.lower_bound:,.1f} | {wo.runtime:.1f} |")
+    return lines
+
+
 def _weak_side(status, span, proven, hint, bound) -> str:
     if bound >= span - 1e-3:  # float bounds a hair below a span they meet
         return "neither (the bound proves the span optimal)" + (
@@ -162,7 +202,8 @@ def write(out: Path, sections: dict[str, list[str]], commands: dict[str, str]) -
             "Bound times are wall-clock on a machine shared with other developers' jobs.", "",
             f"Machine: {platform.machine()}, Python {platform.python_version()}.", ""]
     titles = {"rows": "## rows: the solver-reach rows",
-              "analogues": "## analogues: small instances solved without bound cuts"}
+              "analogues": "## analogues: small instances solved without bound cuts",
+              "relaxation": "## relaxation: the one-device relaxation of interleaved and V"}
     for part in PARTS:
         if part in sections:
             body += [titles[part], "", f"Command: `{commands[part]}`", "", *sections[part], ""]
@@ -175,7 +216,7 @@ def write(out: Path, sections: dict[str, list[str]], commands: dict[str, str]) -
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="rows,analogues")
+    parser.add_argument("--only", default="rows,analogues,relaxation")
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bounds.md")
@@ -194,6 +235,9 @@ def main(argv=None) -> int:
     if "analogues" in parts:
         sections["analogues"] = analogues_part(args.time_limit, args.threads)
         commands["analogues"] = command.format("analogues")
+    if "relaxation" in parts:
+        sections["relaxation"] = relaxation_part(args.time_limit, args.threads)
+        commands["relaxation"] = command.format("relaxation")
     write(args.out, sections, commands)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

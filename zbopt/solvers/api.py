@@ -28,6 +28,7 @@ from ..passes import Pass
 from ..registry import get_method, solver_names
 from ..result import Result
 from ..schedule import Schedule, Timeline, evaluate, validate
+from . import chunk_relaxation
 from .orders import device_orders
 from .protocol import BackendRequest, BackendResult
 
@@ -111,6 +112,10 @@ WARM_SHARE = 0.3
 # barely improves the hint there, while kicks of the policies still find shorter schedules.
 POLICY_PLACEMENTS = ("interleaved", "v")
 POLICY_SHARE = 0.4
+# on interleaved and V: the one-device relaxation of the device with the highest analytic bound
+# (zbopt.solvers.chunk_relaxation) gets at most this share of the limit, when its model is small
+RELAX_SHARE = 0.15
+RELAXED = "device relaxation"  # its bound name
 # climbs in a row without a shorter schedule that end it sooner: a climb takes about a second at
 # p=8, m=32 (so the share is used up there, and kicks kept finding shorter schedules), a few
 # milliseconds on small instances (which give the time back to the backend)
@@ -332,6 +337,12 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         if (single or not instance.overlap) and \
                 candidate.objective(objective) < warm.objective(objective):
             warm = candidate
+    if objective in ("span", "makespan") and round(warm.objective(objective) * scale) > bound_scaled:
+        relaxed = _chunk_bound(instance, scaled, time.perf_counter() + RELAX_SHARE * time_limit,
+                               threads, hint)
+        if relaxed is not None and relaxed > bound_scaled:
+            bound_scaled, bound_name = relaxed, RELAXED
+            tell("bounds", bound=bound_scaled / scale)
     if instance.placement in POLICY_PLACEMENTS and objective == "span" \
             and warm_start is not False and round(hint.span * scale) > bound_scaled:
         tell("policy search", incumbent=warm.span, bound=bound_value)
@@ -396,6 +407,7 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                                  hint=hint_starts if warm_start is not False else None,
                                  horizon=horizon, symmetry=symmetry,
                                  options=dict(options or {}),
+                                 lower=bound_scaled if bound_name == RELAXED else None,
                                  on_progress=searched if progress is not None else None))
     lower = bound_scaled
     if raw.bound is not None and raw.status != "infeasible":
@@ -421,6 +433,22 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
             message = f"{solver} found no schedule in {time_limit:g} s; returning the warm start"
         timeline = warm
     return result(timeline, lower, message, raw.status, bound_name)
+
+
+def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads: int,
+                 hint: Timeline) -> Optional[int]:
+    """The one-device relaxation (zbopt.solvers.chunk_relaxation) of the device whose analytic
+    bound is highest, in scaled time units, if the placement has one and its model is small;
+    the hint's start times seed it."""
+    if not chunk_relaxation.applies(instance) or instance.cap is None:
+        return None
+    device = max(range(instance.devices), key=lambda d: bounds.device_bound(instance, d))
+    seconds = deadline - time.perf_counter()
+    if chunk_relaxation.device_passes(instance, device) > chunk_relaxation.MAX_PASSES or seconds <= 0.1:
+        return None
+    starts, _ = _hint_starts(scaled, hint)
+    value = chunk_relaxation.chunk_relaxation(scaled, device, seconds, threads, starts)
+    return math.ceil(value - 1e-6) if value > 0 else None
 
 
 def run_backend(solver: str, instance: Instance, **request) -> BackendResult:

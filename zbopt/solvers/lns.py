@@ -135,7 +135,7 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     cost = {q: int(instance.cost(q[0], q[2])) for q in instance.passes()}
     if symmetry and not respects_symmetry(instance, request.hint, cost):
         symmetry = False  # the incumbent must be a solution of every sub-model
-    parts = build_parts(instance, objective, None, symmetry, int(horizon))
+    parts = build_parts(instance, objective, None, symmetry, int(horizon), lower=request.lower)
     report = request.on_progress
     state = _State(dict(request.hint), _objective(instance, request.hint, cost, objective),
                    None)
@@ -174,7 +174,7 @@ def solve_lns(request: BackendRequest) -> BackendResult:
             break
         chosen = _neighbourhood(instance, state, cost, rng, free)
         sub = build_parts(instance, objective, None, symmetry, int(horizon), scaled_orders,
-                          chosen)
+                          chosen, lower=request.lower)
         step = min(STEP_SECONDS, deadline - time.perf_counter() - 0.1)
         solver, code = _solve(sub, sub.model, instance, objective, state.starts, step, threads,
                               rng.randrange(1 << 30), presolve=len(cost) <= PRESOLVE_PASSES)

@@ -271,7 +271,8 @@ def _before(model: Model, a: Pass, b: Pass):
 
 
 def build_model(instance: Instance, objective: str, horizon: int,
-                symmetry: bool = True, bound_cuts: bool = True) -> Model:
+                symmetry: bool = True, bound_cuts: bool = True,
+                lower: Optional[int] = None) -> Model:
     st = structure(instance, symmetry)
     prob = pulp.LpProblem("zbopt", pulp.LpMinimize)
     d = st.duration
@@ -320,6 +321,8 @@ def build_model(instance: Instance, objective: str, horizon: int,
         for k in range(instance.devices):
             prob += last[k] - first[k] >= _ceil(bounds.device_bound(instance, k))
         prob += z >= _ceil(bounds.best_lower_bound(instance, objective)[1])
+    if lower:
+        prob += z >= int(lower)
     if instance.cap is not None:
         for k, dev in enumerate(st.device_passes):
             for p in dev:
@@ -454,7 +457,8 @@ def solve_milp(request: BackendRequest, run: Runner, name: str) -> BackendResult
         else int(math.ceil(request.horizon))
     t0 = time.perf_counter()
     try:
-        model = build_model(instance, objective, horizon, request.symmetry, bound_cuts)
+        model = build_model(instance, objective, horizon, request.symmetry, bound_cuts,
+                            request.lower)
     except _CapTooSmall as err:
         return BackendResult("infeasible", None, None, None,
                              f"no schedule fits the memory cap ({err}): raise the cap",

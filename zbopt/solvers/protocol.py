@@ -30,6 +30,9 @@ class BackendRequest:
     hint: Optional[dict[Pass, int]] = None  # start of every pass of a schedule within the cap
     horizon: Optional[int] = None  # objective <= horizon (None: the backend picks a safe one)
     symmetry: bool = True  # passes of one kind on one stage run in micro-batch order
+    # a proven lower bound on the objective (scaled) from beyond zbopt.bounds (solve()'s device
+    # relaxation): the backend may bound its objective by it and stop once a schedule meets it
+    lower: Optional[int] = None
     options: Mapping[str, object] = field(default_factory=dict)  # backend-specific switches
     # called as the search improves: (incumbent objective or None, proven bound or None), in
     # the request's scaled time; a backend that cannot report progress never calls it

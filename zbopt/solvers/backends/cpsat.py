@@ -78,16 +78,16 @@ class ModelParts:
 
 
 def build_model(instance: Instance, objective: str, hint: Optional[dict[Pass, int]],
-                symmetry: bool, horizon: int):
+                symmetry: bool, horizon: int, lower: Optional[int] = None):
     """The CP-SAT model; returns (model, start expressions, objective variable); see
     build_parts."""
-    parts = build_parts(instance, objective, hint, symmetry, horizon)
+    parts = build_parts(instance, objective, hint, symmetry, horizon, lower=lower)
     return parts.model, parts.start, parts.objective
 
 
 def build_parts(instance: Instance, objective: str, hint: Optional[dict[Pass, int]],
                 symmetry: bool, horizon: int, fixed_orders=None,
-                free: Optional[set] = None) -> ModelParts:
+                free: Optional[set] = None, lower: Optional[int] = None) -> ModelParts:
     """The CP-SAT model and its variables.
 
     With `fixed_orders` (per device, a complete order) every pass outside `free` keeps its
@@ -96,7 +96,8 @@ def build_parts(instance: Instance, objective: str, hint: Optional[dict[Pass, in
     only on the order), which keeps neighbourhoods of a large-neighbourhood search small.
 
     `horizon` bounds the objective (as for the MILP backend): the model searches schedules
-    with objective <= horizon, e.g. the warm start's.
+    with objective <= horizon, e.g. the warm start's. `lower`: a proven lower bound beyond
+    zbopt.bounds (BackendRequest.lower), the objective's least value.
 
     For the span, each pass's start is written as offset[device] + local[pass]: a device's
     passes live in [0, span] of their own clock. No-overlap, memory and micro-batch order are
@@ -144,7 +145,7 @@ def build_parts(instance: Instance, objective: str, hint: Optional[dict[Pass, in
     if instance.cap is not None:
         holds = _memory(model, instance, local, cost, symmetry, local_limit, hint, searched)
     objective_var, device_spans = _objective(model, instance, objective, local, offset, cost,
-                                             symmetry, bound)
+                                             symmetry, bound, lower)
     if hint:
         add_hint(model, instance, objective, hint, local, offset, cost, device_spans,
                  objective_var)
@@ -249,9 +250,10 @@ def _in_flight(model, instance, s: int, capacity: int, start, cost) -> None:
                 model.add(f >= start[w] + cost[w])
 
 
-def _objective(model, instance, objective, local, offset, cost, symmetry, bound):
+def _objective(model, instance, objective, local, offset, cost, symmetry, bound, lower=None):
     p = instance.devices
     best = math.ceil(bounds.best_lower_bound(instance, objective)[1] - 1e-9)
+    best = max(best, int(lower or 0))
     # a device's last pass is a W (B and W follow their F): only W ends bound the objective
     last_candidates: list[list[Pass]] = [[] for _ in range(p)]
     for s in range(instance.num_stages):
@@ -335,7 +337,7 @@ def solve_cpsat(request: BackendRequest) -> BackendResult:
         horizon = int(sum(instance.cost(q[0], q[2]) for q in instance.passes())
                       + instance.comm * instance.num_passes)
     model, start, objective_var = build_model(instance, objective, request.hint,
-                                              request.symmetry, horizon)
+                                              request.symmetry, horizon, request.lower)
     solver = cp_model.CpSolver()
     # the time limit covers building the model too
     solver.parameters.max_time_in_seconds = max(0.05, float(request.time_limit)

@@ -1,0 +1,122 @@
+"""zbopt.solvers.chunk_relaxation: the one-device relaxation of interleaved and V placements.
+
+The reference optima come from CP-SAT called directly (run_backend) with the bounds of
+zbopt.bounds taken out of its model and, every other time, without micro-batch order: solve()
+itself uses the relaxation, so it cannot be its own check.
+"""
+
+import random
+import types
+
+import pytest
+
+from zbopt import bounds
+from zbopt.instance import Instance
+from zbopt.solvers import solve
+from zbopt.solvers.api import RELAXED, backend_inputs, run_backend, scaled_instance
+from zbopt.solvers.backends import cpsat as cpsat_backend
+from zbopt.solvers.chunk_relaxation import applies, chunk_relaxation, device_passes
+
+# the Zero Bubble paper's 1.5B costs (instances/paper), halved per chunk by with_placement
+COSTS_15B = dict(t_f=18513, t_b=18086, t_w=9331, comm=626, m_b=201216, m_w=73728)
+
+
+def _random_instance(rng: random.Random) -> Instance:
+    p = rng.choice([2, 2, 3])
+    m = rng.randint(2, 4 if p == 2 else 3)
+    base = Instance(devices=p, microbatches=m, t_f=[rng.randint(1, 4) for _ in range(p)],
+                    t_b=[rng.randint(1, 4) for _ in range(p)],
+                    t_w=[rng.randint(0, 3) for _ in range(p)], comm=rng.choice([0, 1]),
+                    m_b=2, m_w=rng.choice([0, 1, 2]))
+    placed = base.with_placement(rng.choice(["interleaved", "v"]), 2)
+    # a cap between one activation per stage and one per micro-batch and stage
+    stages = 2
+    return placed.with_cap(rng.randint(stages, stages * m) * 1.0)
+
+
+def _optimum(instance: Instance, symmetry: bool, monkeypatch) -> float | None:
+    """The span CP-SAT proves optimal with every zbopt.bounds cut taken out of its model (None
+    if it proves nothing within the limit)."""
+    zero = types.SimpleNamespace(best_lower_bound=lambda *_: ("none", 0.0),
+                                 device_bound=lambda *_: 0.0, device_head=bounds.device_head)
+    scaled, scale, hint, horizon = backend_inputs(instance, "span")
+    with monkeypatch.context() as patch:
+        patch.setattr(cpsat_backend, "bounds", zero)
+        raw = run_backend("cpsat", scaled, objective="span", time_limit=20, threads=2,
+                          hint=hint, horizon=horizon, symmetry=symmetry)
+    return raw.objective / scale if raw.status == "optimal" else None
+
+
+@pytest.mark.slow  # a few dozen small exact solves
+def test_the_relaxation_never_exceeds_the_optimum_and_often_meets_it(monkeypatch):
+    """On random tiny interleaved and V instances under tight caps, no device's relaxation lies
+    above the proven optimum (also when CP-SAT may run micro-batches out of order), and it
+    lies above every bound of zbopt.bounds on several of them."""
+    rng = random.Random(7)
+    checked = raised = met = 0
+    while checked < 24:
+        instance = _random_instance(rng)
+        try:
+            instance.cap and bounds.min_feasible_cap(instance)
+            best = bounds.best_lower_bound(instance)[1]
+        except Exception:  # a cap below one activation: not a problem to bound
+            continue
+        scaled, scale, _ = scaled_instance(instance)
+        values = [chunk_relaxation(scaled, d, 30) / scale for d in range(instance.devices)]
+        optimum = _optimum(instance, checked % 2 == 0, monkeypatch)
+        if optimum is None:
+            continue
+        assert max(values) <= optimum + 1e-9, (instance, values, optimum)
+        checked += 1
+        raised += max(values) > best + 1e-9
+        met += max(values) >= optimum - 1e-9
+    assert raised >= 3 and met >= 12
+
+
+def test_it_applies_to_one_chain_of_several_stages_per_device_only():
+    contiguous = Instance(devices=2, microbatches=2, memory_cap="1p")
+    assert not applies(contiguous)
+    assert applies(contiguous.with_placement("interleaved", 2))
+    assert applies(contiguous.with_placement("v"))
+    assert not applies(Instance(devices=2, microbatches=2, placement="dualpipe"))
+    assert device_passes(contiguous.with_placement("interleaved", 3), 0) == 3 * 3 * 2
+    assert chunk_relaxation(contiguous, 0, 5) == 0.0
+
+
+def test_it_sees_the_late_first_backward_the_counting_bounds_miss():
+    """Interleaved p=2, m=4 at 1p (1.5B costs): device 0 holds 4 chunk activations, and the
+    relaxation knows which of its passes are ready when. It reaches 196,231, above the ramp and
+    drain bounds (195,267) and at most the span of every registered schedule."""
+    instance = Instance(devices=2, microbatches=4, **COSTS_15B).with_cap("1p") \
+        .with_placement("interleaved", 2)
+    scaled, scale, _ = scaled_instance(instance)
+    value = chunk_relaxation(scaled, 0, 60, threads=2) / scale
+    assert value > bounds.best_lower_bound(instance)[1] * 1.004
+    result = solve(instance, time_limit=60)
+    assert value <= result.span + 1e-9
+
+
+@pytest.mark.slow  # a 60 s limit that the proof ends early
+def test_solve_proves_an_interleaved_optimum_the_analytic_bounds_leave_open():
+    """Interleaved p=3, m=6 at 1p: the analytic bounds stop at 298,048 and CP-SAT alone does
+    not close the gap; with the relaxation solve() proves its schedule optimal, names the
+    bound, and the backend stops once it meets it."""
+    instance = Instance(devices=3, microbatches=6, **COSTS_15B).with_cap("1p") \
+        .with_placement("interleaved", 2)
+    result = solve(instance, time_limit=60)
+    assert result.status == "optimal" and result.bound_name == RELAXED
+    assert result.lower_bound > bounds.best_lower_bound(instance)[1]
+    assert result.span == result.lower_bound
+    assert result.runtime < 55  # stopped at the proof, not at the limit
+
+
+def test_a_backend_bounds_its_objective_by_the_lower_bound_it_is_given():
+    instance = Instance(devices=2, microbatches=3, t_f=2, t_b=3, t_w=1, comm=1, m_b=2, m_w=1,
+                        memory_cap="1p", placement="contiguous")
+    scaled, scale, hint, horizon = backend_inputs(instance, "span")
+    plain = run_backend("cpsat", scaled, objective="span", time_limit=60, threads=1, hint=hint,
+                        horizon=horizon)
+    given = run_backend("cpsat", scaled, objective="span", time_limit=60, threads=1, hint=hint,
+                        horizon=horizon, lower=int(plain.objective) + 3)
+    assert plain.status == "optimal"
+    assert given.bound >= plain.objective + 3

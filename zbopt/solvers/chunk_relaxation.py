@@ -1,0 +1,131 @@
+"""A lower bound for multi-chunk placements: one device scheduled exactly, the others as delays.
+
+On an interleaved or V placement a device runs several stages of one chain. Take device e and
+drop every rule that concerns another device, except what one micro-batch's own passes impose:
+between two of e's passes of micro-batch j, the path through the other devices' passes (their
+costs and the comm lags) is a least delay. What is left is exact on e:
+
+- e runs one pass at a time, for every micro-batch its F, B and W of each of its stages;
+- for two of e's passes a and b of one micro-batch, b starts at least the longest path of the
+  micro-batch's dependency graph from a's start after a starts;
+- e's memory, exactly as evaluate() counts it (F takes m_b at its start, B gives back
+  m_b - m_w and W m_w at their ends), within cap - static at every moment.
+
+Any schedule restricted to e satisfies these rules, and e's span is at most the schedule's span
+(and its makespan). Within the relaxation micro-batches differ only by name, so each stage may
+run each kind in micro-batch order: the k-th earliest pass of a kind can take the k-th name,
+since every rule links one micro-batch's passes by a least delay (the k earliest b have k
+distinct a at least that much before them) and the memory level depends only on how many
+passes of each kind have run. So the bound holds for schedules in any order, as the solver's
+symmetry switch allows.
+
+CP-SAT minimises e's span over the relaxation; its proven bound (not only an optimum) is a lower
+bound. The analytic bounds (zbopt.bounds: ramp, drain) argue about the same device with counts;
+the relaxation also sees which passes are ready when, so on small pipelines it often meets the
+optimum. Its model grows with e's passes (3 x stages on e x micro-batches), and CP-SAT proves
+little within seconds beyond about a hundred of them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ..instance import Instance
+from ..passes import dependencies, duration, lag, memory_delta, neighbours
+
+PLACEMENTS = ("interleaved", "v")
+MAX_PASSES = 100  # passes on the device beyond which solve() does not try the relaxation
+
+
+def applies(instance: Instance) -> bool:
+    """A multi-chunk placement with one chain and no F&B overlap discount."""
+    return instance.placement in PLACEMENTS and not instance.overlap and len(instance.chains) == 1
+
+
+def device_passes(instance: Instance, device: int) -> int:
+    return 3 * len(instance.stages_of(device)) * instance.microbatches
+
+
+def _longest_from(instance: Instance, links, source) -> dict:
+    """Least time from the start of `source` to the start of each pass of its micro-batch that
+    depends on it (longest path over the dependency graph, costs and comm lags)."""
+    stages, _ = instance.chains[0]
+    mb = source[1]
+    order = [(s, mb, "F") for s in stages] + [(s, mb, "B") for s in reversed(stages)] + \
+        [(s, mb, "W") for s in stages]
+    dist = {source: 0.0}
+    for q in order:  # a topological order of one micro-batch's passes
+        for a in dependencies(instance, q, links):
+            if a in dist:
+                value = dist[a] + duration(instance, a) + lag(instance, a, q)
+                if value > dist.get(q, -math.inf):
+                    dist[q] = value
+    return dist
+
+
+def chunk_relaxation(instance: Instance, device: int, time_limit: float, threads: int = 1,
+                     hint: Optional[dict] = None) -> float:
+    """The proven lower bound of device `device`'s relaxation (0 if none was proven in time).
+
+    `instance` must have integer costs and memory (solve() scales them); the bound is in its
+    time units. `hint`: start times of the device's passes (e.g. of the warm start)."""
+    from ortools.sat.python import cp_model
+
+    if not applies(instance) or time_limit <= 0:
+        return 0.0
+    links = neighbours(instance)
+    stages = instance.stages_of(device)
+    mbs = instance.chains[0][1]
+    mine = [(s, j, k) for s in stages for j in mbs for k in "FBW"]
+    cost = {q: int(duration(instance, q)) for q in mine}
+    horizon = int(sum(cost.values()) + sum(
+        instance.microbatches * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
+        for s in range(instance.num_stages)) + 2 * instance.num_stages * instance.comm + 1)
+    model = cp_model.CpModel()
+    start = {q: model.new_int_var(0, horizon, "") for q in mine}
+    model.add_no_overlap([model.new_fixed_size_interval_var(start[q], cost[q], "") for q in mine])
+    first = (stages[0], mbs[0], "F")
+    model.add(start[first] == 0)  # every other pass of e follows it (delays below)
+    delays = {}
+    for s in stages:
+        for kind in "FBW":
+            dist = _longest_from(instance, links, (s, mbs[0], kind))
+            for (t, _, k), value in dist.items():
+                if (t, k) != (s, kind) and t in stages:
+                    delays[(s, kind), (t, k)] = int(math.ceil(value - 1e-9))
+    for j in mbs:
+        for ((s, a), (t, b)), value in delays.items():
+            model.add(start[(t, j, b)] >= start[(s, j, a)] + value)
+    for s in stages:  # micro-batch order per stage and kind (see the module doc)
+        for kind in "FBW":
+            for i, j in zip(mbs, mbs[1:]):
+                model.add(start[(s, j, kind)] >= start[(s, i, kind)] + cost[(s, i, kind)])
+    if instance.cap is not None:
+        times, changes = [], []
+        for q in mine:
+            delta = int(memory_delta(instance, q))
+            if delta:
+                # B and W give memory back at their ends, but no F can start while they run,
+                # and the level only rises at an F's start: their starts give the same rule
+                times.append(start[q])
+                changes.append(delta)
+        room = int(instance.cap[device] - instance.static_memory[device])
+        model.add_reservoir_constraint(times, changes, 0, room)
+    span = model.new_int_var(0, horizon, "span")
+    for q in mine:
+        model.add(span >= start[q] + cost[q])
+    model.minimize(span)
+    if hint:
+        offset = hint.get(first, 0)
+        for q in mine:
+            if q in hint:
+                model.add_hint(start[q], int(hint[q] - offset))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.num_workers = max(1, int(threads))
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+        return 0.0  # infeasible (the cap): solve() reports that on its own
+    # proven whether or not a solution was found
+    return max(0.0, float(solver.best_objective_bound))
