@@ -115,6 +115,7 @@ POLICY_SHARE = 0.4
 # on interleaved and V: the one-device relaxation of the device with the highest analytic bound
 # (zbopt.solvers.chunk_relaxation) gets at most this share of the limit, when its model is small
 RELAX_SHARE = 0.15
+RELAX_MAX = 30.0  # seconds, whatever the limit
 RELAXED = "device relaxation"  # its bound name
 # climbs in a row without a shorter schedule that end it sooner: a climb takes about a second at
 # p=8, m=32 (so the share is used up there, and kicks kept finding shorter schedules), a few
@@ -338,7 +339,8 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                 candidate.objective(objective) < warm.objective(objective):
             warm = candidate
     if objective in ("span", "makespan") and round(warm.objective(objective) * scale) > bound_scaled:
-        relaxed = _chunk_bound(instance, scaled, time.perf_counter() + RELAX_SHARE * time_limit,
+        relaxed = _chunk_bound(instance, scaled,
+                               time.perf_counter() + min(RELAX_MAX, RELAX_SHARE * time_limit),
                                threads, hint)
         if relaxed is not None and relaxed > bound_scaled:
             bound_scaled, bound_name = relaxed, RELAXED
