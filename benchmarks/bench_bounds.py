@@ -148,7 +148,11 @@ def relaxation_part(time_limit: float, threads: int) -> list[str]:
     from zbopt.solvers.api import scaled_instance, solve
     from zbopt.solvers.chunk_relaxation import chunk_relaxation
 
-    lines = ["| placement | p | m | bound (zbopt.bounds) | relaxation (best device) | its time (s, "
+    lines = [f"Relaxation: every device, {time_limit:g} s over all of them, {threads} thread(s). "
+             "solve(): cpsat, the same limit, once as shipped and once without the relaxation "
+             "(RELAX_SHARE 0), one after the other in this run; spans in the instances' units.",
+             "",
+             "| placement | p | m | bound (zbopt.bounds) | relaxation (best device) | its time (s, "
              "all devices) | solve() status | span | lower bound | bound name | wall (s) | "
              "without the relaxation: status | span | lower bound | wall (s) |",
              "|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---|---:|---:|---:|"]
