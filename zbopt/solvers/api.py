@@ -293,7 +293,8 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     per stage and kind. prove_with_bounds: skip the backend when the warm start already
     meets the lower bounds of zbopt.bounds (turn off to make the backend prove it).
     options: backend-specific switches (BackendRequest.options).
-    progress: called with a dict at each phase ({"phase": "bounds" | "warm start" |
+    progress: called with a dict at each phase ({"phase": "bounds" (again with the raised
+    "bound" when the device relaxation of interleaved and V raises it) | "warm start" |
     "policy search" (interleaved and V only) | "search" | "done", ...}); during the search
     with "incumbent", "bound" and "gap" (instance time units) as they improve, and "elapsed"
     seconds.
