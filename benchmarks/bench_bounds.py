@@ -38,8 +38,10 @@ from bench_solver import COSTS_15B, reach_runs  # noqa: E402
 
 from zbopt import bounds  # noqa: E402
 from zbopt.instance import Instance  # noqa: E402
-from zbopt.solvers.api import backend_inputs, run_backend  # noqa: E402
+from zbopt.solvers import api  # noqa: E402
+from zbopt.solvers.api import backend_inputs, run_backend, scaled_instance, solve  # noqa: E402
 from zbopt.solvers.backends import cpsat as cpsat_backend  # noqa: E402
+from zbopt.solvers.chunk_relaxation import chunk_relaxation  # noqa: E402
 
 PARTS = ("rows", "analogues", "relaxation")
 
@@ -144,10 +146,6 @@ RELAXED = (("interleaved", 2, 4), ("interleaved", 2, 8), ("interleaved", 3, 6),
 
 
 def relaxation_part(time_limit: float, threads: int) -> list[str]:
-    from zbopt.solvers import api
-    from zbopt.solvers.api import scaled_instance, solve
-    from zbopt.solvers.chunk_relaxation import chunk_relaxation
-
     lines = [f"Relaxation: every device, {time_limit:g} s over all of them, {threads} thread(s). "
              "solve(): cpsat, the same limit, once as shipped and once without the relaxation "
              "(RELAX_SHARE 0), one after the other in this run; spans in the instances' units.",

@@ -79,7 +79,7 @@ def test_it_applies_to_one_chain_of_several_stages_per_device_only():
     assert applies(contiguous.with_placement("interleaved", 2))
     assert applies(contiguous.with_placement("v"))
     assert not applies(Instance(devices=2, microbatches=2, placement="dualpipe"))
-    assert device_passes(contiguous.with_placement("interleaved", 3), 0) == 3 * 3 * 2
+    assert device_passes(contiguous.with_placement("interleaved", 3)) == 3 * 3 * 2
     assert chunk_relaxation(contiguous, 0, 5) == 0.0
 
 

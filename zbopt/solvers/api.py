@@ -443,12 +443,11 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
     """The one-device relaxation (zbopt.solvers.chunk_relaxation) of the device whose analytic
     bound is highest, in scaled time units, if the placement has one and its model is small;
     the hint's start times seed it."""
-    if not chunk_relaxation.applies(instance) or instance.cap is None:
+    seconds = deadline - time.perf_counter()
+    if not chunk_relaxation.applies(instance) or instance.cap is None or seconds <= 0.1 or \
+            chunk_relaxation.device_passes(instance) > chunk_relaxation.MAX_PASSES:
         return None
     device = max(range(instance.devices), key=lambda d: bounds.device_bound(instance, d))
-    seconds = deadline - time.perf_counter()
-    if chunk_relaxation.device_passes(instance, device) > chunk_relaxation.MAX_PASSES or seconds <= 0.1:
-        return None
     starts, _ = _hint_starts(scaled, hint)
     value = chunk_relaxation.chunk_relaxation(scaled, device, seconds, threads, starts)
     return math.ceil(value - 1e-6) if value > 0 else None
