@@ -1,0 +1,262 @@
+"""Steady state of the p=8 plan rows: which side of the certified gap is weak, bound or schedule.
+
+For each p=8, 32-block row of results/plan.md (estimated part) at the caps asked (tight by
+default) it takes the plan's split and compares rates over K micro-batches (K = the fewest
+activations a device other than one holding a single activation can hold; the first device
+holding K is the pacing device):
+- the least period of a K-periodic schedule: micro-batch j = qK + r runs every pass at the time
+  of residue r's pass plus q periods. A CP-SAT model (below) places the 3K passes of each device
+  modulo the period (F and B in micro-batch order per stage, memory as evaluate() counts it, the
+  W pending at each forward included), and a bisection on the period finds the least one it
+  solves; each probe is "solved", "infeasible" (proven, within the model's horizon of the
+  forward and backward paths plus p + 2 periods) or "unknown" (probe time limit);
+- the increment of the collision bound (zbopt.plan.collision_bound) from m - K to m micro-batches:
+  what that bound charges for K more micro-batches in its steady state;
+- the steady state of solve()'s schedule on the split (--solve-limit, CP-SAT, 2 threads): the
+  time per K micro-batches between the pacing device's forwards of micro-batch 2K and of the
+  last multiple of K at least 2K before the end.
+A periodic schedule is one schedule among many, so its period is not a bound; but when the
+solver's schedules already run at it in their steady state while the bound charges less per
+period, the bound is the side to strengthen. The pattern expanded to m micro-batches (each
+device's passes in the order of the pattern's times) is checked by evaluate() and validate()
+and its span reported next to the plan's.
+
+At the mid caps devices hold 3 to 7 activations: the probes run out of time well above the
+solver's rate and the collision bound charges little, so neither rate says anything there.
+
+Usage:
+  python benchmarks/bench_steady.py [--probe-limit S] [--solve-limit S] [--caps tight,mid]
+                                    [--out results/steady.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from ortools.sat.python import cp_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_plan import LLAMA3_8B, cap_levels, estimated  # noqa: E402
+
+from zbopt.bounds import held_count  # noqa: E402
+from zbopt.instance import Instance  # noqa: E402
+from zbopt.plan.collision_bound import collision_bound  # noqa: E402
+from zbopt.schedule import Schedule, evaluate, validate  # noqa: E402
+from zbopt.solvers.api import solve  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALE = 1000  # time units per integer step of the model (costs rounded up: a pattern stays valid)
+
+
+def _held(instance: Instance, device: int) -> int:
+    """The most activations the device holds at once (memory as evaluate() counts it)."""
+    room = instance.cap[device] - instance.static_memory[device]
+    return held_count(room, instance.m_b[device], instance.microbatches)
+
+
+def _pending_limit(instance: Instance, device: int, in_flight: int) -> int:
+    """W that may be pending at a forward's start with `in_flight` activations held."""
+    room = instance.cap[device] - instance.static_memory[device]
+    return held_count(room - in_flight * instance.m_b[device], instance.m_w[device],
+                      instance.microbatches)
+
+
+def periodic_pattern(instance: Instance, k: int, period: int, time_limit: float, threads: int = 2):
+    """Start times (in 1/SCALE time units) of a K-periodic contiguous schedule with this period:
+    ("solved", {kind: [[time per residue] per device]}), ("infeasible", None) or ("unknown", None)."""
+    p = instance.devices
+    up = lambda x: math.ceil(x * SCALE - 1e-6)  # noqa: E731
+    cost = {kind: [up(instance.cost(d, kind)) for d in range(p)] for kind in "FBW"}
+    comm = up(instance.comm)
+    horizon = sum(cost["F"]) + sum(cost["B"]) + 2 * p * comm + max(cost["W"]) + (p + 2) * period
+    model = cp_model.CpModel()
+    start = {kind: [[model.NewIntVar(0, horizon, f"{kind}{d}_{r}") for r in range(k)]
+                    for d in range(p)] for kind in "FBW"}
+    f, b, w = start["F"], start["B"], start["W"]
+    model.Add(f[0][0] == 0)
+
+    def before(row, r, back):
+        """Start of the pass `back` micro-batches before residue r, as an affine expression."""
+        rr = (r - back) % k
+        return row[rr] + ((r - back - rr) // k) * period
+
+    for r in range(k):
+        for d in range(p - 1):
+            model.Add(f[d + 1][r] >= f[d][r] + cost["F"][d] + comm)
+            model.Add(b[d][r] >= b[d + 1][r] + cost["B"][d + 1] + comm)
+        model.Add(b[p - 1][r] >= f[p - 1][r] + cost["F"][p - 1])
+        for d in range(p):
+            model.Add(w[d][r] >= b[d][r] + cost["B"][d])
+    for d in range(p):
+        for kind in "FBW":
+            row, length = start[kind][d], cost[kind][d]
+            for r in range(k):  # micro-batch order per stage and kind, across the period too
+                model.Add((row[r + 1] if r + 1 < k else row[0] + period) >= row[r] + length)
+        held = _held(instance, d)
+        for r in range(k):
+            model.Add(f[d][r] >= before(b[d], r, held) + cost["B"][d])
+            ended = {}  # ended[a]: B of the micro-batch a before has ended (at most a in flight)
+            for a in range(1, held):
+                lit = model.NewBoolVar("")
+                model.Add(f[d][r] >= before(b[d], r, a) + cost["B"][d]).OnlyEnforceIf(lit)
+                model.Add(f[d][r] < before(b[d], r, a) + cost["B"][d]).OnlyEnforceIf(lit.Not())
+                ended[a] = lit
+            for n in range(1, held + 1):
+                when = ([ended[n]] if n < held else []) + ([ended[n - 1].Not()] if n > 1 else [])
+                back = n + _pending_limit(instance, d, n)
+                model.Add(f[d][r] >= before(w[d], r, back) + cost["W"][d]).OnlyEnforceIf(when)
+        # one pass at a time, modulo the period
+        passes = [(start[kind][d][r], cost[kind][d]) for kind in "FBW" for r in range(k)]
+        wraps = p + 4
+        for i in range(len(passes)):
+            for j in range(i + 1, len(passes)):
+                (x, lx), (y, ly) = passes[i], passes[j]
+                n = model.NewIntVar(-wraps, wraps, "")
+                model.Add(y - x - n * period >= lx)
+                model.Add(y - x - n * period <= period - ly)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.num_workers = threads
+    status = solver.Solve(model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return "solved", {kind: [[solver.Value(v) for v in row] for row in start[kind]] for kind in "FBW"}
+    return ("infeasible" if status == cp_model.INFEASIBLE else "unknown"), None
+
+
+def expand(instance: Instance, times: dict, k: int, period: int) -> Schedule:
+    """The schedule of all m micro-batches: each device's passes in the order of the pattern's times."""
+    orders = []
+    for d in range(instance.devices):
+        items = sorted((times[kind][d][j % k] + (j // k) * period, "FBW".index(kind), j, kind)
+                       for j in range(instance.microbatches) for kind in "FBW")
+        orders.append([(d, j, kind) for *_, j, kind in items])
+    return Schedule.build(orders, method=f"periodic-{k}")
+
+
+def least_period(instance: Instance, k: int, probe_limit: float, log) -> dict:
+    """Bisection on the period between the load of the busiest device and a pattern found."""
+    p = instance.devices
+    low = k * max(sum(math.ceil(instance.cost(d, x) * SCALE - 1e-6) for x in "FBW") for d in range(p)) - 1
+    high, found = None, None
+    probe = low * 2
+    while found is None:  # an upper end: double until a pattern is found
+        status, times = periodic_pattern(instance, k, probe, probe_limit)
+        log(f"period {probe / SCALE:,.0f}: {status}")
+        if status == "solved":
+            high, found = probe, times
+        else:
+            low, probe = probe, probe * 2
+    proven_below = None
+    while high - low > max(SCALE, high // 2000):
+        mid = (low + high) // 2
+        status, times = periodic_pattern(instance, k, mid, probe_limit)
+        log(f"period {mid / SCALE:,.0f}: {status}")
+        if status == "solved":
+            high, found = mid, times
+        else:
+            low = mid
+            if status == "infeasible":
+                proven_below = mid
+    return {"period": high, "times": found, "proven_below": proven_below}
+
+
+def steady_rate(timeline, device: int, k: int) -> float:
+    """A schedule's time per K micro-batches in its middle: between the forwards on `device` of
+    micro-batch 2K and of the last multiple of K at least 2K before the end."""
+    m = timeline.instance.microbatches
+    first = 2 * k
+    last = first + k * ((m - 4 * k) // k)
+    start = timeline.start
+    return (start[(device, last, "F")] - start[(device, first, "F")]) * k / (last - first)
+
+
+def _plan_rows() -> list[dict]:
+    """The capped p=8 rows of results/plan.md's estimated part: model, cap, split, span, bound."""
+    text = (ROOT / "results" / "plan.md").read_text()
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 17 or not cells[0].startswith("llama-32L") or cells[3] not in ("tight", "mid"):
+            continue
+        rows.append({"model": cells[0], "cap": cells[3], "span": float(cells[7].split()[0].replace(",", "")),
+                     "bound": float(cells[10].replace(",", "")), "gap": cells[11],
+                     "split": tuple(int(x) for x in cells[16].split("-"))})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--probe-limit", type=float, default=10.0)
+    parser.add_argument("--solve-limit", type=float, default=60.0)
+    parser.add_argument("--caps", default="tight")
+    parser.add_argument("--out", default=str(ROOT / "results" / "steady.md"))
+    args = parser.parse_args()
+    rows = [row for row in _plan_rows() if row["cap"] in args.caps.split(",")]
+    if not rows:
+        print("error: no capped llama-32L rows in results/plan.md: run benchmarks/bench_plan.py "
+              "--only estimated first", file=sys.stderr)
+        return 2
+    load = os.getloadavg()[0]
+    lines = ["# Steady state of the p=8 plan rows", "",
+             f"Written by `benchmarks/bench_steady.py` (see its docstring). Command: `python "
+             f"benchmarks/bench_steady.py --probe-limit {args.probe_limit:g} --solve-limit "
+             f"{args.solve_limit:g} --caps {args.caps}` "
+             f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, "
+             f"{os.cpu_count()} cores, load average {load:.1f} at the start; CP-SAT 2 threads).", "",
+             "Splits, spans and bounds of the plan are those of results/plan.md. The periodic span "
+             "is the pattern expanded to m micro-batches and timed by evaluate() (a valid schedule, "
+             "not polished). Times in us.", "",
+             "| model | cap | split | K | least K-periodic period | per micro-batch | "
+             "no pattern at | collision bound increment per K | period / increment | "
+             "solver's steady time per K | solver's span | periodic span | plan span | plan bound | "
+             "plan gap |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        vocab = 32000 if "v32k" in row["model"] else 128256
+        model = estimated(LLAMA3_8B, vocab, 8, 32)
+        instance = model.with_settings(memory_cap=cap_levels(model)[row["cap"]]).instance(row["split"])
+        counts = [_held(instance, d) for d in range(instance.devices)]
+        k = min(c for c in counts if c > 1)
+        label = f"{row['model']} {row['cap']} {'-'.join(map(str, row['split']))}"
+        print(f"[bench_steady] {label}: K={k} ...", file=sys.stderr, flush=True)
+        found = least_period(instance, k, args.probe_limit,
+                             lambda msg: print(f"[bench_steady]   {msg}", file=sys.stderr, flush=True))
+        schedule = expand(instance, found["times"], k, found["period"])
+        timeline = evaluate(instance, schedule)
+        problems = validate(instance, schedule)
+        if problems or not timeline.fits_cap:
+            raise SystemExit(f"{label}: the expanded pattern is not valid: "
+                             f"{(problems or list(timeline.cap_violations))[0]}")
+        pacing = counts.index(k)
+        solved = solve(instance, time_limit=args.solve_limit)
+        rate = steady_rate(solved.timeline, pacing, k)
+        m = instance.microbatches
+        now = time.perf_counter()
+        full = collision_bound(instance, now + 60, math.inf)
+        shorter = collision_bound(dataclasses.replace(instance, microbatches=m - k),
+                                  time.perf_counter() + 60, math.inf)
+        period = found["period"] / SCALE
+        increment = full - shorter
+        below = found["proven_below"]
+        lines.append(
+            f"| {row['model']} | {row['cap']} | {'-'.join(map(str, row['split']))} | {k} | "
+            f"{period:,.0f} | {period / k:,.0f} | "
+            f"{'-' if below is None else f'{below / SCALE:,.0f} (proven)'} | {increment:,.0f} | "
+            f"{period / increment:.3f} | {rate:,.0f} | {solved.span:,.0f} | {timeline.span:,.0f} | "
+            f"{row['span']:,.0f} | "
+            f"{row['bound']:,.0f} | {row['gap']} |")
+        print(f"[bench_steady] {lines[-1]}", file=sys.stderr, flush=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

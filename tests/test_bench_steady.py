@@ -1,0 +1,53 @@
+"""The periodic-schedule model of benchmarks/bench_steady.py: the periods it solves and refuses
+are the ones the instance allows, and its patterns expand to valid schedules within the cap."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from zbopt.instance import Instance
+from zbopt.schedule import evaluate, validate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_steady import SCALE, expand, periodic_pattern  # noqa: E402
+
+
+def _check_expanded(instance: Instance, times: dict, k: int, period: int) -> None:
+    schedule = expand(instance, times, k, period)
+    assert validate(instance, schedule) == []
+    timeline = evaluate(instance, schedule)
+    assert timeline.fits_cap, timeline.cap_violations
+
+
+@pytest.mark.parametrize("costs", [(1, 1, 1), (2, 3, 1), (3, 2, 2)])
+def test_roomy_pattern_runs_at_the_busiest_load(costs):
+    """With room for every activation 1F1B holds, a period of K times one micro-batch's work
+    fits and one time step less does not (the device has that much work per period)."""
+    t_f, t_b, t_w = costs
+    instance = Instance(devices=3, microbatches=6, t_f=t_f, t_b=t_b, t_w=t_w, m_b=2, m_w=1,
+                        memory_cap=8.0)  # 3 activations and 2 pending W on every device
+    k = 3
+    load = k * (t_f + t_b + t_w) * SCALE
+    status, times = periodic_pattern(instance, k, load, 20)
+    assert status == "solved"
+    _check_expanded(instance, times, k, load)
+    assert periodic_pattern(instance, k, load - 1, 20)[0] == "infeasible"
+
+
+@pytest.mark.parametrize("comm", [0, 1])
+@pytest.mark.parametrize("m_w", [0, 1])
+def test_one_activation_runs_at_the_round_trip(comm, m_w):
+    """A device holding one activation waits for each micro-batch's backward before the next
+    forward, and for its W too when B keeps memory for it: the least period of one micro-batch
+    is the first device's round trip, plus its t_w when m_w > 0."""
+    instance = Instance(devices=3, microbatches=4, t_f=[1, 2, 1], t_b=[2, 1, 3], t_w=[2, 1, 1],
+                        comm=comm, m_b=2, m_w=m_w, memory_cap=2.0)
+    trip = sum(instance.t_f) + sum(instance.t_b) + 2 * (instance.devices - 1) * comm
+    trip = (trip + (instance.t_w[0] if m_w else 0)) * SCALE
+    status, times = periodic_pattern(instance, 1, trip, 20)
+    assert status == "solved"
+    _check_expanded(instance, times, 1, trip)
+    assert periodic_pattern(instance, 1, trip - 1, 20)[0] == "infeasible"
