@@ -7,9 +7,11 @@ holding K is the pacing device):
 - the least period of a K-periodic schedule: micro-batch j = qK + r runs every pass at the time
   of residue r's pass plus q periods. A CP-SAT model (below) places the 3K passes of each device
   modulo the period (F and B in micro-batch order per stage, memory as evaluate() counts it, the
-  W pending at each forward included), and a bisection on the period finds the least one it
-  solves; each probe is "solved", "infeasible" (proven, within the model's horizon of the
-  forward and backward paths plus p + 2 periods) or "unknown" (probe time limit);
+  W pending at each forward included), and a bisection on the period finds a short one; each
+  probe is "solved", "infeasible" or "unknown" (probe time limit). Feasibility is not monotone
+  in the period, so the bisection's result is the least period it found, and "no pattern at"
+  names the largest probe proven to have none with exactly that period (with the costs rounded
+  down as well as up, within the model's horizon of the paths plus p + 2 periods);
 - the increment of the collision bound (zbopt.plan.collision_bound) from m - K to m micro-batches:
   what that bound charges for K more micro-batches in its steady state;
 - the steady state of solve()'s schedule on the split (--solve-limit, CP-SAT, 2 threads): the
@@ -68,13 +70,19 @@ def _pending_limit(instance: Instance, device: int, in_flight: int) -> int:
                       instance.microbatches)
 
 
-def periodic_pattern(instance: Instance, k: int, period: int, time_limit: float, threads: int = 2):
+def periodic_pattern(instance: Instance, k: int, period: int, time_limit: float, threads: int = 2,
+                     round_up: bool = True):
     """Start times (in 1/SCALE time units) of a K-periodic contiguous schedule with this period:
-    ("solved", {kind: [[time per residue] per device]}), ("infeasible", None) or ("unknown", None)."""
+    ("solved", {kind: [[time per residue] per device]}), ("infeasible", None) or ("unknown", None).
+    Costs and comm are rounded up to the grid (a pattern found holds for the true costs) or, with
+    round_up=False, down (then "infeasible" holds for the true costs)."""
     p = instance.devices
-    up = lambda x: math.ceil(x * SCALE - 1e-6)  # noqa: E731
-    cost = {kind: [up(instance.cost(d, kind)) for d in range(p)] for kind in "FBW"}
-    comm = up(instance.comm)
+    if round_up:
+        grid = lambda x: math.ceil(x * SCALE - 1e-6)  # noqa: E731
+    else:
+        grid = lambda x: math.floor(x * SCALE + 1e-6)  # noqa: E731
+    cost = {kind: [grid(instance.cost(d, kind)) for d in range(p)] for kind in "FBW"}
+    comm = grid(instance.comm)
     horizon = sum(cost["F"]) + sum(cost["B"]) + 2 * p * comm + max(cost["W"]) + (p + 2) * period
     model = cp_model.CpModel()
     start = {kind: [[model.NewIntVar(0, horizon, f"{kind}{d}_{r}") for r in range(k)]
@@ -162,8 +170,9 @@ def least_period(instance: Instance, k: int, probe_limit: float, log) -> dict:
             high, found = mid, times
         else:
             low = mid
-            if status == "infeasible":
-                proven_below = mid
+            if status == "infeasible" and \
+                    periodic_pattern(instance, k, mid, probe_limit, round_up=False)[0] == "infeasible":
+                proven_below = mid  # none with the costs rounded down either
     return {"period": high, "times": found, "proven_below": proven_below}
 
 
@@ -214,7 +223,7 @@ def main() -> int:
              "is the pattern expanded to m micro-batches and timed by evaluate() (a valid schedule, "
              "not polished). Times in us.", "",
              "| model | cap | split | K | least K-periodic period | per micro-batch | "
-             "no pattern at | collision bound increment per K | period / increment | "
+             "none with period | collision bound increment per K | period / increment | "
              "solver's steady time per K | solver's span | periodic span | plan span | plan bound | "
              "plan gap |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

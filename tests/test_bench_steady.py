@@ -51,3 +51,14 @@ def test_one_activation_runs_at_the_round_trip(comm, m_w):
     assert status == "solved"
     _check_expanded(instance, times, 1, trip)
     assert periodic_pattern(instance, 1, trip - 1, 20)[0] == "infeasible"
+
+
+def test_rounding_down_relaxes_the_costs():
+    """Costs off the grid: rounded up (the default) a period of the true load is refused;
+    rounded down (what an "infeasible" claim is checked with) it is solved."""
+    instance = Instance(devices=2, microbatches=4, t_f=1.0004, t_b=1, t_w=1, m_b=2, m_w=1,
+                        memory_cap=8.0)
+    k = 2
+    period = round(k * 3.0004 * SCALE)  # 6001: the true load per period is 6000.8
+    assert periodic_pattern(instance, k, period, 20)[0] == "infeasible"
+    assert periodic_pattern(instance, k, period, 20, round_up=False)[0] == "solved"
