@@ -182,6 +182,8 @@ def steady_rate(timeline, device: int, k: int) -> float:
     m = timeline.instance.microbatches
     first = 2 * k
     last = first + k * ((m - 4 * k) // k)
+    if last <= first:
+        return math.nan  # fewer than 5K micro-batches: no middle to measure
     start = timeline.start
     return (start[(device, last, "F")] - start[(device, first, "F")]) * k / (last - first)
 
@@ -258,7 +260,8 @@ def main() -> int:
             f"| {row['model']} | {row['cap']} | {'-'.join(map(str, row['split']))} | {k} | "
             f"{period:,.0f} | {period / k:,.0f} | "
             f"{'-' if below is None else f'{below / SCALE:,.0f} (proven)'} | {increment:,.0f} | "
-            f"{period / increment:.3f} | {rate:,.0f} | {solved.span:,.0f} | {timeline.span:,.0f} | "
+            f"{period / increment:.3f} | {'-' if math.isnan(rate) else f'{rate:,.0f}'} | "
+            f"{solved.span:,.0f} | {timeline.span:,.0f} | "
             f"{row['span']:,.0f} | "
             f"{row['bound']:,.0f} | {row['gap']} |")
         print(f"[bench_steady] {lines[-1]}", file=sys.stderr, flush=True)

@@ -3,16 +3,18 @@ are the ones the instance allows, and its patterns expand to valid schedules wit
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
 import pytest
 
 from zbopt.instance import Instance
+from zbopt.registry import run
 from zbopt.schedule import evaluate, validate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_steady import SCALE, expand, periodic_pattern  # noqa: E402
+from bench_steady import SCALE, expand, periodic_pattern, steady_rate  # noqa: E402
 
 
 def _check_expanded(instance: Instance, times: dict, k: int, period: int) -> None:
@@ -62,3 +64,13 @@ def test_rounding_down_relaxes_the_costs():
     period = round(k * 3.0004 * SCALE)  # 6001: the true load per period is 6000.8
     assert periodic_pattern(instance, k, period, 20)[0] == "infeasible"
     assert periodic_pattern(instance, k, period, 20, round_up=False)[0] == "solved"
+
+
+def test_steady_rate_of_1f1b_is_the_device_load():
+    """In the middle of 1F1B on uniform stages every device runs F, B and W back to back: the
+    rate per K micro-batches is K times a micro-batch's work; too few micro-batches give nan."""
+    instance = Instance(devices=3, microbatches=12, t_f=2, t_b=3, t_w=1)
+    timeline = evaluate(instance, run("1f1b", instance).schedule)
+    assert steady_rate(timeline, 0, 2) == pytest.approx(2 * (2 + 3 + 1))
+    short = Instance(devices=3, microbatches=8, t_f=2, t_b=3, t_w=1)
+    assert math.isnan(steady_rate(evaluate(short, run("1f1b", short).schedule), 0, 2))
