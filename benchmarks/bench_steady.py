@@ -9,7 +9,7 @@ holding K is the pacing device):
   modulo the period (F and B in micro-batch order per stage, memory as evaluate() counts it, the
   W pending at each forward included), and a bisection on the period finds a short one; each
   probe is "solved", "infeasible" or "unknown" (probe time limit). Feasibility is not monotone
-  in the period, so the bisection's result is the least period it found, and "no pattern at"
+  in the period, so the bisection's result is the least period it found, and "none with period"
   names the largest probe proven to have none with exactly that period (with the costs rounded
   down as well as up, within the model's horizon of the paths plus p + 2 periods);
 - the increment of the collision bound (zbopt.plan.collision_bound) from m - K to m micro-batches:
@@ -47,9 +47,10 @@ from ortools.sat.python import cp_model
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_plan import LLAMA3_8B, cap_levels, estimated  # noqa: E402
 
-from zbopt.bounds import held_count  # noqa: E402
+from zbopt.bounds import activation_capacity, held_count  # noqa: E402
 from zbopt.instance import Instance  # noqa: E402
 from zbopt.plan.collision_bound import collision_bound  # noqa: E402
+from zbopt.plan.memory_bound import held_counts  # noqa: E402
 from zbopt.schedule import Schedule, evaluate, validate  # noqa: E402
 from zbopt.solvers.api import solve  # noqa: E402
 
@@ -57,17 +58,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCALE = 1000  # time units per integer step of the model (costs rounded up: a pattern stays valid)
 
 
-def _held(instance: Instance, device: int) -> int:
-    """The most activations the device holds at once (memory as evaluate() counts it)."""
-    room = instance.cap[device] - instance.static_memory[device]
-    return held_count(room, instance.m_b[device], instance.microbatches)
-
-
 def _pending_limit(instance: Instance, device: int, in_flight: int) -> int:
     """W that may be pending at a forward's start with `in_flight` activations held."""
-    room = instance.cap[device] - instance.static_memory[device]
-    return held_count(room - in_flight * instance.m_b[device], instance.m_w[device],
-                      instance.microbatches)
+    room = activation_capacity(instance, device) - in_flight * instance.m_b[device]
+    return held_count(room, instance.m_w[device], instance.microbatches)
 
 
 def periodic_pattern(instance: Instance, k: int, period: int, time_limit: float, threads: int = 2,
@@ -89,6 +83,7 @@ def periodic_pattern(instance: Instance, k: int, period: int, time_limit: float,
                     for d in range(p)] for kind in "FBW"}
     f, b, w = start["F"], start["B"], start["W"]
     model.Add(f[0][0] == 0)
+    counts = held_counts(instance)
 
     def before(row, r, back):
         """Start of the pass `back` micro-batches before residue r, as an affine expression."""
@@ -107,7 +102,7 @@ def periodic_pattern(instance: Instance, k: int, period: int, time_limit: float,
             row, length = start[kind][d], cost[kind][d]
             for r in range(k):  # micro-batch order per stage and kind, across the period too
                 model.Add((row[r + 1] if r + 1 < k else row[0] + period) >= row[r] + length)
-        held = _held(instance, d)
+        held = counts[d]
         for r in range(k):
             model.Add(f[d][r] >= before(b[d], r, held) + cost["B"][d])
             ended = {}  # ended[a]: B of the micro-batch a before has ended (at most a in flight)
@@ -233,7 +228,7 @@ def main() -> int:
         vocab = 32000 if "v32k" in row["model"] else 128256
         model = estimated(LLAMA3_8B, vocab, 8, 32)
         instance = model.with_settings(memory_cap=cap_levels(model)[row["cap"]]).instance(row["split"])
-        counts = [_held(instance, d) for d in range(instance.devices)]
+        counts = held_counts(instance)
         k = min(c for c in counts if c > 1)
         label = f"{row['model']} {row['cap']} {'-'.join(map(str, row['split']))}"
         print(f"[bench_steady] {label}: K={k} ...", file=sys.stderr, flush=True)
