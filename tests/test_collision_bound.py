@@ -100,10 +100,10 @@ def _programme(instance, e: int) -> float:
     import highspy
 
     from zbopt.plan.collision_bound import _windows
-    from zbopt.plan.memory_bound import round_trips
+    from zbopt.plan.memory_bound import release_gaps, round_trips
 
     p, m = instance.devices, instance.microbatches
-    held, trip = held_counts(instance), round_trips(instance)
+    held, trip, gaps = held_counts(instance), round_trips(instance), release_gaps(instance)
     paths, windows = _windows(instance, e)
     big = 2 * m * (trip[0] + sum(instance.t_w)) + trip[e]  # one micro-batch at a time fits
     h = highspy.Highs()
@@ -122,9 +122,9 @@ def _programme(instance, e: int) -> float:
     for d in range(p):
         for j in range(held[d], m):
             if d <= e:
-                h.addConstr(u[j] - v[j - held[d]] >= trip[d] - trip[e])
+                h.addConstr(u[j] - v[j - held[d]] >= trip[d] - trip[e] + gaps[d])
             else:
-                h.addConstr(u[j] - v[j - held[d]] + a[j] + b[j - held[d]] >= -paths[d - e])
+                h.addConstr(u[j] - v[j - held[d]] + a[j] + b[j - held[d]] >= gaps[d] - paths[d - e])
     for i in range(m):
         for j in range(i + 1, min(m, i + held[e])):
             delta = v[i] - u[j]

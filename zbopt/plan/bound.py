@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 from ..bounds import knapsack_max
 from ..instance import within_cap
 from ..layers import LayeredModel
-from .memory_bound import held_count, start_chain, window_tail, window_work
+from .memory_bound import held_count, release_gap, start_chain, window_tail, window_work
 
 INF = math.inf
 
@@ -49,6 +49,8 @@ class SegmentBounds:
     # micro-batches the stage can hold, its F start to B end round trip R, its window bound
     window: tuple[tuple[tuple[float, ...], ...], ...] = ()
     held: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    # the release gap delta of zbopt.plan.memory_bound (a slot frees that long after a B ends)
+    gap: tuple[tuple[tuple[float, ...], ...], ...] = ()
     prefix: Optional[dict] = None  # cumulative t_f, t_b, t_w over the layers
 
     def pipeline_bound(self, sizes) -> float:
@@ -68,7 +70,7 @@ class SegmentBounds:
             trip = (tf[n] - tf[i]) + (tb[n] - tb[i]) + 2 * (p - 1 - d) * comm
             top = max(top, trip + tw[j + 1] - tw[i])
             best = max(best, top - trip + window)
-            rules.append((self.held[d][i][j], trip))
+            rules.append((self.held[d][i][j], trip + self.gap[d][i][j]))
             last_tf = tf[j + 1] - tf[i]
             i = j + 1
         return max(best, start_chain(m, last_tf, rules) + top)
@@ -107,12 +109,12 @@ def segment_bounds(model: LayeredModel) -> SegmentBounds:
     caps = _caps(model)
     # device 0's span covers the path to stage d and back, d's window, and t_w of stage 0
     tw_first = tw[1] - tw[0]
-    bound, excess, windows, helds = [], [], [], []
+    bound, excess, windows, helds, gaps = [], [], [], [], []
     for d in range(p):
-        rows_b, rows_e, rows_w, rows_h = [], [], [], []
+        rows_b, rows_e, rows_w, rows_h, rows_g = [], [], [], [], []
         for i in range(n):
             row_b, row_e = [INF] * n, [0.0] * n
-            row_w, row_h = [INF] * n, [0] * n
+            row_w, row_h, row_g = [INF] * n, [0] * n, [0.0] * n
             # stage d needs layers i..j with room for the d stages before and p-1-d after it
             for j in range(i, n):
                 if i < d or n - 1 - j < p - 1 - d:
@@ -126,28 +128,32 @@ def segment_bounds(model: LayeredModel) -> SegmentBounds:
                     continue
                 wait = (tf[n] - tf[i]) + (tb[n] - tb[j + 1]) + 2 * (p - 1 - d) * comm
                 capacity = INF if caps is None else caps[d] - seg["static"]
-                own, idle, ramp = _device_bound(seg, m, wait, capacity)
                 trip = wait + seg["t_b"]
                 held = held_count(capacity, seg["m_b"], m)
+                gap = 0.0 if caps is None else release_gap(
+                    held, m, seg["t_b"], seg["t_w"], seg["m_b"], seg["m_w"], seg["static"], caps[d])
+                own, idle, ramp = _device_bound(seg, m, wait, capacity, gap)
                 window = max(window_work(m, seg["t_f"], seg["t_b"], seg["t_w"], seg["m_b"],
                                          seg["m_w"], capacity, idle),
                              window_tail(m, seg["t_f"], seg["t_b"], seg["t_w"], seg["m_b"],
                                          seg["m_w"], capacity, wait, ramp),
-                             start_chain(m, seg["t_f"], [(held, trip)]) + trip)
+                             start_chain(m, seg["t_f"], [(held, trip + gap)]) + trip)
                 # the paths from device 0 to d and back: R_0 - R_d
                 paths = (tf[i] - tf[0]) + (tb[i] - tb[0]) + 2 * d * comm
                 row_b[j] = max(own, paths + window + tw_first)
-                row_w[j], row_h[j] = window, held
+                row_w[j], row_h[j], row_g[j] = window, held, gap
             rows_b.append(tuple(row_b))
             rows_e.append(tuple(row_e))
             rows_w.append(tuple(row_w))
             rows_h.append(tuple(row_h))
+            rows_g.append(tuple(row_g))
         bound.append(tuple(rows_b))
         excess.append(tuple(rows_e))
         windows.append(tuple(rows_w))
         helds.append(tuple(rows_h))
+        gaps.append(tuple(rows_g))
     return SegmentBounds(model, tuple(bound), tuple(excess), tuple(windows), tuple(helds),
-                         {"t_f": tf, "t_b": tb, "t_w": tw})
+                         tuple(gaps), {"t_f": tf, "t_b": tb, "t_w": tw})
 
 
 def _caps(model: LayeredModel) -> tuple[float, ...] | None:
@@ -159,10 +165,11 @@ def _caps(model: LayeredModel) -> tuple[float, ...] | None:
     return (float(cap),) * model.devices
 
 
-def _device_bound(seg: dict, m: int, wait: float, capacity: float) -> tuple[float, float, float]:
+def _device_bound(seg: dict, m: int, wait: float, capacity: float,
+                  gap: float = 0.0) -> tuple[float, float, float]:
     """(zbopt.bounds.device_bound for a device with one stage of these totals, raised by the
     memory throughput bound where the cap cannot hold every micro-batch at once; the forced idle
-    it adds to the load; the ramp idle alone)."""
+    it adds to the load; the ramp idle alone). `gap`: the release gap (zbopt.plan.memory_bound)."""
     load = m * (seg["t_f"] + seg["t_b"] + seg["t_w"])
     if math.isfinite(capacity):
         ramp_busy = knapsack_max([(seg["m_b"], seg["t_f"], m)], capacity)
@@ -174,21 +181,22 @@ def _device_bound(seg: dict, m: int, wait: float, capacity: float) -> tuple[floa
     ramp = max(0.0, wait - ramp_busy)
     if m * seg["m_b"] > capacity + 1e-9:
         # some forward starts after the first B: disjoint windows
-        return max(load + ramp + drain, _throughput(seg, m, wait, capacity)), ramp + drain, ramp
+        return max(load + ramp + drain, _throughput(seg, m, wait, capacity, gap)), ramp + drain, ramp
     return load + max(ramp, drain), max(ramp, drain), ramp
 
 
-def _throughput(seg: dict, m: int, wait: float, capacity: float) -> float:
+def _throughput(seg: dict, m: int, wait: float, capacity: float, gap: float = 0.0) -> float:
     """Memory throughput: a micro-batch holds m_b from the start of its F to the end of its B,
-    at least the round trip plus t_b; at most k = floor(capacity / m_b) are held at once, so the
-    m intervals split into k chains of disjoint ones (interval colouring), the longest holds
-    ceil(m / k), and the W of its last B still follows on the device."""
+    at least the round trip plus t_b, and its slot lasts `gap` longer (the release gap of
+    zbopt.plan.memory_bound); at most k = floor(capacity / m_b) slots overlap, so the m slots
+    split into k chains of disjoint ones (interval colouring), the longest holds ceil(m / k),
+    and the W of its last B still follows on the device (at least t_w >= gap after that B)."""
     if seg["m_b"] <= 0:
         return 0.0
     k = math.floor(capacity / seg["m_b"] + 1e-9)
     if k < 1:
         return INF
-    return math.ceil(m / k) * (wait + seg["t_b"]) + seg["t_w"]
+    return math.ceil(m / k) * (wait + seg["t_b"] + gap) - gap + seg["t_w"]
 
 
 # ----- the dynamic programme over (stage, first layer) -----------------------------------------

@@ -23,9 +23,10 @@ somewhere, and a collision costs waiting time: this is what no bound that treats
 a time or pairs of them sees (a pipeline whose throughput one device's memory sets cannot run at
 that device's round trip, it loses a little in every period).
 
-Memory (k_d = the most activations device d holds, zbopt.plan.memory_bound.held_count): F(d, j)
-waits for the end of B(d, j - k_d), so u_{j + k_d} >= v_j + R_d - R_e for d <= e and
-u_j >= v_{j - k_d} - P(d) - a_j - b_{j - k_d} for d > e; and u_{j+1} >= u_j + t_f(e).
+Memory (k_d = the most activations device d holds, zbopt.plan.memory_bound.held_count, and
+delta_d its release gap there): F(d, j) waits delta_d past the end of B(d, j - k_d), so
+u_{j + k_d} >= v_j + R_d - R_e + delta_d for d <= e and
+u_j >= v_{j - k_d} - P(d) - a_j - b_{j - k_d} + delta_d for d > e; and u_{j+1} >= u_j + t_f(e).
 
 Only the pairs i < j < i + k_e need a rule: from j = i + k_e on, F(e, j) follows v_i, and for
 j <= i, v_i - u_j >= R_e = E_{p-1}, past every window. With u_0 = 0 and V >= v_j for every j,
@@ -55,7 +56,7 @@ from typing import Optional
 import numpy as np
 
 from ..instance import Instance
-from .memory_bound import applies, held_counts, round_trips
+from .memory_bound import applies, chain_trips, held_counts, release_gaps, round_trips
 
 # Each pair of micro-batches has a case (before, after or a device window); the programme
 # enumerates those of the pairs a new micro-batch forms and keeps those of the pairs a state
@@ -122,7 +123,7 @@ def collision_relaxation(instance: Instance, device: int, time_limit: float,
         upper = m * (trip[0] + sum(instance.t_w))
     # V of a schedule no longer than `upper` is at most this (the optimum's is)
     top = upper - extra + 1e-6 * max(1.0, upper)
-    value = _least_v(instance, e, reach, held, trip, paths, windows, top,
+    value = _least_v(instance, e, reach, held, trip, release_gaps(instance), paths, windows, top,
                      time.perf_counter() + time_limit)
     if value is None:
         return upper  # no relaxed schedule within `upper`: nothing shorter exists
@@ -143,8 +144,8 @@ def _reach(instance: Instance, e: int) -> int:
     return reach
 
 
-def _least_v(instance: Instance, e: int, reach: int, held, trip, paths, windows, top: float,
-             deadline: float) -> Optional[float]:
+def _least_v(instance: Instance, e: int, reach: int, held, trip, gaps, paths, windows,
+             top: float, deadline: float) -> Optional[float]:
     """The least V of the relaxation with the pair rules of micro-batches less than `reach`
     apart (None: none at most `top`), micro-batch by micro-batch.
 
@@ -165,8 +166,8 @@ def _least_v(instance: Instance, e: int, reach: int, held, trip, paths, windows,
     structural = [(_U, 1, _U, instance.t_f[e]), (_U, 0, _X, 0.0), (_X, 0, _V, R)]
     for d in range(p):
         if held[d] < m:
-            structural.append((_V, held[d], _U, trip[d] - R) if d <= e
-                              else (_X, held[d], _X, R - paths[d - e]))
+            structural.append((_V, held[d], _U, trip[d] - R + gaps[d]) if d <= e
+                              else (_X, held[d], _X, R - paths[d - e] + gaps[d]))
     live = max(reach, 2)  # micro-batches whose values may still rise (offsets 0..live-1)
     tracked = max(live, max(lag for _, lag, _, _ in structural) + 1)
     width = 3 * tracked + 1
@@ -294,7 +295,7 @@ def collision_bound(instance: Instance, deadline: float, upper: float = math.inf
     micro-batch), one after the other, each given what is left, at most DEVICE_LIMIT seconds."""
     if not applies(instance):
         return 0.0
-    held, trip = held_counts(instance), round_trips(instance)
+    held, trip = held_counts(instance), chain_trips(instance)
     devices = [d for d in range(instance.devices - 1) if 2 <= held[d] < instance.microbatches]
     devices.sort(key=lambda d: -trip[d] / held[d])
     best = 0.0

@@ -9,11 +9,12 @@ micro-batch j (R_d, wait_d, fwd, bwd as in zbopt.plan.memory_bound):
 - e's memory, exactly: m_b - m_w from F_j's start to B_j's end and m_w until W_j's end, within
   cap - static at every moment;
 - a device d before e holds at most k_d activations and releases them in order, so F(d, j) waits
-  for the end of B(d, j - k_d); in e's time that is F_j >= end of B_{j - k_d} + R_d - R_e (the
-  forward path from d to e and the backward path back);
+  for the end of B(d, j - k_d) and the release gap delta_d (zbopt.plan.memory_bound); in e's time
+  that is F_j >= end of B_{j - k_d} + R_d - R_e + delta_d (the forward path from d to e and the
+  backward path back);
 - a device d after e: its F starts x_j follow F_j by the forward path, each other by t_f(d), and
-  the (j - k_d)-th by R_d (its activation freed), and B_j follows x_j by the least path from
-  F(d, j) to the start of B(e, j).
+  the (j - k_d)-th by R_d + delta_d (its activation freed), and B_j follows x_j by the least path
+  from F(d, j) to the start of B(e, j).
 
 The span is at least e's own (F_0 to the end of W_{m-1}) and, for every d before e, the end of
 B_{m-1} plus R_d - R_e plus t_w(d) from F_0 (d's first F precedes F_0 by the forward path, its
@@ -30,7 +31,7 @@ import time
 
 from ..bounds import activation_capacity, round_trip
 from ..instance import Instance
-from .memory_bound import applies, held_count, held_counts
+from .memory_bound import applies, held_count, held_counts, release_gaps
 
 
 def device_relaxation(instance: Instance, device: int, time_limit: float,
@@ -48,6 +49,7 @@ def device_relaxation(instance: Instance, device: int, time_limit: float,
     trip = [wait[d] + int(scaled.t_b[d]) for d in range(p)]
     rooms = [activation_capacity(scaled, d) for d in range(p)]
     held = [held_count(rooms[d], scaled.m_b[d], m) for d in range(p)]
+    gaps = [math.floor(g) for g in release_gaps(scaled)]  # integer data: floor keeps it a bound
     t_f, t_b, t_w = (int(x) for x in (scaled.t_f[e], scaled.t_b[e], scaled.t_w[e]))
     horizon = m * (sum(trip) + t_f + t_b + t_w) + sum(int(x) for x in scaled.t_w)
     model = cp_model.CpModel()
@@ -75,7 +77,7 @@ def device_relaxation(instance: Instance, device: int, time_limit: float,
     for d in range(e):
         delta = trip[d] - trip[e]
         for j in range(held[d], m):
-            model.Add(f[j] >= b[j - held[d]] + t_b + delta)
+            model.Add(f[j] >= b[j - held[d]] + t_b + delta + gaps[d])
         model.Add(span >= b[m - 1] + t_b + delta + int(scaled.t_w[d]))
     for d in range(e + 1, p):
         ahead = wait[e] - int(round(round_trip(scaled, d, e)))  # start of F(e, j) to start of F(d, j)
@@ -86,7 +88,7 @@ def device_relaxation(instance: Instance, device: int, time_limit: float,
             if j:
                 model.Add(x[j] >= x[j - 1] + int(scaled.t_f[d]))
             if j >= held[d]:
-                model.Add(x[j] >= x[j - held[d]] + trip[d])
+                model.Add(x[j] >= x[j - held[d]] + trip[d] + gaps[d])
     model.Minimize(span)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit

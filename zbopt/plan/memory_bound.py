@@ -43,6 +43,17 @@ where window_e is the time from e's first F start to e's last B end. Two lower b
   ceil(m / k_e) R_e of zbopt.plan.bound; with several devices it adds their effects up (a device
   that holds few micro-batches with a long round trip and one deeper that holds fewer).
 
+Release gap (`release_gap`). Where k_d activations and one pending W exceed the cap, a slot
+frees only delta_d = min(t_b(d), t_w(d)) after a B ends: if k_d + 1 micro-batches had F(d)
+started by a time T and B(d) not ended by T - delta_d, at most k_d are in flight at T, so one B
+ended in (T - delta_d, T] (only one can: B passes of the device are t_b >= delta_d apart), and
+its W, which starts after that B and lasts t_w >= delta_d, is still pending at T: k_d in flight
+and one pending W, over the cap (the level at T is at most the level after the last F start
+before it, which the cap checks). So every rule above that lets F(d, .) follow a B end
+(s_{i+k_d} >= s_i + R_d in the chain, the throughput bound of zbopt.plan.bound, the memory rules
+of zbopt.plan.collision_bound and zbopt.plan.device_bound) holds with R_d + delta_d
+(`chain_trips`): a micro-batch's slot lasts from its F start to delta_d past its B end.
+
 `pipeline_bound` is the largest of (1) over d <= e with the larger window bound; every term holds
 for every valid schedule of single passes, so the maximum does. tests/test_plan.py checks it
 against CP-SAT optima of small layered models and against valid schedules of random orders.
@@ -54,7 +65,7 @@ import math
 from typing import Sequence
 
 from ..bounds import activation_capacity, drain_idle, held_count, ramp_idle, round_trip
-from ..instance import Instance
+from ..instance import Instance, within_cap
 
 EPS = 1e-9
 
@@ -69,6 +80,34 @@ def held_counts(instance: Instance) -> list[int]:
 def round_trips(instance: Instance) -> list[float]:
     """R_d of the module doc for every device: the least F(d, j) start to B(d, j) end."""
     return [round_trip(instance, d, d) + instance.t_b[d] for d in range(instance.devices)]
+
+
+def release_gap(held: int, m: int, t_b: float, t_w: float, m_b: float, m_w: float,
+                static: float, cap: float) -> float:
+    """delta of the module doc: min(t_b, t_w) where `held` activations (fewer than m) and one
+    pending W exceed the cap (by more than the cap check tolerates, with a margin), else 0."""
+    if not 1 <= held < m or m_w <= 0 or not math.isfinite(cap):
+        return 0.0
+    level = static + held * m_b + m_w
+    if within_cap(level - 1e-6 * max(1.0, abs(cap)), cap):
+        return 0.0
+    return max(0.0, min(t_b, t_w))
+
+
+def release_gaps(instance: Instance) -> list[float]:
+    """delta_d of the module doc for every device (0 without a cap)."""
+    if instance.cap is None:
+        return [0.0] * instance.devices
+    counts = held_counts(instance)
+    return [release_gap(counts[d], instance.microbatches, instance.t_b[d], instance.t_w[d],
+                        instance.m_b[d], instance.m_w[d], instance.static_memory[d],
+                        instance.cap[d]) for d in range(instance.devices)]
+
+
+def chain_trips(instance: Instance) -> list[float]:
+    """R_d + delta_d: the least time from F(d, j)'s start until its activation's memory can
+    serve F(d, j + k_d) (module doc)."""
+    return [r + g for r, g in zip(round_trips(instance), release_gaps(instance))]
 
 
 def window_work(m: int, t_f: float, t_b: float, t_w: float, m_b: float, m_w: float,
@@ -126,7 +165,7 @@ def pipeline_bound(instance: Instance) -> float:
     if not applies(instance):
         return 0.0
     p, m = instance.devices, instance.microbatches
-    trip = round_trips(instance)
+    trip, slot = round_trips(instance), chain_trips(instance)
     rooms = [activation_capacity(instance, d) for d in range(p)]
     counts = held_counts(instance)
     best = 0.0
@@ -136,7 +175,7 @@ def pipeline_bound(instance: Instance) -> float:
         work = max(work, window_tail(m, instance.t_f[e], instance.t_b[e], instance.t_w[e],
                                      instance.m_b[e], instance.m_w[e], rooms[e],
                                      round_trip(instance, e, e), ramp_idle(instance, e)))
-        chain = start_chain(m, instance.t_f[e], [(counts[d], trip[d]) for d in range(e + 1)])
+        chain = start_chain(m, instance.t_f[e], [(counts[d], slot[d]) for d in range(e + 1)])
         window = max(work, chain + trip[e])
         for d in range(e + 1):
             # fwd(d, e) + bwd(e, d) = R_d - R_e
