@@ -204,7 +204,13 @@ def main() -> int:
     parser.add_argument("--caps", default="tight")
     parser.add_argument("--out", default=str(ROOT / "results" / "steady.md"))
     args = parser.parse_args()
-    rows = [row for row in _plan_rows() if row["cap"] in args.caps.split(",")]
+    caps = args.caps.split(",")
+    unknown = [cap for cap in caps if cap not in ("tight", "mid")]
+    if unknown:
+        print(f"error: --caps takes tight and/or mid (comma-separated), not {unknown[0]!r}",
+              file=sys.stderr)
+        return 2
+    rows = [row for row in _plan_rows() if row["cap"] in caps]
     if not rows:
         print("error: no capped llama-32L rows in results/plan.md: run benchmarks/bench_plan.py "
               "--only estimated first", file=sys.stderr)

@@ -74,3 +74,12 @@ def test_steady_rate_of_1f1b_is_the_device_load():
     assert steady_rate(timeline, 0, 2) == pytest.approx(2 * (2 + 3 + 1))
     short = Instance(devices=3, microbatches=8, t_f=2, t_b=3, t_w=1)
     assert math.isnan(steady_rate(evaluate(short, run("1f1b", short).schedule), 0, 2))
+
+
+def test_unknown_cap_names_the_caps(capsys, monkeypatch):
+    import bench_steady
+
+    monkeypatch.setattr(sys, "argv", ["bench_steady.py", "--caps", "tight,foo"])
+    assert bench_steady.main() == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'foo'" in err and "tight and/or mid" in err
