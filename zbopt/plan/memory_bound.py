@@ -32,6 +32,17 @@ where window_e is the time from e's first F start to e's last B end. Two lower b
   P_a the W that fit next to a activations; plus e's ramp idle when some F must follow its
   first B (then the ramp lies before y). This sees what the pending count alone does not: few
   held W when several micro-batches are in flight at the last F, or a long wait with one.
+- Deferred W against the paths (`tail_span`). Both spans of (1) and e's own grow with window_e,
+  and e's own span also holds the W that run after the window's end z: span_e >= window_e +
+  N t_w(e). Seen from the last F of e (start y, a in flight, P pending, as above) with r W run
+  in [y, z], N = P + a - r (at least 1: the W of the B that ends at z follows it), the work
+  before y is (m - 1) t_f + (m - a) t_b + (m - a - P) t_w plus e's ramp idle (before its first
+  B, so before y when m > a), and z - y >= max(R_e, t_f + a t_b + r t_w). So with
+  A = max over d < e of (R_d - R_e + t_w(d)), span >= (that work) + (that stretch) +
+  max(A, N t_w), least over a, P and N: a device cannot both hold back the W that cover the
+  paths back to device 0 and spend them filling its last round trip. More P only helps, so
+  P = P_a; the cost is convex in N and its least value lies at a breakpoint. (Only here, not in
+  zbopt.plan.bound's segment table: A needs the whole t_w of the stages before e.)
 - Chain of starts (`start_chain`). Order the micro-batches by the start s_1 <= ... <= s_m of their
   F on e. For d <= e: if s_{i+k_d} - fwd(d, e) < min over l in [i, i+k_d) of (end of B(e, l))
   + bwd(e, d), then at time s_{i+k_d} - fwd(d, e) each of the k_d + 1 micro-batches i..i+k_d has
@@ -117,6 +128,27 @@ def window_work(m: int, t_f: float, t_b: float, t_w: float, m_b: float, m_w: flo
     return m * (t_f + t_b) + max(0, m - 1 - pending) * t_w + idle
 
 
+def tail_span(m: int, t_f: float, t_b: float, t_w: float, m_b: float, m_w: float,
+              room: float, trip: float, ramp: float, ahead: float) -> float:
+    """Least span of the module doc's deferred-W bound (`trip`: R_e, `ramp`: e's ramp idle,
+    `ahead`: A, the longest R_d - R_e + t_w(d) over the devices before e)."""
+    held = held_count(room, m_b, m)
+    best = math.inf
+    for a in range(1, max(1, held) + 1):
+        pending = min(m - a, held_count(room - a * m_b, m_w, m))
+        before = (m - 1) * t_f + (m - a) * t_b + (m - a - pending) * t_w + (ramp if m > a else 0.0)
+        fixed = t_f + a * t_b
+        top = pending + a  # N runs from 1 to P + a
+
+        candidates = {1, top}
+        if t_w > 0:
+            for x in (ahead / t_w, top - (trip - fixed) / t_w):
+                candidates.update((math.floor(x), math.ceil(x)))
+        best = min(best, before + min(max(trip, fixed + (top - n) * t_w) + max(ahead, n * t_w)
+                                      for n in candidates if 1 <= n <= top))
+    return best
+
+
 def window_tail(m: int, t_f: float, t_b: float, t_w: float, m_b: float, m_w: float,
                 room: float, wait: float, ramp: float) -> float:
     """Least window of a device seen from its last F (`wait`: its F start to B start, `ramp`:
@@ -175,6 +207,11 @@ def pipeline_bound(instance: Instance) -> float:
         work = max(work, window_tail(m, instance.t_f[e], instance.t_b[e], instance.t_w[e],
                                      instance.m_b[e], instance.m_w[e], rooms[e],
                                      round_trip(instance, e, e), ramp_idle(instance, e)))
+        if e:
+            ahead = max(trip[d] - trip[e] + instance.t_w[d] for d in range(e))
+            best = max(best, tail_span(m, instance.t_f[e], instance.t_b[e], instance.t_w[e],
+                                       instance.m_b[e], instance.m_w[e], rooms[e], trip[e],
+                                       ramp_idle(instance, e), ahead))
         chain = start_chain(m, instance.t_f[e], [(counts[d], slot[d]) for d in range(e + 1)])
         window = max(work, chain + trip[e])
         for d in range(e + 1):
