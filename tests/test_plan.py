@@ -45,6 +45,15 @@ def _partitions(n: int, parts: int):
         yield tuple(bounds[k + 1] - bounds[k] for k in range(parts))
 
 
+def _split_instances(model: LayeredModel):
+    """(sizes, instance) of every partition whose static memory and one activation fit."""
+    for sizes in _partitions(model.num_layers, model.devices):
+        try:
+            yield sizes, model.instance(sizes)
+        except ZboptError:
+            continue
+
+
 def _random_model(rng: random.Random) -> LayeredModel:
     n = rng.randint(3, 7)
     layers = []
@@ -466,11 +475,7 @@ def solved_where_raised(rng: random.Random, relax, devices: tuple[int, int],
     found = []
     for _ in range(300):
         model = _tight_model(rng, rng.randint(*devices), rng.randint(*microbatches))
-        for sizes in _partitions(model.num_layers, model.devices):
-            try:
-                instance = model.instance(sizes)
-            except ZboptError:
-                continue
+        for sizes, instance in _split_instances(model):
             value = relax(instance)
             if value <= max(pipeline_bound(instance), best_lower_bound(instance)[1]) + 1e-6:
                 continue
@@ -566,11 +571,7 @@ def test_release_gap_bounds_are_below_the_optimum(monkeypatch):
     tight = checked = 0
     for _ in range(200):
         model = _pending_tight_model(rng, rng.randint(2, 3), rng.randint(4, 7))
-        for sizes in _partitions(model.num_layers, model.devices):
-            try:
-                instance = model.instance(sizes)
-            except ZboptError:
-                continue
+        for sizes, instance in _split_instances(model):
             if not any(release_gaps(instance)):
                 continue
 
