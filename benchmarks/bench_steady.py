@@ -17,6 +17,15 @@ holding K is the pacing device):
 - the steady state of solve()'s schedule on the split (--solve-limit, CP-SAT, 2 threads): the
   time per K micro-batches between the pacing device's forwards of micro-batch 2K and of the
   last multiple of K at least 2K before the end.
+- exact windows of the F/B relaxation (window_optimum: W dropped, F and B in order, one pass at
+  a time per device, each device's memory as the rule F(d, j + k_d) after B(d, j)): the least
+  time from F(pacing, 0) to the end of B(pacing, n - 1) for n = 1, 2, ... micro-batches alone,
+  each window with the shorter ones as cuts, while CP-SAT proves them (--window-limit per window,
+  --window-budget per row); "F/B window increment per K" is the growth of the last proven
+  window's optimum over its last K micro-batches. This relaxation holds for any in-order
+  schedule, so where its increment exceeds the collision bound's, the bound is the weak side by
+  the difference per K; what it does not say is how to prove it for all m micro-batches, which
+  CP-SAT does not within minutes.
 A periodic schedule is one schedule among many, so its period is not a bound; but when the
 solver's schedules already run at it in their steady state while the bound charges less per
 period, the bound is the side to strengthen. The pattern expanded to m micro-batches (each
@@ -27,8 +36,8 @@ At the mid caps devices hold 3 to 7 activations: the probes run out of time well
 solver's rate and the collision bound charges little, so neither rate says anything there.
 
 Usage:
-  python benchmarks/bench_steady.py [--probe-limit S] [--solve-limit S] [--caps tight,mid]
-                                    [--out results/steady.md]
+  python benchmarks/bench_steady.py [--probe-limit S] [--solve-limit S] [--window-limit S]
+                                    [--window-budget S] [--caps tight,mid] [--out results/steady.md]
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ from bench_plan import LLAMA3_8B, cap_levels, estimated  # noqa: E402
 from zbopt.bounds import activation_capacity, held_count  # noqa: E402
 from zbopt.instance import Instance  # noqa: E402
 from zbopt.plan.collision_bound import collision_bound  # noqa: E402
-from zbopt.plan.memory_bound import held_counts  # noqa: E402
+from zbopt.plan.memory_bound import held_counts, release_gaps  # noqa: E402
 from zbopt.schedule import Schedule, evaluate, validate  # noqa: E402
 from zbopt.solvers.api import solve  # noqa: E402
 
@@ -183,6 +192,77 @@ def steady_rate(timeline, device: int, k: int) -> float:
     return (start[(device, last, "F")] - start[(device, first, "F")]) * k / (last - first)
 
 
+def window_optimum(instance: Instance, e: int, last: int, time_limit: float,
+                   known: dict | None = None, unit: float = 10.0) -> tuple[bool, float]:
+    """(proven, value): the least time from F(e, 0)'s start to B(e, last)'s end over the F/B
+    relaxation of micro-batches 0..last alone: W passes dropped, every stage's F and B in
+    micro-batch order, chain and comm lags, one pass at a time per device, and each device's
+    memory as the rule of zbopt.plan.memory_bound (F(d, j + k_d) after B(d, j) ends, plus its
+    release gap). `proven` says CP-SAT proved the value optimal within `time_limit`; otherwise it
+    is its proven bound. Costs are rounded down to `unit` (a relaxation; the value may be one
+    unit short). `known[n]`: values of shorter windows (n micro-batches after the first), which
+    any n + 1 consecutive micro-batches of this one also need, added as cuts."""
+    p, m = instance.devices, last + 1
+    grid = lambda x: math.floor(x / unit + 1e-9)  # noqa: E731
+    t_f = [grid(instance.t_f[d]) for d in range(p)]
+    t_b = [grid(instance.t_b[d]) for d in range(p)]
+    comm, counts = grid(instance.comm), held_counts(instance)
+    gaps = [grid(x) for x in release_gaps(instance)]
+    horizon = m * sum(t_f[d] + t_b[d] + 2 * comm for d in range(p))
+    model = cp_model.CpModel()
+    f = [[model.NewIntVar(-horizon, horizon, "") for _ in range(m)] for _ in range(p)]
+    b = [[model.NewIntVar(-horizon, horizon, "") for _ in range(m)] for _ in range(p)]
+    for j in range(m):
+        for d in range(p - 1):
+            model.Add(f[d + 1][j] >= f[d][j] + t_f[d] + comm)
+            model.Add(b[d][j] >= b[d + 1][j] + t_b[d + 1] + comm)
+        model.Add(b[p - 1][j] >= f[p - 1][j] + t_f[p - 1])
+    for d in range(p):
+        for j in range(m - 1):
+            model.Add(f[d][j + 1] >= f[d][j] + t_f[d])
+            model.Add(b[d][j + 1] >= b[d][j] + t_b[d])
+        for j in range(m - counts[d]):
+            model.Add(f[d][j + counts[d]] >= b[d][j] + t_b[d] + gaps[d])
+        model.AddNoOverlap([model.NewFixedSizeIntervalVar(f[d][j], t_f[d], "") for j in range(m)]
+                           + [model.NewFixedSizeIntervalVar(b[d][j], t_b[d], "") for j in range(m)])
+    ends = [b[e][j] + t_b[e] for j in range(m)]
+    for n, value in (known or {}).items():
+        if n < last:
+            for a in range(m - n):
+                model.Add(ends[a + n] - f[e][a] >= math.floor(value / unit))
+    model.Add(f[e][0] == 0)
+    model.Minimize(ends[last])
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.num_workers = 2
+    status = solver.Solve(model)
+    if status == cp_model.OPTIMAL:
+        return True, solver.ObjectiveValue() * unit
+    return False, solver.BestObjectiveBound() * unit
+
+
+def window_increment(instance: Instance, e: int, k: int, window_limit: float, budget: float,
+                     log) -> tuple[int, float]:
+    """(L, increment): windows 0..n solved one after the other (window_optimum, each with the
+    ones before as cuts) until one is not proven or `budget` seconds are spent; L is the last
+    proven window at least K long and the increment the growth of the optimum over its last K
+    micro-batches (nan when no window of K + 1 is proven)."""
+    known: dict[int, float] = {}
+    stop = time.perf_counter() + budget
+    last = -1
+    while last + 1 < instance.microbatches and time.perf_counter() < stop:
+        limit = min(window_limit, stop - time.perf_counter())
+        proven, value = window_optimum(instance, e, last + 1, limit, known)
+        if not proven:
+            break
+        last += 1
+        known[last] = value
+        log(f"window {last + 1}: {value:,.0f}")
+    if last < k:
+        return last, math.nan
+    return last, known[last] - known[last - k]
+
+
 def _plan_rows() -> list[dict]:
     """The capped p=8 rows of results/plan.md's estimated part: model, cap, split, span, bound."""
     text = (ROOT / "results" / "plan.md").read_text()
@@ -202,6 +282,8 @@ def main() -> int:
     parser.add_argument("--probe-limit", type=float, default=10.0)
     parser.add_argument("--solve-limit", type=float, default=60.0)
     parser.add_argument("--caps", default="tight")
+    parser.add_argument("--window-limit", type=float, default=60.0)
+    parser.add_argument("--window-budget", type=float, default=300.0)
     parser.add_argument("--out", default=str(ROOT / "results" / "steady.md"))
     args = parser.parse_args()
     caps = args.caps.split(",")
@@ -219,7 +301,8 @@ def main() -> int:
     lines = ["# Steady state of the p=8 plan rows", "",
              f"Written by `benchmarks/bench_steady.py` (see its docstring). Command: `python "
              f"benchmarks/bench_steady.py --probe-limit {args.probe_limit:g} --solve-limit "
-             f"{args.solve_limit:g} --caps {args.caps}` "
+             f"{args.solve_limit:g} --window-limit {args.window_limit:g} --window-budget "
+             f"{args.window_budget:g} --caps {args.caps}` "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, "
              f"{os.cpu_count()} cores, load average {load:.1f} at the start; CP-SAT 2 threads).", "",
              "Splits, spans and bounds of the plan are those of results/plan.md. The periodic span "
@@ -227,9 +310,10 @@ def main() -> int:
              "not polished). Times in us.", "",
              "| model | cap | split | K | least K-periodic period | per micro-batch | "
              "none with period | collision bound increment per K | period / increment | "
+             "F/B windows proven | F/B window increment per K | "
              "solver's steady time per K | solver's span | periodic span | plan span | plan bound | "
              "plan gap |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         vocab = 32000 if "v32k" in row["model"] else 128256
         model = estimated(LLAMA3_8B, vocab, 8, 32)
@@ -254,6 +338,9 @@ def main() -> int:
         full = collision_bound(instance, now + 60, math.inf)
         shorter = collision_bound(dataclasses.replace(instance, microbatches=m - k),
                                   time.perf_counter() + 60, math.inf)
+        proven, step = window_increment(
+            instance, pacing, k, args.window_limit, args.window_budget,
+            lambda msg: print(f"[bench_steady]   {msg}", file=sys.stderr, flush=True))
         period = found["period"] / SCALE
         increment = full - shorter
         below = found["proven_below"]
@@ -261,7 +348,9 @@ def main() -> int:
             f"| {row['model']} | {row['cap']} | {'-'.join(map(str, row['split']))} | {k} | "
             f"{period:,.0f} | {period / k:,.0f} | "
             f"{'-' if below is None else f'{below / SCALE:,.0f} (proven)'} | {increment:,.0f} | "
-            f"{period / increment:.3f} | {'-' if math.isnan(rate) else f'{rate:,.0f}'} | "
+            f"{period / increment:.3f} | {proven + 1} | "
+            f"{'-' if math.isnan(step) else f'{step:,.0f}'} | "
+            f"{'-' if math.isnan(rate) else f'{rate:,.0f}'} | "
             f"{solved.span:,.0f} | {timeline.span:,.0f} | "
             f"{row['span']:,.0f} | "
             f"{row['bound']:,.0f} | {row['gap']} |")

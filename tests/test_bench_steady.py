@@ -14,7 +14,7 @@ from zbopt.registry import run
 from zbopt.schedule import evaluate, validate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_steady import SCALE, expand, periodic_pattern, steady_rate  # noqa: E402
+from bench_steady import SCALE, expand, periodic_pattern, steady_rate, window_optimum  # noqa: E402
 
 
 def _check_expanded(instance: Instance, times: dict, k: int, period: int) -> None:
@@ -83,3 +83,44 @@ def test_unknown_cap_names_the_caps(capsys, monkeypatch):
     assert bench_steady.main() == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'foo'" in err and "tight and/or mid" in err
+
+
+def test_window_of_one_micro_batch_is_the_round_trip():
+    """One micro-batch alone crosses the pipeline and comes back with no wait: from F(e, 0)'s
+    start to B(e, 0)'s end is the round trip from e."""
+    instance = Instance(devices=4, microbatches=6, t_f=[1, 2, 1, 3], t_b=[2, 1, 3, 2], t_w=1,
+                        comm=1, m_b=2, m_w=1, memory_cap=5.0)
+    for e in range(4):
+        trip = sum(instance.t_f[e:]) + sum(instance.t_b[e:]) + 2 * (3 - e) * instance.comm
+        assert window_optimum(instance, e, 0, 20, unit=1.0) == (True, trip)
+
+
+def test_one_activation_on_the_first_device_serialises_the_window():
+    """Device 0 holding one activation (no W memory, so no release gap) starts each forward
+    after the last backward: n micro-batches take n round trips."""
+    instance = Instance(devices=3, microbatches=5, t_f=[1, 2, 1], t_b=[2, 1, 3], t_w=1,
+                        comm=1, m_b=2, m_w=0, memory_cap=2.0)
+    trip = sum(instance.t_f) + sum(instance.t_b) + 2 * 2 * instance.comm
+    for last in range(4):
+        assert window_optimum(instance, 0, last, 20, unit=1.0) == (True, (last + 1) * trip)
+
+
+@pytest.mark.parametrize("cap", [4.0, 6.0])
+def test_window_is_at_most_a_real_schedule(cap):
+    """The F/B relaxation of all micro-batches is no longer than a valid schedule's time from
+    F(0, 0)'s start to B(0, m - 1)'s end, grows with the window, and the cuts of the shorter
+    windows (valid for any micro-batches in a row) leave the optimum as it is."""
+    instance = Instance(devices=4, microbatches=8, t_f=[2, 1, 2, 1], t_b=[2, 2, 1, 3], t_w=1,
+                        comm=1, m_b=2, m_w=1, memory_cap=cap)
+    m = instance.microbatches
+    known = {}
+    for last in range(m):
+        proven, value = window_optimum(instance, 0, last, 20, known, unit=1.0)
+        assert proven
+        assert value >= known.get(last - 1, 0)
+        known[last] = value
+    timeline = evaluate(instance, run("zb-greedy", instance).schedule)
+    real = timeline.end[(0, m - 1, "B")] - timeline.start[(0, 0, "F")]
+    assert known[m - 1] <= real
+    plain = window_optimum(instance, 0, m - 1, 20, unit=1.0)
+    assert plain == (True, known[m - 1])
