@@ -199,9 +199,10 @@ def window_optimum(instance: Instance, e: int, last: int, time_limit: float,
     micro-batch order, chain and comm lags, one pass at a time per device, and each device's
     memory as the rule of zbopt.plan.memory_bound (F(d, j + k_d) after B(d, j) ends, plus its
     release gap). `proven` says CP-SAT proved the value optimal within `time_limit`; otherwise it
-    is its proven bound. Costs are rounded down to `unit` (a relaxation; the value may be one
-    unit short). `known[n]`: values of shorter windows (n micro-batches after the first), which
-    any n + 1 consecutive micro-batches of this one also need, added as cuts."""
+    is its proven bound. Costs and comm are rounded down to the grid of `unit` (so the value is
+    at most the relaxation's with the true costs, within one unit). `known[n]`: values of
+    shorter windows (n micro-batches after the first), which any n + 1 consecutive micro-batches
+    of this one also need, added as cuts."""
     p, m = instance.devices, last + 1
     grid = lambda x: math.floor(x / unit + 1e-9)  # noqa: E731
     t_f = [grid(instance.t_f[d]) for d in range(p)]
@@ -245,8 +246,8 @@ def window_increment(instance: Instance, e: int, k: int, window_limit: float, bu
                      log) -> tuple[int, float]:
     """(L, increment): windows 0..n solved one after the other (window_optimum, each with the
     ones before as cuts) until one is not proven or `budget` seconds are spent; L is the last
-    proven window at least K long and the increment the growth of the optimum over its last K
-    micro-batches (nan when no window of K + 1 is proven)."""
+    micro-batch of the longest proven window (-1 if none) and the increment the growth of its
+    optimum over its last K micro-batches (nan when no window of K + 1 is proven)."""
     known: dict[int, float] = {}
     stop = time.perf_counter() + budget
     last = -1
