@@ -17,11 +17,30 @@ Every device before d* is clear; at d*, y < t_f + t_b, so y - sigma <= 0 is need
 
     a_j + b_i >= v_i - u_j - P(d*)  when d* > e,   and   v_i - u_j <= 0  when d* = e
 
-(at e itself sigma = 0). Forward and backward waves meet on the devices between e and the last
-one, and unless the starts are spaced in whole multiples of a device's t_f + t_b they collide
-somewhere, and a collision costs waiting time: this is what no bound that treats devices one at
-a time or pairs of them sees (a pipeline whose throughput one device's memory sets cannot run at
-that device's round trip, it loses a little in every period).
+(at e itself sigma = 0). More precisely, z(d) = y - sigma (B(d, i)'s end less F(d, j)'s start)
+falls by at least t_f(d) + t_b(d) + 2 comm from one device to the next, so the pair crosses at one
+device c (the first with z(c) <= 0; c = e is "before", no device at all "after"): every device
+d < c has z(d) >= t_f(d) + t_b(d), and waits only move c down from d*. Taking c as the pair's
+case (a window case c asks v_i - u_j >= E_{c-1} and a_j + b_i >= v_i - u_j - P(c); "after" asks
+v_i - u_j >= R_e) is therefore a relaxation whose best choice without the rules below is d*.
+
+Two pairs sharing a micro-batch share its waits, which the totals a and b hide. For i < j < j'
+with (i, j') crossing at a device c1 > e and (i, j) at c2 beyond c1 (a later device, or after):
+at c1, beta_i(c1) >= v_i - u_j' - P(c1) - a_j'; at c2 - 1 >= c1, where (i, j) has not crossed,
+beta_i(c2 - 1) <= v_i - u_j - E_{c2-1} (E_{p-1} = R_e for after); beta grows with d, so
+
+    x_j' >= u_j + E_{c2-1} - P(c1).
+
+For i < i' < j with (i, j) crossing at c1 > e and (i', j) at c2 beyond c1, the same with phi_j:
+phi_j(c1) >= v_i - u_j - P(c1) - b_i and phi_j(c2 - 1) <= v_i' - u_j - E_{c2-1}, so
+
+    v_i' >= x_i + R_e + E_{c2-1} - P(c1).
+
+Forward and backward waves meet on the devices between e and the last one, and unless the
+starts are spaced in whole multiples of a device's t_f + t_b they collide somewhere, and a
+collision costs waiting time: this is what no bound that treats devices one at a time or pairs
+of them sees (a pipeline whose throughput one device's memory sets cannot run at that device's
+round trip, it loses a little in every period).
 
 Memory (k_d = the most activations device d holds, zbopt.plan.memory_bound.held_count, and
 delta_d its release gap there): F(d, j) waits delta_d past the end of B(d, j - k_d), so
@@ -100,11 +119,12 @@ def need(instance: Instance, e: int, delta: float) -> float:
 
 
 def collision_relaxation(instance: Instance, device: int, time_limit: float,
-                         upper: float = math.inf) -> float:
+                         upper: float = math.inf, shared_waits: bool = True) -> float:
     """The bound of the relaxation of the module doc seen from `device` (0 where it proves
     nothing), by the dynamic programme of `_least_v`; where `time_limit` (seconds) runs out, the
     least V of the micro-batches done so far (fewer micro-batches relax the rest). `upper`: a
-    known span of the instance (relaxed schedules longer than it are dropped)."""
+    known span of the instance (relaxed schedules longer than it are dropped). `shared_waits`:
+    with the rules between two pairs sharing a micro-batch (off only to measure them)."""
     if not applies(instance) or time_limit <= 0:
         return 0.0
     p, m, e = instance.devices, instance.microbatches, device
@@ -124,7 +144,7 @@ def collision_relaxation(instance: Instance, device: int, time_limit: float,
     # V of a schedule no longer than `upper` is at most this (the optimum's is)
     top = upper - extra + 1e-6 * max(1.0, upper)
     value = _least_v(instance, e, reach, held, trip, release_gaps(instance), paths, windows, top,
-                     time.perf_counter() + time_limit)
+                     time.perf_counter() + time_limit, shared_waits)
     if value is None:
         return upper  # no relaxed schedule within `upper`: nothing shorter exists
     if value <= 0:
@@ -145,16 +165,17 @@ def _reach(instance: Instance, e: int) -> int:
 
 
 def _least_v(instance: Instance, e: int, reach: int, held, trip, gaps, paths, windows,
-             top: float, deadline: float) -> Optional[float]:
+             top: float, deadline: float, shared_waits: bool = True) -> Optional[float]:
     """The least V of the relaxation with the pair rules of micro-batches less than `reach`
     apart (None: none at most `top`), micro-batch by micro-batch.
 
     With x_j = u_j + a_j every rule of the module doc is a difference constraint once each pair
-    has chosen its case (before, after, or the window of a device d: v_i - u_j >= low,
-    v_i - u_j <= high, x_j - x_i >= R_e - P(d)); so, for a choice of cases, the least u, x, v
-    are longest paths, and every rule only raises a value when another rises. A state after
-    micro-batch j holds the least values of the last micro-batches (columns per offset back
-    from j) and the cases of the pairs among the ones that later pairs can still move; a state
+    has chosen its case (before, after, or crossing at a device d: v_i - u_j >= low,
+    x_j - x_i >= R_e - P(d)), the rules between two pairs sharing a micro-batch included; so,
+    for a choice of cases, the least u, x, v are longest paths, and every rule only raises a
+    value when another rises. A state after micro-batch j holds the least values of the last
+    micro-batches (columns per offset back from j) and the cases of the pairs among the ones
+    that later pairs can still move (by the offsets of i and j); a state
     no later than another in every column, with the same cases, does at least as well in every
     continuation, so only the Pareto-least states are kept. Values older than the window are
     frozen, and the rules that would raise them dropped: a relaxation, as is rounding the
@@ -178,8 +199,24 @@ def _least_v(instance: Instance, e: int, reach: int, held, trip, gaps, paths, wi
 
     # per pair (i, j): its cases as edges (source kind, source is i, destination kind, dest is i, w)
     cases = [[(_V, True, _U, False, 0.0)], [(_U, False, _V, True, last)]]
-    cases += [[(_U, False, _V, True, low), (_V, True, _U, False, -high), (_X, True, _X, False, R - path)]
-              for low, high, path in windows]
+    cases += [[(_U, False, _V, True, low), (_X, True, _X, False, R - path)] for low, _, path in windows]
+    # for the rules between two pairs (module doc): the rank of a case's crossing device, P of
+    # a window case's device, and the low end of the first device a pair has not yet crossed
+    rank = [-1, len(windows)] + list(range(len(windows)))
+    crossed = [None, None] + [path for _, _, path in windows]
+    clear = [None, last] + [low for low, _, _ in windows]
+
+    def between(pairs_of: list[tuple[int, int, int]]) -> list[tuple[int, int, float]]:
+        """The edges of the rules between pairs (offsets of i and j, case) sharing a micro-batch."""
+        out = []
+        for (i1, j1, c1), (i2, j2, c2) in itertools.permutations(pairs_of if shared_waits else (), 2):
+            if crossed[c1] is None or rank[c2] <= rank[c1]:
+                continue
+            if i1 == i2 and j2 > j1:  # (i, j2) crosses at c1, (i, j1), j1 later, not before c2
+                out.append((col(j2, _U), col(j1, _X), clear[c2] - crossed[c1]))
+            elif j1 == j2 and i1 > i2:  # (i1, j) crosses at c1, (i2, j), i2 later, not before c2
+                out.append((col(i1, _X), col(i2, _V), R + clear[c2] - crossed[c1]))
+        return out
     relevant = np.ones(width, dtype=bool)  # frozen columns no rule reaches again are cleared
     for offset in range(live, tracked):
         for kind in (_U, _X, _V):
@@ -194,9 +231,8 @@ def _least_v(instance: Instance, e: int, reach: int, held, trip, gaps, paths, wi
             return best
         pairs = min(reach - 1, j)
         choices = list(itertools.product(range(len(cases)), repeat=pairs))
-        chosen_edges = [[(col(q + 1 if s_i else 0, sk), col(q + 1 if d_i else 0, dk), w)
-                         for q, c in enumerate(choice) for sk, s_i, dk, d_i, w in cases[c]]
-                        for choice in choices]
+        chosen = [[(q + 1, 0, c) for q, c in enumerate(choice)] for choice in choices]
+        chosen_edges = [_case_edges(pairs_of, cases, col) + between(pairs_of) for pairs_of in chosen]
         rules = [(col(r + lag, sk), col(r, dk), w) for sk, lag, dk, w in structural
                  for r in range(live) if r + lag < tracked and j - r - lag >= 0]
         # one weight per case choice for each edge (-inf where the choice lacks it); the same
@@ -214,20 +250,24 @@ def _least_v(instance: Instance, e: int, reach: int, held, trip, gaps, paths, wi
             shifted[:, 3:vmax] = values[:, :vmax - 3]
             shifted[:, vmax] = values[:, vmax]
             shifted[:, col(0, _U)] = 0.0
-            kept = [(s + 3, d + 3, w) for s, d, w in key]
+            kept = [(i + 1, k + 1, c) for i, k, c in key]
             weights = {edge: row.copy() for edge, row in step_weights.items()}
-            for s, d, w in kept:
+            for s, d, w in _case_edges(kept, cases, col) + between(kept):
                 _raise(weights, (s, d), len(choices), slice(None), w)
+            for index, pairs_of in enumerate(chosen):
+                for s, d, w in between(kept + pairs_of):
+                    if d == col(0, _X) and s != col(0, _U):  # kept (i, j') with new (i, j)
+                        _raise(weights, (s, d), len(choices), index, w)
             block = np.repeat(shifted[None], len(choices), axis=0).reshape(-1, width)
             edges = [(s, d, np.repeat(w, n)) for (s, d), w in weights.items() if d // 3 < live]
             ok = _longest_paths(block, edges, top)
             block[:, vmax] = np.maximum(block[:, vmax],
                                         block[:, [col(r, _V) for r in range(min(live, j + 1))]].max(axis=1))
-            for index, edges_of in enumerate(chosen_edges):
+            for index, pairs_of in enumerate(chosen):
                 rows = block[index * n:(index + 1) * n][ok[index * n:(index + 1) * n]]
                 if len(rows):
-                    following = tuple(sorted({(s, d, w) for s, d, w in kept + edges_of
-                                              if s // 3 <= live - 2 and d // 3 <= live - 2}))
+                    following = tuple(sorted((i, k, c) for i, k, c in kept + pairs_of
+                                             if i <= live - 2))
                     new.setdefault(following, []).append(rows)
         states = {}
         for key, parts in new.items():
@@ -245,6 +285,12 @@ def _least_v(instance: Instance, e: int, reach: int, held, trip, gaps, paths, wi
             return None
         best = min(float(values[:, vmax].min()) for values in states.values())
     return best
+
+
+def _case_edges(pairs_of, cases, col) -> list[tuple[int, int, float]]:
+    """The edges of each pair's case: (column, column, weight) from (offset of i, of j, case)."""
+    return [(col(i if s_i else k, sk), col(i if d_i else k, dk), w)
+            for i, k, c in pairs_of for sk, s_i, dk, d_i, w in cases[c]]
 
 
 def _raise(weights: dict, edge: tuple[int, int], size: int, where, w: float) -> None:
