@@ -212,7 +212,7 @@ def _least_v(instance: Instance, e: int, reach: int, held, trip, gaps, paths, wi
         for (i1, j1, c1), (i2, j2, c2) in itertools.permutations(pairs_of if shared_waits else (), 2):
             if crossed[c1] is None or rank[c2] <= rank[c1]:
                 continue
-            if i1 == i2 and j2 > j1:  # (i, j2) crosses at c1, (i, j1), j1 later, not before c2
+            if i1 == i2 and j2 > j1:  # (i, j1) crosses at c1, (i, j2), j2 earlier, not before c2
                 out.append((col(j2, _U), col(j1, _X), clear[c2] - crossed[c1]))
             elif j1 == j2 and i1 > i2:  # (i1, j) crosses at c1, (i2, j), i2 later, not before c2
                 out.append((col(i1, _X), col(i2, _V), R + clear[c2] - crossed[c1]))
@@ -256,7 +256,7 @@ def _least_v(instance: Instance, e: int, reach: int, held, trip, gaps, paths, wi
                 _raise(weights, (s, d), len(choices), slice(None), w)
             for index, pairs_of in enumerate(chosen):
                 for s, d, w in between(kept + pairs_of):
-                    if d == col(0, _X) and s != col(0, _U):  # kept (i, j') with new (i, j)
+                    if d == col(0, _X):  # a kept (i, j) with the new (i, j'): into x_j'
                         _raise(weights, (s, d), len(choices), index, w)
             block = np.repeat(shifted[None], len(choices), axis=0).reshape(-1, width)
             edges = [(s, d, np.repeat(w, n)) for (s, d), w in weights.items() if d // 3 < live]
