@@ -217,6 +217,7 @@ def _least_v(instance: Instance, e: int, reach: int, held, trip, gaps, paths, wi
             elif j1 == j2 and i1 > i2:  # (i1, j) crosses at c1, (i2, j), i2 later, not before c2
                 out.append((col(i1, _X), col(i2, _V), R + clear[c2] - crossed[c1]))
         return out
+
     relevant = np.ones(width, dtype=bool)  # frozen columns no rule reaches again are cleared
     for offset in range(live, tracked):
         for kind in (_U, _X, _V):
