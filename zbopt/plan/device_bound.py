@@ -18,120 +18,212 @@ micro-batch j (R_d, wait_d, fwd, bwd as in zbopt.plan.memory_bound):
 
 The span is at least e's own (F_0 to the end of W_{m-1}) and, for every d before e, the end of
 B_{m-1} plus R_d - R_e plus t_w(d) from F_0 (d's first F precedes F_0 by the forward path, its
-last W follows B(e, m-1) by the backward path and a t_w). CP-SAT minimises that over the
-relaxation; its proven bound (not only an optimum) is a lower bound on every in-order schedule's
-span. Unlike zbopt.plan.memory_bound, it sees how F, B and W of one device collide under the
-exact memory of e (few pending W while several activations are held).
+last W follows B(e, m-1) by the backward path and a t_w). Unlike zbopt.plan.memory_bound, the
+relaxation sees how F, B and W of one device collide under the exact memory of e (few pending W
+while several activations are held).
+
+Its optimum, by a dynamic programme over e's order of passes. Fix the order in which e runs its
+passes. Every rule above puts a start at or after an earlier event plus a constant (max-plus), so
+starting each pass as early as e and its rules allow meets every rule and makes every start, and
+the span, least. And e's memory at an F's start depends on the order alone: e runs one pass at a
+time, so a B or W before the F in the order has ended by then and one after it has not started.
+So the relaxation's optimum is the least, over orders that keep each kind in micro-batch order,
+with B_j after F_j and W_j after B_j and memory within the room at every F, of the earliest-start
+span. The programme builds the orders pass by pass; a state counts the F, B and W done (this
+decides the memory and which rules are met), and a label holds what the rest of the order still
+reads: when e is free, when each micro-batch in flight may start its B, the recent B starts (the
+rules of the devices before e) and the recent x of each device after e. Values no later pass can
+feel (below what e's free time already forces) are raised to that level, which changes nothing.
+Each step is monotone in every value of the label, so a label no earlier than another anywhere can
+be dropped, and two labels can be replaced by their earliest values (componentwise minimum): its
+every continuation is at most theirs, so the least span found stays a lower bound. At most
+`labels` labels are kept per state (the closest pair is merged when there are more); with no
+merge the result is the relaxation's exact optimum.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import defaultdict
+from typing import Optional
 
 from ..bounds import activation_capacity, round_trip
-from ..instance import Instance
+from ..instance import Instance, within_cap
 from .memory_bound import applies, held_count, held_counts, release_gaps
 
+LABELS = (1, 4, 16, 64)  # labels per state of successive passes, while time is left
 
-def device_relaxation(instance: Instance, device: int, time_limit: float,
-                      threads: int = 1) -> float:
-    """The proven bound of the relaxation of `device` (0 if none was proven in time)."""
-    from ortools.sat.python import cp_model
 
-    from ..solvers.api import scaled_instance
-
+def device_relaxation(instance: Instance, device: int, time_limit: float) -> float:
+    """The relaxation's optimum on `device` (a lower bound on every in-order schedule's span),
+    or a lower bound of it when labels had to be merged: the best over the passes of LABELS
+    that finish within `time_limit` seconds (0 if none does)."""
     if not applies(instance) or time_limit <= 0:
         return 0.0
-    scaled, scale, _ = scaled_instance(instance)
-    p, m, e = scaled.devices, scaled.microbatches, device
-    wait = [int(round(round_trip(scaled, d, d))) for d in range(p)]
-    trip = [wait[d] + int(scaled.t_b[d]) for d in range(p)]
-    rooms = [activation_capacity(scaled, d) for d in range(p)]
-    held = [held_count(rooms[d], scaled.m_b[d], m) for d in range(p)]
-    gaps = [math.floor(g) for g in release_gaps(scaled)]  # integer data: floor keeps it a bound
-    t_f, t_b, t_w = (int(x) for x in (scaled.t_f[e], scaled.t_b[e], scaled.t_w[e]))
-    horizon = m * (sum(trip) + t_f + t_b + t_w) + sum(int(x) for x in scaled.t_w)
-    model = cp_model.CpModel()
-    f = [model.NewIntVar(0, horizon, f"F{j}") for j in range(m)]
-    b = [model.NewIntVar(0, horizon, f"B{j}") for j in range(m)]
-    w = [model.NewIntVar(0, horizon, f"W{j}") for j in range(m)]
-    model.Add(f[0] == 0)
-    intervals = []
-    for j in range(m):
-        intervals += [model.NewFixedSizeIntervalVar(f[j], t_f, ""),
-                      model.NewFixedSizeIntervalVar(b[j], t_b, ""),
-                      model.NewFixedSizeIntervalVar(w[j], t_w, "")]
-        model.Add(b[j] >= f[j] + wait[e])
-        model.Add(w[j] >= b[j] + t_b)
-        if j:
-            model.Add(f[j] >= f[j - 1] + t_f)
-            model.Add(b[j] >= b[j - 1] + t_b)
-            model.Add(w[j] >= w[j - 1] + t_w)
-    model.AddNoOverlap(intervals)
-    if math.isfinite(rooms[e]):
-        _memory(model, f, b, w, t_b, t_w, int(scaled.m_b[e]), int(scaled.m_w[e]), int(rooms[e]),
-                horizon)
-    span = model.NewIntVar(0, 2 * horizon, "span")
-    model.Add(span >= w[m - 1] + t_w)
-    for d in range(e):
-        delta = trip[d] - trip[e]
-        for j in range(held[d], m):
-            model.Add(f[j] >= b[j - held[d]] + t_b + delta + gaps[d])
-        model.Add(span >= b[m - 1] + t_b + delta + int(scaled.t_w[d]))
-    for d in range(e + 1, p):
-        ahead = wait[e] - int(round(round_trip(scaled, d, e)))  # start of F(e, j) to start of F(d, j)
-        x = [model.NewIntVar(0, horizon, "") for _ in range(m)]
-        for j in range(m):
-            model.Add(x[j] >= f[j] + ahead)
-            model.Add(b[j] >= x[j] + wait[e] - ahead)
-            if j:
-                model.Add(x[j] >= x[j - 1] + int(scaled.t_f[d]))
-            if j >= held[d]:
-                model.Add(x[j] >= x[j - held[d]] + trip[d] + gaps[d])
-    model.Minimize(span)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.num_workers = threads
-    status = solver.Solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
-        return 0.0  # infeasible would mean no in-order schedule: claim nothing
-    return math.ceil(solver.BestObjectiveBound() - 1e-6) / scale
+    deadline = time.perf_counter() + time_limit
+    rules = _Rules(instance, device)
+    best = 0.0
+    for labels in LABELS:
+        value, exact = rules.least_span(labels, deadline)
+        if value is None:
+            break
+        best = max(best, value)
+        if exact:
+            break
+    return best
 
 
-def _memory(model, f, b, w, t_b: int, t_w: int, m_b: int, m_w: int, room: int,
-            horizon: int) -> None:
-    """e's level: m_b - m_w from F's start to B's end, m_w from F's start to W's end."""
-    intervals, demands = [], []
-    for j in range(len(f)):
-        for end, demand in ((b[j] + t_b, m_b - m_w), (w[j] + t_w, m_w)):
-            if demand <= 0:
-                continue
-            size = model.NewIntVar(0, 2 * horizon, "")
-            model.Add(size == end - f[j])
-            intervals.append(model.NewIntervalVar(f[j], size, end, ""))
-            demands.append(demand)
-    if intervals:
-        model.AddCumulative(intervals, demands, room)
+class _Rules:
+    """The relaxation of one device as data for the programme."""
+
+    def __init__(self, instance: Instance, e: int):
+        p, m = instance.devices, instance.microbatches
+        wait = [round_trip(instance, d, d) for d in range(p)]
+        trip = [wait[d] + instance.t_b[d] for d in range(p)]
+        rooms = [activation_capacity(instance, d) for d in range(p)]
+        held = [held_count(rooms[d], instance.m_b[d], m) for d in range(p)]
+        gaps = release_gaps(instance)
+        self.m = m
+        self.t_f, self.t_b, self.t_w = instance.t_f[e], instance.t_b[e], instance.t_w[e]
+        self.wait = wait[e]
+        self.m_b, self.m_w, self.room = instance.m_b[e], instance.m_w[e], rooms[e]
+        # devices before e: F_j >= B_{j-k} + c (the end of B_{j-k} plus R_d - R_e + delta_d)
+        strongest: dict[int, float] = {}
+        for d in range(e):
+            if 1 <= held[d] < m:
+                c = self.t_b + trip[d] - trip[e] + gaps[d]
+                strongest[held[d]] = max(strongest.get(held[d], -math.inf), c)
+        self.ups = tuple(sorted(strongest.items()))
+        self.depth = max((k for k, _ in self.ups), default=0)  # B starts a label keeps
+        self.reach = max((c for _, c in self.ups), default=0.0)
+        self.tail = max((self.t_b + trip[d] - trip[e] + instance.t_w[d] for d in range(e)),
+                        default=-math.inf)
+        # devices after e: (ahead, t_f(d), k_d, R_d + delta_d, how many x a label keeps)
+        self.downs = tuple((wait[e] - round_trip(instance, d, e), instance.t_f[d], held[d],
+                            trip[d] + gaps[d], max(1, min(held[d], m)))
+                           for d in range(e + 1, p))
+
+    def fits(self, n_f: int, n_b: int, n_w: int) -> bool:
+        """Whether e may start its next F with n_f, n_b, n_w passes of each kind done."""
+        level = (n_f + 1 - n_b) * (self.m_b - self.m_w) + (n_f + 1 - n_w) * self.m_w
+        return not math.isfinite(self.room) or within_cap(level, self.room)
+
+    def least_span(self, labels: int, deadline: float) -> tuple[Optional[float], bool]:
+        """(least span over the orders, exact) keeping at most `labels` labels per state;
+        (None, False) when `deadline` (perf_counter) passes first."""
+        m, exact, best = self.m, True, math.inf
+        # a label: (free, B releases of the micro-batches in flight, recent B starts,
+        #            per device after e its recent x)
+        layers: dict[int, dict] = defaultdict(dict)
+        layers[0][(0, 0, 0)] = [(0.0, (), (), tuple(() for _ in self.downs))]
+        for done in range(3 * m):
+            if time.perf_counter() > deadline:
+                return None, False
+            for (n_f, n_b, n_w), group in layers.pop(done, {}).items():
+                after = layers[done + 1]
+                for label in group:
+                    if n_f < m and self.fits(n_f, n_b, n_w):
+                        step = self._forward(label, n_f, n_b)
+                        if step is not None:
+                            exact &= _keep(after.setdefault((n_f + 1, n_b, n_w), []), step,
+                                           labels)
+                    if n_b < n_f:
+                        free, releases, starts, xs = label
+                        start = max(free, releases[0])
+                        free = start + self.t_b
+                        if n_b + 1 == m:  # the rest of the W, then the span
+                            best = min(best, max(free + (m - n_w) * self.t_w, start + self.tail))
+                        else:
+                            # B starts from max(0, n_f - depth) on feed the rules of later F
+                            kept = starts + (start,) if n_f - self.depth <= n_b else ()
+                            exact &= _keep(after.setdefault((n_f, n_b + 1, n_w), []),
+                                           (free, tuple(max(r, free) for r in releases[1:]),
+                                            tuple(max(s, free - self.reach) for s in kept), xs),
+                                           labels)
+                    if n_w < n_b:
+                        free, releases, starts, xs = label
+                        exact &= _keep(after.setdefault((n_f, n_b, n_w + 1), []),
+                                       (free + self.t_w, releases, starts, xs), labels)
+        return best, exact
+
+    def _forward(self, label, n_f: int, n_b: int):
+        """The label after e starts F_{n_f} (None when a device before e still holds it back
+        behind a B that e has not run)."""
+        free, releases, starts, xs = label
+        start = free
+        for k, c in self.ups:
+            i = n_f - k
+            if i >= 0:
+                if i >= n_b:
+                    return None
+                start = max(start, starts[i - (n_b - len(starts))] + c)
+        release = start + self.wait
+        free = start + self.t_f
+        new_xs = []
+        for (ahead, t_f, k, slot, kept), recent in zip(self.downs, xs):
+            x = start + ahead
+            if n_f >= 1:
+                x = max(x, recent[-1] + t_f)
+            if 1 <= k <= n_f:
+                x = max(x, recent[-k] + slot)
+            release = max(release, x + self.wait - ahead)
+            floor = free + ahead - max(t_f, slot)  # an x below it binds no later x
+            new_xs.append(tuple(max(v, floor) for v in (recent + (x,))[-kept:]))
+        keep = n_b - max(0, n_f + 1 - self.depth)
+        starts = starts[len(starts) - keep:] if keep < len(starts) else starts
+        starts = tuple(max(s, free - self.reach) for s in starts)
+        releases = tuple(max(r, free) for r in releases + (release,))
+        return free, releases, starts, tuple(new_xs)
 
 
-# seconds one device's relaxation may take: those that prove anything mostly do it in one or
-# two seconds at p=8, m=32 (768 passes), and the rest of a solver run is worth more to CP-SAT
+def _flat(label) -> tuple[float, ...]:
+    free, releases, starts, xs = label
+    return (free, *releases, *starts, *(v for recent in xs for v in recent))
+
+
+def _keep(group: list, label, limit: int) -> bool:
+    """Add `label` to a state's labels unless one is no later everywhere; drop those it is no
+    later than; merge the closest pair while there are more than `limit`. False if it merged."""
+    flat = _flat(label)
+    if any(all(a <= b for a, b in zip(_flat(other), flat)) for other in group):
+        return True
+    group[:] = [other for other in group if not all(a <= b for a, b in zip(flat, _flat(other)))]
+    group.append(label)
+    if len(group) <= limit:
+        return True
+    flats = [_flat(other) for other in group]
+    _, i, j = min((sum(abs(a - b) for a, b in zip(flats[i], flats[j])), i, j)
+                  for i in range(len(group)) for j in range(i + 1, len(group)))
+    merged = _earliest(group[i], group[j])
+    group[:] = [other for k, other in enumerate(group) if k not in (i, j)] + [merged]
+    return False
+
+
+def _earliest(a, b):
+    """The componentwise earliest of two labels of one state."""
+    def low(x, y):
+        return tuple(min(u, v) for u, v in zip(x, y))
+    return (min(a[0], b[0]), low(a[1], b[1]), low(a[2], b[2]),
+            tuple(low(x, y) for x, y in zip(a[3], b[3])))
+
+
+# seconds one device's relaxation may take: at p=8, m=32 a pass of the programme with one label
+# per state takes a tenth of a second, with 16 a second or two
 DEVICE_LIMIT = 2.0
 
 
-def relaxation_bound(instance: Instance, deadline: float, threads: int = 1) -> float:
+def relaxation_bound(instance: Instance, deadline: float) -> float:
     """The largest device relaxation bound found before `deadline` (perf_counter); devices that
     hold the fewest activations first, deeper first among equals (the first device, which holds
-    the most, is slow to prove and rarely the highest), each given an even share of what is
-    left, at most DEVICE_LIMIT seconds."""
+    the most, is rarely the highest), each given an even share of what is left, at most
+    DEVICE_LIMIT seconds."""
     if not applies(instance):
         return 0.0
     held = held_counts(instance)
     order = sorted(range(instance.devices), key=lambda d: (held[d], -d))
     return best_over_devices(order, deadline, DEVICE_LIMIT,
-                             lambda device, seconds: device_relaxation(instance, device, seconds,
-                                                                       threads))
+                             lambda device, seconds: device_relaxation(instance, device, seconds))
 
 
 def best_over_devices(devices, deadline: float, limit: float, relax) -> float:

@@ -11,8 +11,9 @@ before anything is scheduled. The search then
 3. tunes the greedy's policies per device (zbopt.heuristics.policy_search) on the shortest schedules
    and the splits of least bound, for a share of the rest;
 4. polishes the shortest schedules with local search (zbopt.plan.polish) for a share of the rest;
-5. raises the bounds of the listed splits below the best span with the collision relaxation
-   (zbopt.plan.collision_bound), least bound first, for a share of the rest;
+5. raises the bounds of the listed splits below the best span with the one-device relaxations
+   (zbopt.plan.device_bound) and the collision relaxation (zbopt.plan.collision_bound), least
+   bound first, for a share of the rest;
 6. gives the rest of the time to the exact solver, first on the best partition, then on the
    partition with the lowest proven bound, raising that partition's bound or lowering the span;
    each run is warm-started from the split's best schedule so far.
@@ -56,7 +57,7 @@ Progress = Callable[[dict], None]
 TOLERANCE = 1e-9
 POLICY_SHARE = 0.4  # of the time left after the heuristics: greedy policies tuned per device
 POLISH_SHARE = 0.3  # of the time left after that, before the solver
-COLLISION_SHARE = 0.5  # of the time left after that: collision bounds of the open splits
+COLLISION_SHARE = 0.5  # of the time left after that: relaxation bounds of the open splits
 POLISHED = 3  # schedules polished by local search
 RELAX_SHARE = 0.25  # of a solver run's time: the one-device relaxations first
 TUNED = 2  # splits given the policy search, by shortest span and again by least bound
@@ -271,9 +272,10 @@ class _Search:
                 self.tell("policy search", placement=split.placement, sizes=list(split.sizes))
 
     def collide(self, pending: list[Split], budget_end: float) -> list[Split]:
-        """The collision relaxation (zbopt.plan.collision_bound) on the listed splits whose bound
-        lies below the best span, least bound first, each given an even share of what is left;
-        the listed splits with their bounds raised."""
+        """The one-device relaxations (zbopt.plan.device_bound), then where the bound is still
+        below the split's best span the collision relaxation (zbopt.plan.collision_bound), on
+        the listed splits whose bound lies below the best span, least bound first, each given an
+        even share of what is left; the listed splits with their bounds raised."""
         open_ = sorted((s for s in pending if s.bound < self.best.span * (1 - TOLERANCE)),
                        key=lambda s: s.bound)
         raised = {}
@@ -288,12 +290,14 @@ class _Search:
             cached = self.cache.get(key)
             upper = cached.span if cached is not None else math.inf
             share = (budget_end - now) / (len(open_) - index)
-            value = collision_bound(instance, now + share, upper)
+            value = relaxation_bound(instance, now + share / 2)
+            if value < upper * (1 - TOLERANCE):
+                value = max(value, collision_bound(instance, now + share, upper))
             if value > split.bound:
                 raised[key] = value
                 if cached is not None:
                     self.cache[key] = replace(cached, bound=max(cached.bound, value))
-                self.tell("collision bound", sizes=list(split.sizes), collision_bound=value)
+                self.tell("relaxation bounds", sizes=list(split.sizes), relaxation_bound=value)
         return [replace(s, bound=raised[(s.placement, s.sizes)])
                 if (s.placement, s.sizes) in raised else s for s in pending]
 
@@ -316,7 +320,7 @@ class _Search:
         # first the one-device relaxations (zbopt.plan.device_bound): cheap, and on tight caps
         # often higher than what the solver proves on the whole pipeline in the same time
         began = time.perf_counter()
-        relaxed = relaxation_bound(instance, began + RELAX_SHARE * time_limit, self.threads)
+        relaxed = relaxation_bound(instance, began + RELAX_SHARE * time_limit)
         if relaxed > split.bound:
             split = replace(split, bound=relaxed)
             self.cache[(split.placement, split.sizes)] = split
