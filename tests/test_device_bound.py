@@ -6,13 +6,14 @@ import math
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from zbopt.bounds import activation_capacity, round_trip
 from zbopt.instance import within_cap
 from zbopt.plan.device_bound import _Rules, device_relaxation
 from zbopt.plan.memory_bound import held_counts, pipeline_bound, release_gaps
-from zbopt.plan.search import schedule_methods
+from zbopt.plan.search import _Search, schedule_methods
 from zbopt.registry import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -137,3 +138,21 @@ def test_the_relaxation_raises_the_mid_cap_bounds_of_the_32_block_plans():
         spans = [r.span for r in (run(name, instance) for name in schedule_methods("contiguous"))
                  if r.fits()]
         assert spans and value <= min(spans) + 1e-6
+
+
+def test_plan_raises_an_open_splits_bound_with_the_relaxation():
+    """plan's bounding step (zbopt.plan.search._Search.collide) gives an open split at least
+    its device relaxation: 8 Llama-shaped blocks on p=4, m=6 at the tight cap, split
+    (2, 3, 3, 2), whose device 1 relaxation lies above the memory-aware bound."""
+    from test_plan import llama_model
+
+    model = llama_model(128256, 6, 0.25)
+    instance = model.instance((2, 3, 3, 2))
+    relaxed = device_relaxation(instance, 1, 30)
+    assert relaxed > pipeline_bound(instance) * 1.05
+    search = _Search(model, 60.0, None, "cpsat", 1)
+    split = search.schedule("contiguous", (2, 3, 3, 2))
+    assert split.result is not None and split.span > relaxed
+    opened = replace(split, bound=pipeline_bound(instance))
+    raised = search.collide([opened], time.perf_counter() + 30)
+    assert relaxed - 1e-6 <= raised[0].bound <= split.span + 1e-6

@@ -502,10 +502,10 @@ def test_device_relaxation_is_below_the_optimum():
     assert len(found) >= 10 and tight >= 3
 
 
-def llama_split(vocab: int, microbatches: int, share: float, sizes: tuple[int, ...]):
+def llama_model(vocab: int, microbatches: int, share: float) -> LayeredModel:
     """8 Llama-3-8B-shaped blocks on p=4 (benchmarks/bench_plan.py's exhaustive and analogue
-    models) split into `sizes`, the cap `share` of the way from the least any split admits to
-    what 1F1B needs on the even split (the bench's tight cap is 0.25, its mid cap 0.6)."""
+    models), the cap `share` of the way from the least any split admits to what 1F1B needs on
+    the even split (the bench's tight cap is 0.25, its mid cap 0.6)."""
     from zbopt.estimate import Accelerator, DecoderShape, estimate_model
 
     shape = DecoderShape(hidden=4096, heads=32, kv_heads=8, layers=8, ffn=14336, vocab=vocab,
@@ -515,7 +515,12 @@ def llama_split(vocab: int, microbatches: int, share: float, sizes: tuple[int, .
     c_min = least_excess(table)[0] + 1.0
     even = model.instance(even_split(model))
     c_1f1b = max(even.static_memory[d] + (4 - d) * even.m_b[d] for d in range(4))
-    return model.with_settings(memory_cap=c_min + share * (c_1f1b - c_min)).instance(sizes)
+    return model.with_settings(memory_cap=c_min + share * (c_1f1b - c_min))
+
+
+def llama_split(vocab: int, microbatches: int, share: float, sizes: tuple[int, ...]):
+    """llama_model(vocab, microbatches, share) split into `sizes`."""
+    return llama_model(vocab, microbatches, share).instance(sizes)
 
 
 def test_device_relaxation_raises_the_bound_of_a_tight_llama_split():

@@ -58,7 +58,8 @@ LABELS = (1, 4, 16, 64)  # labels per state of successive passes, while time is 
 def device_relaxation(instance: Instance, device: int, time_limit: float) -> float:
     """The relaxation's optimum on `device` (a lower bound on every in-order schedule's span),
     or a lower bound of it when labels had to be merged: the best over the passes of LABELS
-    that finish within `time_limit` seconds (0 if none does)."""
+    that finish within `time_limit` seconds (0 if none does, or if no order fits: that would
+    mean no in-order schedule, and the bound claims nothing about the others)."""
     if not applies(instance) or time_limit <= 0:
         return 0.0
     deadline = time.perf_counter() + time_limit
@@ -66,7 +67,7 @@ def device_relaxation(instance: Instance, device: int, time_limit: float) -> flo
     best = 0.0
     for labels in LABELS:
         value, exact = rules.least_span(labels, deadline)
-        if value is None:
+        if value is None or not math.isfinite(value):
             break
         best = max(best, value)
         if exact:

@@ -49,7 +49,7 @@ from .bound import (
     suffix_minmax,
 )
 from .collision_bound import collision_bound
-from .device_bound import relaxation_bound
+from .device_bound import DEVICE_LIMIT, relaxation_bound
 from .memory_bound import pipeline_bound
 from .polish import polish
 
@@ -153,6 +153,8 @@ class _Search:
         self.bound = 0.0
         self.solver_runs = 0
         self.tables: dict[str, SegmentBounds] = {}  # per placement with a segment bound
+        # splits whose device relaxations ran with all their time (collide): not run again
+        self.relaxed: set[tuple[str, tuple[int, ...]]] = set()
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.began
@@ -291,6 +293,8 @@ class _Search:
             upper = cached.span if cached is not None else math.inf
             share = (budget_end - now) / (len(open_) - index)
             value = relaxation_bound(instance, now + share / 2)
+            if share / 2 >= DEVICE_LIMIT * instance.devices:  # each device had all its time
+                self.relaxed.add(key)
             if value < upper * (1 - TOLERANCE):
                 value = max(value, collision_bound(instance, now + share, upper))
             if value > split.bound:
@@ -317,10 +321,12 @@ class _Search:
         # the split's best schedule (polished, tuned) is the solver's hint and incumbent
         start = split.result.schedule if split.result is not None and \
             split.result.instance == instance else True
-        # first the one-device relaxations (zbopt.plan.device_bound): cheap, and on tight caps
-        # often higher than what the solver proves on the whole pipeline in the same time
+        # first the one-device relaxations (zbopt.plan.device_bound) unless collide() ran them:
+        # cheap, and on tight caps often higher than what the solver proves in the same time
         began = time.perf_counter()
-        relaxed = relaxation_bound(instance, began + RELAX_SHARE * time_limit)
+        key = (split.placement, split.sizes)
+        relaxed = 0.0 if key in self.relaxed else \
+            relaxation_bound(instance, began + RELAX_SHARE * time_limit)
         if relaxed > split.bound:
             split = replace(split, bound=relaxed)
             self.cache[(split.placement, split.sizes)] = split
