@@ -6,6 +6,7 @@ itself uses the relaxation, so it cannot be its own check.
 """
 
 import random
+import time
 import types
 
 import pytest
@@ -71,6 +72,29 @@ def test_the_relaxation_never_exceeds_the_optimum_and_often_meets_it(monkeypatch
         raised += max(values) > best + 1e-9
         met += max(values) >= optimum - 1e-9
     assert raised >= 3 and met >= 12
+
+
+def test_the_programme_over_orders_equals_cp_sats_optimum(monkeypatch):
+    """On random tiny interleaved and V instances, the programme over a device's orders
+    (orders_optimum) finds exactly the optimum CP-SAT proves for the same relaxation."""
+    from zbopt.solvers import chunk_relaxation as module
+
+    rng = random.Random(3)
+    compared = 0
+    while compared < 30:
+        try:
+            instance = _random_instance(rng)
+        except ZboptError:
+            continue
+        scaled, _, _ = scaled_instance(instance)
+        for device in range(instance.devices):
+            exact = module.orders_optimum(scaled, device, time.perf_counter() + 30)
+            with monkeypatch.context() as patch:
+                patch.setattr(module, "ORDERS_SHARE", 0.0)  # CP-SAT alone
+                proven = chunk_relaxation(scaled, device, 30)
+            assert exact is not None
+            assert exact == pytest.approx(proven, abs=1e-6), (instance, device, exact, proven)
+            compared += 1
 
 
 def test_it_applies_to_one_chain_of_several_stages_per_device_only():

@@ -19,8 +19,15 @@ distinct a at least that much before them) and the memory level depends only on 
 passes of each kind have run. So the bound holds for schedules in any order, as the solver's
 symmetry switch allows.
 
-CP-SAT minimises e's span over the relaxation; its proven bound (not only an optimum) is a lower
-bound. The analytic bounds (zbopt.bounds: ramp, drain) argue about the same device with counts;
+Small relaxations are solved exactly by a dynamic programme over e's orders (`orders_optimum`):
+for a fixed order, every pass as early as e and its rules allow is best (each rule is an earlier
+start plus a constant), and e's memory at each F depends only on the order (e runs one pass at a
+time). The chain is a path, so a micro-batch's next pass on e waits only for its previous pass on
+e plus their least delay, and a W only for its B. A state counts the passes of each stage and
+kind; a label holds when e is free and when each micro-batch in flight may run its next pass;
+labels no earlier than another everywhere are dropped. Where that takes longer than a share of
+the time, CP-SAT minimises e's span over the relaxation; its proven bound (not only an optimum) is
+a lower bound. The analytic bounds (zbopt.bounds: ramp, drain) argue about the same device with counts;
 the relaxation also sees which passes are ready when, so on small pipelines it often meets the
 optimum. Its model grows with e's passes (3 x stages on e x micro-batches), and CP-SAT proves
 little within seconds beyond about a hundred of them.
@@ -29,6 +36,8 @@ little within seconds beyond about a hundred of them.
 from __future__ import annotations
 
 import math
+import time
+from collections import defaultdict
 from typing import Optional
 
 from ..instance import Instance
@@ -36,6 +45,7 @@ from ..passes import dependencies, duration, lag, memory_delta, neighbours
 
 PLACEMENTS = ("interleaved", "v")
 MAX_PASSES = 100  # passes on the device beyond which solve() does not try the relaxation
+ORDERS_SHARE = 0.25  # of the time: the exact programme over orders first, then CP-SAT
 
 
 def applies(instance: Instance) -> bool:
@@ -75,6 +85,10 @@ def chunk_relaxation(instance: Instance, device: int, time_limit: float, threads
 
     if not applies(instance) or time_limit <= 0:
         return 0.0
+    exact = orders_optimum(instance, device, time.perf_counter() + ORDERS_SHARE * time_limit)
+    if exact is not None:
+        return exact
+    time_limit *= 1 - ORDERS_SHARE
     links = neighbours(instance)
     stages = instance.stages_of(device)
     mbs = instance.chains[0][1]
@@ -131,3 +145,66 @@ def chunk_relaxation(instance: Instance, device: int, time_limit: float, threads
         return 0.0  # infeasible (the cap): solve() reports that on its own
     # proven whether or not a solution was found
     return max(0.0, float(solver.best_objective_bound))
+
+
+def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional[float]:
+    """The relaxation's optimum on `device` by the programme over its orders (module doc), or
+    None when `deadline` (perf_counter) passes first or no order fits the cap."""
+    links = neighbours(instance)
+    order = instance.chains[0][0]
+    stages = sorted(instance.stages_of(device), key=order.index)
+    mb = instance.chains[0][1][0]
+    m = instance.microbatches
+    chain = [(s, "F") for s in stages] + [(s, "B") for s in reversed(stages)]
+    kinds = chain + [(s, "W") for s in stages]
+    n = len(chain)
+    cost = [duration(instance, (s, mb, k)) for s, k in kinds]
+    delta = [memory_delta(instance, (s, mb, k)) for s, k in kinds]
+    # least delay from each pass of the chain to the next (a path: nothing else can be longer)
+    step = [_longest_from(instance, links, (s, mb, k))[(t, mb, k2)]
+            for (s, k), (t, k2) in zip(chain, chain[1:])]
+    after = [chain.index((s, "B")) for s in stages]  # the W of a stage follows its B
+    room = instance.cap[device] - instance.static_memory[device] \
+        if instance.cap is not None else math.inf
+    total = m * len(kinds)
+    # a label: (free, release of the next chain pass of each micro-batch in flight, oldest first)
+    layers: dict[int, dict] = defaultdict(dict)
+    layers[0][(0,) * len(kinds)] = [(0.0, ())]
+    best = math.inf
+    for done in range(total):
+        if time.perf_counter() > deadline:
+            return None
+        for counts, group in layers.pop(done, {}).items():
+            level = sum(c * d for c, d in zip(counts, delta))
+            oldest = counts[n - 1]  # micro-batches below it have left the chain
+            moves = [i for i in range(n) if counts[i] < m and (i == 0 or counts[i] < counts[i - 1])]
+            moves += [n + w for w in range(len(stages)) if counts[n + w] < counts[after[w]]]
+            for i in moves:
+                if delta[i] > 0 and level + delta[i] > room + 1e-9 * max(1.0, abs(room)):
+                    continue
+                grown = counts[:i] + (counts[i] + 1,) + counts[i + 1:]
+                for free, releases in group:
+                    j = counts[i] - oldest
+                    start = free if i == 0 or i >= n else max(free, releases[j])
+                    free_after = start + cost[i]
+                    if i == 0:
+                        releases = releases + (start + step[0],)
+                    elif i == n - 1:
+                        releases = releases[1:]
+                    elif i < n:
+                        releases = releases[:j] + (start + step[i],) + releases[j + 1:]
+                    if done + 1 == total:
+                        best = min(best, free_after)
+                        continue
+                    _keep_earliest(layers[done + 1].setdefault(grown, []),
+                                   (free_after, tuple(max(r, free_after) for r in releases)))
+    return best if math.isfinite(best) else None
+
+
+def _keep_earliest(group: list, label) -> None:
+    """Add `label` unless a label no later everywhere is there; drop those it is no later than."""
+    flat = (label[0], *label[1])
+    if any(all(a <= b for a, b in zip((o[0], *o[1]), flat)) for o in group):
+        return
+    group[:] = [o for o in group if not all(a <= b for a, b in zip(flat, (o[0], *o[1])))]
+    group.append(label)
