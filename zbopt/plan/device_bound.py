@@ -34,9 +34,9 @@ decides the memory and which rules are met), and a label holds what the rest of 
 reads: when e is free, when each micro-batch in flight may start its B, the recent B starts (the
 rules of the devices before e) and the recent x of each device after e. Values no later pass can
 feel (below what e's free time already forces) are raised to that level, which changes nothing.
-Each step is monotone in every value of the label, so a label no earlier than another anywhere can
-be dropped, and two labels can be replaced by their earliest values (componentwise minimum): its
-every continuation is at most theirs, so the least span found stays a lower bound. At most
+Each step is monotone in every value of the label, so a label no earlier than another everywhere
+can be dropped, and two labels can be replaced by their earliest values (componentwise minimum):
+its every continuation is at most theirs, so the least span found stays a lower bound. At most
 `labels` labels are kept per state (the closest pair is merged when there are more); with no
 merge the result is the relaxation's exact optimum.
 """

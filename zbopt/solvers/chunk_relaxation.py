@@ -25,12 +25,13 @@ start plus a constant), and e's memory at each F depends only on the order (e ru
 time). The chain is a path, so a micro-batch's next pass on e waits only for its previous pass on
 e plus their least delay, and a W only for its B. A state counts the passes of each stage and
 kind; a label holds when e is free and when each micro-batch in flight may run its next pass;
-labels no earlier than another everywhere are dropped. Where that takes longer than a share of
-the time, CP-SAT minimises e's span over the relaxation; its proven bound (not only an optimum) is
-a lower bound. The analytic bounds (zbopt.bounds: ramp, drain) argue about the same device with counts;
-the relaxation also sees which passes are ready when, so on small pipelines it often meets the
-optimum. Its model grows with e's passes (3 x stages on e x micro-batches), and CP-SAT proves
-little within seconds beyond about a hundred of them.
+a label no earlier than another everywhere is dropped. Where that takes longer than a share of
+the time, CP-SAT minimises e's span over the relaxation; its proven bound (not only an optimum)
+is a lower bound. The analytic bounds (zbopt.bounds: ramp, drain) argue about the same device
+with counts; the relaxation also sees which passes are ready when, so on small pipelines it
+often meets the optimum. Its model grows with e's passes (3 x stages on e x micro-batches): the
+programme's labels multiply beyond a few dozen of them, and CP-SAT proves little within seconds
+beyond about a hundred.
 """
 
 from __future__ import annotations
