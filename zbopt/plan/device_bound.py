@@ -50,7 +50,7 @@ from typing import Optional
 
 from ..bounds import activation_capacity, round_trip
 from ..instance import Instance, within_cap
-from .memory_bound import applies, held_count, held_counts, release_gaps
+from .memory_bound import applies, held_counts, release_gaps, round_trips
 
 LABELS = (1, 4, 16, 64)  # labels per state of successive passes, while time is left
 
@@ -80,15 +80,12 @@ class _Rules:
 
     def __init__(self, instance: Instance, e: int):
         p, m = instance.devices, instance.microbatches
-        wait = [round_trip(instance, d, d) for d in range(p)]
-        trip = [wait[d] + instance.t_b[d] for d in range(p)]
-        rooms = [activation_capacity(instance, d) for d in range(p)]
-        held = [held_count(rooms[d], instance.m_b[d], m) for d in range(p)]
-        gaps = release_gaps(instance)
+        trip, held, gaps = round_trips(instance), held_counts(instance), release_gaps(instance)
         self.m = m
         self.t_f, self.t_b, self.t_w = instance.t_f[e], instance.t_b[e], instance.t_w[e]
-        self.wait = wait[e]
-        self.m_b, self.m_w, self.room = instance.m_b[e], instance.m_w[e], rooms[e]
+        self.wait = round_trip(instance, e, e)  # F_j's start to B_j's start
+        self.m_b, self.m_w = instance.m_b[e], instance.m_w[e]
+        self.room = activation_capacity(instance, e)
         # devices before e: F_j >= B_{j-k} + c (the end of B_{j-k} plus R_d - R_e + delta_d)
         strongest: dict[int, float] = {}
         for d in range(e):
@@ -101,7 +98,7 @@ class _Rules:
         self.tail = max((self.t_b + trip[d] - trip[e] + instance.t_w[d] for d in range(e)),
                         default=-math.inf)
         # devices after e: (ahead, t_f(d), k_d, R_d + delta_d, how many x a label keeps)
-        self.downs = tuple((wait[e] - round_trip(instance, d, e), instance.t_f[d], held[d],
+        self.downs = tuple((self.wait - round_trip(instance, d, e), instance.t_f[d], held[d],
                             trip[d] + gaps[d], max(1, min(held[d], m)))
                            for d in range(e + 1, p))
 
@@ -186,14 +183,14 @@ def _flat(label) -> tuple[float, ...]:
 def _keep(group: list, label, limit: int) -> bool:
     """Add `label` to a state's labels unless one is no later everywhere; drop those it is no
     later than; merge the closest pair while there are more than `limit`. False if it merged."""
-    flat = _flat(label)
-    if any(all(a <= b for a, b in zip(_flat(other), flat)) for other in group):
+    flat, flats = _flat(label), [_flat(other) for other in group]
+    if any(all(a <= b for a, b in zip(other, flat)) for other in flats):
         return True
-    group[:] = [other for other in group if not all(a <= b for a, b in zip(flat, _flat(other)))]
-    group.append(label)
+    later = [all(a <= b for a, b in zip(flat, other)) for other in flats]
+    group[:] = [other for other, drop in zip(group, later) if not drop] + [label]
     if len(group) <= limit:
         return True
-    flats = [_flat(other) for other in group]
+    flats = [other for other, drop in zip(flats, later) if not drop] + [flat]
     _, i, j = min((sum(abs(a - b) for a, b in zip(flats[i], flats[j])), i, j)
                   for i in range(len(group)) for j in range(i + 1, len(group)))
     merged = _earliest(group[i], group[j])
