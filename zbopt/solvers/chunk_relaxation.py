@@ -204,8 +204,8 @@ def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional
 
 def _keep_earliest(group: list, label) -> None:
     """Add `label` unless a label no later everywhere is there; drop those it is no later than."""
-    flat = (label[0], *label[1])
-    if any(all(a <= b for a, b in zip((o[0], *o[1]), flat)) for o in group):
+    flat, flats = (label[0], *label[1]), [(o[0], *o[1]) for o in group]
+    if any(all(a <= b for a, b in zip(other, flat)) for other in flats):
         return
-    group[:] = [o for o in group if not all(a <= b for a, b in zip(flat, (o[0], *o[1])))]
-    group.append(label)
+    group[:] = [o for o, other in zip(group, flats)
+                if not all(a <= b for a, b in zip(flat, other))] + [label]
