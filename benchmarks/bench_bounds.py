@@ -237,7 +237,8 @@ def main(argv=None) -> int:
         return 2
     sections, commands = {}, {}
     command = "python benchmarks/bench_bounds.py --only {}" + (
-        f" --time-limit {args.time_limit:g}" if args.time_limit != 60 else "")
+        f" --time-limit {args.time_limit:g}" if args.time_limit != 60 else "") + (
+        f" --threads {args.threads}" if args.threads != 1 else "")
     if "rows" in parts:
         sections["rows"] = rows_part()
         commands["rows"] = command.format("rows")
