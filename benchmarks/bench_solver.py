@@ -10,6 +10,9 @@ Parts (each a list of runs of zbopt.solve, span objective, 2 threads by default)
 - reach: the solver-reach table (1.5B costs): interleaved (2 chunks) and v at p=8, m=32, caps
          1p/2p; contiguous p=16 m=64, p=32 m=128 (2p, 3p), p=32 m=256 (2p); the six paper
          settings at 2p; 60 s, with the wall time of the whole call and the earlier figures
+- long:  interleaved p=8, m=32 at 1p (the reach row the 60 s limit leaves above 1%) with a
+         300 s limit: CP-SAT, and the LNS with and without its windows at the two ends of the
+         schedule (option "ends"), one after the other in the same run
 Solver labels: plain = solve() as users call it; "search" = the backend must prove the
 optimum even when the bounds alone would; "cold" = also without the warm start hint.
 Every schedule reported went through evaluate() and validate() inside solve(). `proved_by` says
@@ -18,7 +21,8 @@ backend closed the gap ("solver"). Runtimes are wall-clock medians over --repeat
 machine shared with other work, so they are noisy.
 
 Usage (ZBOPT_REACH_SOLVERS=cpsat,cpsat-lns picks the reach part's solvers; default cpsat):
-  python benchmarks/bench_solver.py [--only p8,p16,paper,milp,reach] [--time-limit S] [--threads N]
+  python benchmarks/bench_solver.py [--only p8,p16,paper,milp,reach,long] [--time-limit S]
+                                    [--threads N]
                                     [--repeats N] [--out-dir results]
 Rows of the parts run replace their old rows in results/solver.csv; results/solver.md is
 rewritten from the whole CSV.
@@ -42,13 +46,15 @@ from zbopt.instance import Instance, load_instance
 from zbopt.solvers import solve
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("p8", "p16", "paper", "milp", "reach")
-DEFAULT_LIMIT = {"p8": 60.0, "p16": 120.0, "paper": 120.0, "milp": 60.0, "reach": 60.0}
+PARTS = ("p8", "p16", "paper", "milp", "reach", "long")
+DEFAULT_LIMIT = {"p8": 60.0, "p16": 120.0, "paper": 120.0, "milp": 60.0, "reach": 60.0,
+                 "long": 300.0}
 TARGET = {"p8": "proven optimal within 60 s", "p16": "proven optimal within 120 s",
           "paper": "proven or gap <= 0.5% within 120 s; beat the authors' heuristic",
           "milp": "CBC and HiGHS prove optimality within 60 s",
           "reach": "60 s limit, wall at most 75 s; gap <= 1% (interleaved p8 1p/2p, v p8 1p), "
-                   "<= 0.1% (contiguous p16/p32), paper settings at 2p proven or <= 0.05%"}
+                   "<= 0.1% (contiguous p16/p32), paper settings at 2p proven or <= 0.05%",
+          "long": "none (how far the gap closes with five times the reach limit)"}
 COLUMNS = ("part", "instance", "cap", "solver", "status", "objective", "lower_bound", "gap",
            "runtime_median", "runtimes", "proved_by", "backend_status", "best_heuristic",
            "best_heuristic_objective", "gain_percent", "reference_heuristic", "vs_reference",
@@ -66,6 +72,7 @@ MODES = {
     "highs": ("highs", {}),
     "highs search": ("highs", {"prove_with_bounds": False}),
     "cpsat-lns": ("cpsat-lns", {}),
+    "cpsat-lns no-ends": ("cpsat-lns", {"options": {"ends": False}}),
     "scip": ("scip", {}),
 }
 
@@ -123,6 +130,10 @@ def runs(part: str):
         for label, cap, instance in reach_runs():
             for solver in solvers:
                 yield label, cap, instance, solver, None
+    elif part == "long":
+        label, cap, instance = next(iter(reach_runs()))
+        for solver in ("cpsat", "cpsat-lns", "cpsat-lns no-ends"):
+            yield label, cap, instance, solver, None
     elif part == "milp":
         for label, costs in (("unit", dict(t_f=1, t_b=1, t_w=1, comm=0)),
                              ("5-6-4-comm1", dict(t_f=5, t_b=6, t_w=4, comm=1))):
