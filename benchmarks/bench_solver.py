@@ -11,8 +11,7 @@ Parts (each a list of runs of zbopt.solve, span objective, 2 threads by default)
          1p/2p; contiguous p=16 m=64, p=32 m=128 (2p, 3p), p=32 m=256 (2p); the six paper
          settings at 2p; 60 s, with the wall time of the whole call and the earlier figures
 - long:  interleaved p=8, m=32 at 1p (the reach row the 60 s limit leaves above 1%) with a
-         300 s limit: CP-SAT, and the LNS with and without its windows at the two ends of the
-         schedule (option "ends"), one after the other in the same run
+         300 s limit: CP-SAT and the LNS, one after the other in the same run
 Solver labels: plain = solve() as users call it; "search" = the backend must prove the
 optimum even when the bounds alone would; "cold" = also without the warm start hint.
 Every schedule reported went through evaluate() and validate() inside solve(). `proved_by` says
@@ -72,7 +71,6 @@ MODES = {
     "highs": ("highs", {}),
     "highs search": ("highs", {"prove_with_bounds": False}),
     "cpsat-lns": ("cpsat-lns", {}),
-    "cpsat-lns no-ends": ("cpsat-lns", {"options": {"ends": False}}),
     "scip": ("scip", {}),
 }
 
@@ -132,7 +130,7 @@ def runs(part: str):
                 yield label, cap, instance, solver, None
     elif part == "long":
         label, cap, instance = next(iter(reach_runs()))
-        for solver in ("cpsat", "cpsat-lns", "cpsat-lns no-ends"):
+        for solver in ("cpsat", "cpsat-lns"):
             yield label, cap, instance, solver, None
     elif part == "milp":
         for label, costs in (("unit", dict(t_f=1, t_b=1, t_w=1, comm=0)),

@@ -5,7 +5,7 @@ import pytest
 from zbopt.heuristics.list_scheduler import sequential_schedule
 from zbopt.instance import Instance
 from zbopt.schedule import evaluate, validate
-from zbopt.solvers import lns, solve
+from zbopt.solvers import solve
 from zbopt.solvers.api import _hint_starts, _schedule_from_starts, run_backend, scaled_instance
 from zbopt.solvers.lns import respects_symmetry
 
@@ -52,30 +52,3 @@ def test_symmetry_is_recognised_from_the_starts():
     swapped = dict(hint)
     swapped[(0, 0, "F")], swapped[(0, 1, "F")] = hint[(0, 1, "F")], hint[(0, 0, "F")]
     assert not respects_symmetry(scaled, swapped, cost)
-
-
-def test_an_end_window_frees_the_passes_that_start_in_its_share_of_time():
-    scaled, _, hint, _ = _sequential_hint(INSTANCE)
-    cost = {q: int(scaled.cost(q[0], q[2])) for q in scaled.passes()}
-    state = lns._State(dict(hint), 0, None)
-    begin, end = min(hint.values()), max(hint[q] + cost[q] for q in hint)
-    length = lns.ENDS_SHARE * (end - begin)
-    first = lns.ends_window(state, cost, last=False)
-    last = lns.ends_window(state, cost, last=True)
-    assert first == {q for q, t in hint.items() if t < begin + length}
-    assert last == {q for q, t in hint.items() if t >= end - length}
-    assert first and last and not first & last
-    assert (0, 0, "F") in first and (0, INSTANCE.microbatches - 1, "W") in last
-
-
-def test_the_ends_alone_improve_a_poor_incumbent(monkeypatch):
-    # the random neighbourhoods free nothing: every gain comes from the two ends
-    monkeypatch.setattr(lns, "_neighbourhood", lambda *args: set())
-    scaled, scale, hint, value = _sequential_hint(INSTANCE)
-    raw = run_backend("cpsat-lns", scaled, objective="span", time_limit=8, threads=2, hint=hint,
-                      horizon=value, options={"full_share": 0, "seed": 1})
-    assert raw.stats["ends"] >= 2 and raw.stats["improved"] >= 1
-    assert raw.objective < value
-    schedule = _schedule_from_starts(INSTANCE, scaled, raw.starts, "span", scale, "lns")
-    assert validate(INSTANCE, schedule) == []
-    assert evaluate(INSTANCE, schedule).span == pytest.approx(raw.objective / scale)

@@ -8,14 +8,6 @@ move), stated as precedences between consecutive fixed passes, and the incumbent
 Each sub-model is the full model plus those precedences, so what it finds is a valid schedule
 of the whole instance; a better one becomes the incumbent. Neighbourhoods grow after a
 sub-model is solved to optimality and shrink after one runs out of time.
-
-Every other neighbourhood is one end of the schedule: the passes that start in its first or
-last ENDS_SHARE of time (alternately), where each device's span is decided (its ramp and its
-drain). These keep their size and get a longer step (ENDS_STEP_SHARE of the limit, at least
-STEP_SECONDS, at most ENDS_STEP_MAX): CP-SAT keeps shortening such a window for minutes. On
-interleaved p=8, m=32 at 1p, from a schedule of 1,578,642, windows of the first 27% and the
-last 30% of the time solved for 120 s each gave 1,573,709, 1,571,259 and 1,568,134 in turn,
-where 20 s steps on the same windows stopped at 1,577,465 and 1,578,642.
 """
 
 from __future__ import annotations
@@ -42,10 +34,6 @@ FULL_MAX = 20.0
 STEP_SECONDS = 3.0
 FIRST_FREE = 300
 MIN_FREE, MAX_FREE = 40, 4000
-# the ends of the schedule: the share of its time each end window covers, and its step
-ENDS_SHARE = 0.27
-ENDS_STEP_SHARE = 0.15
-ENDS_STEP_MAX = 120.0
 # CP-SAT's presolve of a sub-model takes seconds from about this many passes on (then it only
 # searches from the hint)
 PRESOLVE_PASSES = 1000
@@ -103,18 +91,6 @@ def _solve(parts: ModelParts, model: cp_model.CpModel, instance: Instance, objec
     return solver, code
 
 
-def ends_window(state: _State, cost, last: bool) -> set[Pass]:
-    """The passes that start in the first (or, with `last`, the last) ENDS_SHARE of the
-    schedule's time."""
-    passes = list(state.starts)
-    begin = min(state.starts[q] for q in passes)
-    end = max(state.starts[q] + cost[q] for q in passes)
-    length = ENDS_SHARE * (end - begin)
-    if last:
-        return {q for q in passes if state.starts[q] >= end - length}
-    return {q for q in passes if state.starts[q] < begin + length}
-
-
 def _neighbourhood(instance: Instance, state: _State, cost, rng: random.Random,
                    free: int) -> set[Pass]:
     """A random neighbourhood of about `free` passes: micro-batches, devices or time."""
@@ -145,8 +121,7 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     schedule until the time limit; the bound is the full model's.
 
     Options: "seed" (neighbourhood choice), "full_share" (share of the time for the full
-    model; 0 skips it, and no bound is proven), "ends" (False: no end windows, only the
-    random neighbourhoods)."""
+    model; 0 skips it, and no bound is proven)."""
     began = time.perf_counter()
     deadline = began + float(request.time_limit)
     instance, objective = request.instance, request.objective
@@ -193,27 +168,16 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     rng = random.Random(seed)
     free = min(FIRST_FREE, len(cost))
     scaled_orders = device_orders(instance, instance, state.starts)
-    ends_step = min(ENDS_STEP_MAX, max(STEP_SECONDS, ENDS_STEP_SHARE * float(request.time_limit)))
-    stats["ends"] = 0
-    ends = bool(request.options.get("ends", True))
     while state.status != "optimal" and deadline - time.perf_counter() > 0.3:
         if state.bound is not None and state.value <= state.bound:
             state.status = "optimal"
             break
-        at_end = ends and stats["neighbourhoods"] % 2 == 1
-        if at_end:
-            # an end of the schedule, the two in turn
-            chosen = ends_window(state, cost, last=stats["ends"] % 2 == 1)
-            stats["ends"] += 1
-        else:
-            chosen = _neighbourhood(instance, state, cost, rng, free)
+        chosen = _neighbourhood(instance, state, cost, rng, free)
         sub = build_parts(instance, objective, None, symmetry, int(horizon), scaled_orders,
                           chosen, lower=request.lower)
-        step = min(ends_step if at_end else STEP_SECONDS, deadline - time.perf_counter() - 0.1)
-        # the long steps at the ends can afford the presolve
-        presolve = len(cost) <= PRESOLVE_PASSES or (at_end and step >= 10 * STEP_SECONDS)
+        step = min(STEP_SECONDS, deadline - time.perf_counter() - 0.1)
         solver, code = _solve(sub, sub.model, instance, objective, state.starts, step, threads,
-                              rng.randrange(1 << 30), presolve=presolve)
+                              rng.randrange(1 << 30), presolve=len(cost) <= PRESOLVE_PASSES)
         stats["neighbourhoods"] += 1
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             value = int(round(solver.objective_value))
@@ -227,9 +191,6 @@ def solve_lns(request: BackendRequest) -> BackendResult:
                     if report is not None:
                         report(float(value), None)
         # a neighbourhood solved to optimality is too easy: grow; one out of time: shrink
-        # (the ends keep their size)
-        if at_end:
-            continue
         if code == cp_model.OPTIMAL:
             free = min(MAX_FREE, len(cost), int(free * 1.3) + 1)
         elif code in (cp_model.FEASIBLE, cp_model.UNKNOWN):
