@@ -16,7 +16,8 @@ Usage:
   python benchmarks/bench_bounds.py [--only rows,analogues,relaxation] [--time-limit S] [--threads N]
                                     [--out results/bounds.md]
 The rows part takes seconds; the analogues part runs CP-SAT up to --time-limit per instance
-(default 60 s, 1 thread; at least SAME_P_LIMIT on the p=8 analogues). Parts not run keep their section of the old file.
+(default 60 s, 1 thread; at least SAME_P_LIMIT on the p=8 analogues). Parts not run keep their
+section of the old file.
 """
 
 from __future__ import annotations

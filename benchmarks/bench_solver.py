@@ -21,8 +21,7 @@ machine shared with other work, so they are noisy.
 
 Usage (ZBOPT_REACH_SOLVERS=cpsat,cpsat-lns picks the reach part's solvers; default cpsat):
   python benchmarks/bench_solver.py [--only p8,p16,paper,milp,reach,long] [--time-limit S]
-                                    [--threads N]
-                                    [--repeats N] [--out-dir results]
+                                    [--threads N] [--repeats N] [--out-dir results]
 Rows of the parts run replace their old rows in results/solver.csv; results/solver.md is
 rewritten from the whole CSV.
 """
