@@ -49,6 +49,7 @@ from collections import defaultdict
 from typing import Optional
 
 from ..bounds import activation_capacity, round_trip
+from ..dominance import keep_earliest
 from ..instance import Instance, within_cap
 from .memory_bound import applies, held_counts, release_gaps, round_trips
 
@@ -183,14 +184,9 @@ def _flat(label) -> tuple[float, ...]:
 def _keep(group: list, label, limit: int) -> bool:
     """Add `label` to a state's labels unless one is no later everywhere; drop those it is no
     later than; merge the closest pair while there are more than `limit`. False if it merged."""
-    flat, flats = _flat(label), [_flat(other) for other in group]
-    if any(all(a <= b for a, b in zip(other, flat)) for other in flats):
+    flats = keep_earliest(group, label, _flat)
+    if flats is None or len(group) <= limit:
         return True
-    later = [all(a <= b for a, b in zip(flat, other)) for other in flats]
-    group[:] = [other for other, drop in zip(group, later) if not drop] + [label]
-    if len(group) <= limit:
-        return True
-    flats = [other for other, drop in zip(flats, later) if not drop] + [flat]
     _, i, j = min((sum(abs(a - b) for a, b in zip(flats[i], flats[j])), i, j)
                   for i in range(len(group)) for j in range(i + 1, len(group)))
     merged = _earliest(group[i], group[j])

@@ -41,6 +41,7 @@ import time
 from collections import defaultdict
 from typing import Optional
 
+from ..dominance import keep_earliest
 from ..instance import Instance
 from ..passes import dependencies, duration, lag, memory_delta, neighbours
 
@@ -197,15 +198,11 @@ def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional
                     if done + 1 == total:
                         best = min(best, free_after)
                         continue
-                    _keep_earliest(layers[done + 1].setdefault(grown, []),
-                                   (free_after, tuple(max(r, free_after) for r in releases)))
+                    keep_earliest(layers[done + 1].setdefault(grown, []),
+                                  (free_after, tuple(max(r, free_after) for r in releases)), _flat)
     return best if math.isfinite(best) else None
 
 
-def _keep_earliest(group: list, label) -> None:
-    """Add `label` unless a label no later everywhere is there; drop those it is no later than."""
-    flat, flats = (label[0], *label[1]), [(o[0], *o[1]) for o in group]
-    if any(all(a <= b for a, b in zip(other, flat)) for other in flats):
-        return
-    group[:] = [o for o, other in zip(group, flats)
-                if not all(a <= b for a, b in zip(flat, other))] + [label]
+def _flat(label) -> tuple[float, ...]:
+    free, releases = label
+    return (free, *releases)
