@@ -128,7 +128,8 @@ def runs(part: str):
             for solver in solvers:
                 yield label, cap, instance, solver, None
     elif part == "long":
-        label, cap, instance = next(iter(reach_runs()))
+        label, cap, instance = next(run for run in reach_runs()
+                                    if run[:2] == ("interleaved p8 m32", "1p"))
         for solver in ("cpsat", "cpsat-lns"):
             yield label, cap, instance, solver, None
     elif part == "milp":
