@@ -52,3 +52,47 @@ def test_symmetry_is_recognised_from_the_starts():
     swapped = dict(hint)
     swapped[(0, 0, "F")], swapped[(0, 1, "F")] = hint[(0, 1, "F")], hint[(0, 0, "F")]
     assert not respects_symmetry(scaled, swapped, cost)
+
+
+def test_the_ends_of_the_span_are_searched_first_and_improve_a_poor_incumbent():
+    scaled, _, hint, value = _sequential_hint(INSTANCE)
+    raw = run_backend("cpsat-lns", scaled, objective="span", time_limit=6, threads=2, hint=hint,
+                      horizon=value, options={"full_share": 0, "seed": 2})
+    # tail and head in turn until two in a row gain nothing: at least two, and from a
+    # sequential schedule the first (the tail) gains
+    assert raw.stats["ends"] >= 2 and raw.stats["ends_improved"] >= 1
+    assert raw.stats["neighbourhoods"] >= raw.stats["ends"]
+    assert raw.objective < value
+
+
+def test_a_pinned_window_keeps_the_passes_before_it_where_they_were():
+    from zbopt.solvers.backends.cpsat import build_parts
+    from zbopt.solvers.lns import _pin, _solve, _State, _window
+    from zbopt.solvers.orders import device_orders
+
+    scaled, _, hint, value = _sequential_hint(INSTANCE)
+    cost = {q: int(scaled.cost(q[0], q[2])) for q in scaled.passes()}
+    state = _State(dict(hint), value, None)
+    first, end = min(hint.values()), max(hint[q] + cost[q] for q in hint)
+    before = (first + end) // 2
+    chosen = _window(state, before, float("inf"))
+    kept = [q for q in hint if q not in chosen and hint[q] + cost[q] <= before]
+    assert chosen and kept
+    sub = build_parts(scaled, "span", None, True, value, device_orders(scaled, scaled, hint),
+                      chosen)
+    _pin(sub, state, cost, chosen, before)
+    solver, code = _solve(sub, sub.model, scaled, "span", hint, 5, 2, 0)
+    assert solver.status_name(code) in ("OPTIMAL", "FEASIBLE")
+    starts = {q: solver.value(e) for q, e in sub.start.items()}
+    assert all(starts[q] == hint[q] for q in kept)
+    assert solver.objective_value < value  # the free tail still gains
+    # moving a kept pass is impossible with the pin and possible without it
+    last = max(kept, key=lambda q: hint[q])
+    for pinned in (True, False):
+        sub = build_parts(scaled, "span", None, True, value,
+                          device_orders(scaled, scaled, hint), chosen)
+        if pinned:
+            _pin(sub, state, cost, chosen, before)
+        sub.model.add(sub.start[last] != hint[last])
+        solver, code = _solve(sub, sub.model, scaled, "span", hint, 5, 2, 0)
+        assert (solver.status_name(code) == "INFEASIBLE") == pinned
