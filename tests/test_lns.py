@@ -58,8 +58,8 @@ def test_the_ends_of_the_span_are_searched_first_and_improve_a_poor_incumbent():
     scaled, _, hint, value = _sequential_hint(INSTANCE)
     raw = run_backend("cpsat-lns", scaled, objective="span", time_limit=6, threads=2, hint=hint,
                       horizon=value, options={"full_share": 0, "seed": 2})
-    # tail and head in turn until two in a row gain nothing: at least two, and from a
-    # sequential schedule the first (the tail) gains
+    # one end while it gains, then the other, until both gained nothing in a row: at least
+    # two, and from a sequential schedule the first (the tail) gains
     assert raw.stats["ends"] >= 2 and raw.stats["ends_improved"] >= 1
     assert raw.stats["neighbourhoods"] >= raw.stats["ends"]
     assert raw.objective < value

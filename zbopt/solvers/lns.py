@@ -129,11 +129,28 @@ def _neighbourhood(instance: Instance, state: _State, cost, rng: random.Random,
         first = rng.randrange(p - width + 1)
         chosen = set(range(first, first + width))
         return {q for q in passes if instance.device_of(q[0]) in chosen}, None
-    first = min(state.starts.values())
-    end = max(state.starts[q] + cost[q] for q in passes)
+    first, end = _extent(state, cost)
     length = max(1, (end - first) * free / len(passes))
     t0 = rng.uniform(first, max(first, end - length))
     return _window(state, t0, t0 + length), int(t0)
+
+
+def _end_window(state: _State, cost, kind: str) -> tuple[set[Pass], Optional[int]]:
+    """The passes starting in the last ("tail") or first ("head") END_SHARE of the span; for
+    the tail, its start (the passes before it keep their start times), for the head None (the
+    rest keeps its order and may move)."""
+    first, end = _extent(state, cost)
+    length = END_SHARE * (end - first)
+    if kind == "tail":
+        before = int(end - length)
+        return _window(state, before, math.inf), before
+    return _window(state, -math.inf, first + length), None
+
+
+def _extent(state: _State, cost) -> tuple[int, int]:
+    """The incumbent's first start and last end."""
+    return (min(state.starts.values()),
+            max(t + cost[q] for q, t in state.starts.items()))
 
 
 def _window(state: _State, t0: float, t1: float) -> set[Pass]:
@@ -210,15 +227,7 @@ def solve_lns(request: BackendRequest) -> BackendResult:
             break
         if fruitless < len(ends):
             end_kind = ends[end_at % len(ends)]
-            first = min(state.starts.values())
-            end = max(state.starts[q] + cost[q] for q in state.starts)
-            length = END_SHARE * (end - first)
-            if end_kind == "tail":
-                before = int(end - length)
-                chosen = _window(state, before, math.inf)
-            else:  # the rest keeps its order and may move
-                before = None
-                chosen = _window(state, -math.inf, first + length)
+            chosen, before = _end_window(state, cost, end_kind)
             step = END_SECONDS
         else:
             end_kind = None
