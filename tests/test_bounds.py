@@ -495,3 +495,23 @@ def test_w_deferral_never_exceeds_an_optimum_over_every_order(instance):
         assert bounds.w_deferral(instance) <= optimum + 1e-9
         for name, value in bounds.lower_bounds(instance).items():
             assert value <= optimum + 1e-9, name
+
+
+def test_memory_pipeline_is_among_the_bounds_and_decides_a_memory_bound_pipeline():
+    """A pipeline whose middle device holds one micro-batch: its m round trips plus the paths
+    to it and back (37) decide the span; the per-device bounds stop at the load, the coupled
+    bound of zbopt.plan.memory_bound is now one of every command's bounds. Without a cap, and
+    on other placements, it is not claimed."""
+    from zbopt.layers import Layer, LayeredModel
+    layers = tuple(Layer(f"l{k}", t_f=2, t_b=2, t_w=1, m_b=2 if k == 1 else 1, m_w=1, static=0)
+                   for k in range(3))
+    model = LayeredModel(layers=layers, devices=3, microbatches=4, comm=0, memory_cap=3)
+    instance = model.instance((1, 1, 1))
+    values = bounds.lower_bounds(instance)
+    assert values["memory_pipeline"] == 37
+    assert max(v for k, v in values.items() if k != "memory_pipeline") < 37
+    assert bounds.best_lower_bound(instance) == ("memory_pipeline", 37)
+    assert bounds.best_lower_bound(instance, "makespan")[1] >= 37
+    assert "memory_pipeline" not in bounds.lower_bounds(instance.with_cap(None))
+    assert "memory_pipeline" not in bounds.lower_bounds(
+        Instance(devices=2, microbatches=4, memory_cap="1p").with_placement("interleaved", 2))

@@ -198,6 +198,8 @@ def test_costs_that_no_power_of_ten_makes_integral_are_a_user_error():
     ({"objective": "latency"}, "unknown objective"),
     ({"time_limit": 0}, "time limit"),
     ({"threads": 0}, "threads"),
+    ({"known_bound": 12.0}, "known_bound"),
+    ({"known_bound": ("split", float("nan"))}, "known_bound"),
 ])
 def test_bad_arguments_are_user_errors(kwargs, match):
     with pytest.raises(ZboptError, match=match):
@@ -365,3 +367,63 @@ def test_the_w_deferral_bound_certifies_the_v_turn_instance():
     _check_result(instance, result, "span")
     assert result.status == "optimal" and result.objective == 48
     assert result.lower_bound == 48 and result.bound_name == "w_deferral"
+
+
+def _memory_bound_split():
+    """8 Llama-3-8B-shaped blocks on p=4, m=8 at the plan benchmark's mid cap, split (3, 2, 2, 3):
+    device 0's memory sets the pace (tests/test_collision_bound.py)."""
+    from test_plan import llama_split
+    return llama_split(32000, 8, 0.6, (3, 2, 2, 3))
+
+
+@pytest.mark.slow  # a 20 s solve
+def test_solve_proves_a_memory_bound_split_with_the_relaxations_plan_uses():
+    """On a contiguous split whose memory sets the pace, solve() runs the one-device and
+    collision relaxations of zbopt.plan (as `zbopt plan` does on its splits) and reports their
+    bound: well above zbopt.bounds' and what CP-SAT proves alone in the same time."""
+    from zbopt.solvers.api import COLLISION, RELAXED
+    instance = _memory_bound_split()
+    analytic = bounds.best_lower_bound(instance)[1]
+    result = solve(instance, time_limit=20, threads=1)
+    assert result.bound_name in (RELAXED, COLLISION)
+    assert result.lower_bound >= 1.05 * analytic
+    assert result.lower_bound <= result.span + 1e-6 and result.fits()
+    alone = solve(instance, time_limit=20, threads=1, known_bound=("none", 0.0))
+    assert alone.lower_bound < result.lower_bound
+
+
+def test_a_known_bound_is_the_floor_and_the_relaxations_do_not_run_again(monkeypatch):
+    import zbopt.solvers.api as api
+
+    def fail(*args):
+        raise AssertionError("the relaxations ran although the caller knew a bound")
+
+    monkeypatch.setattr(api, "_contiguous_bounds", fail)
+    instance = _memory_bound_split()
+    known = 490_000.0  # below the 497,331.9 the collision relaxation proves
+    result = solve(instance, time_limit=3, threads=1, known_bound=("split", known))
+    assert result.lower_bound >= known and result.bound_name in ("split", "cpsat")
+    assert result.lower_bound <= result.span
+
+
+def test_cli_solve_of_a_schedule_file_starts_from_its_schedule(tmp_path, capsys):
+    """`zbopt solve schedule.json` (or a plan file) hints the solver with the file's own schedule
+    when it beats the registered methods; one over a tighter --mem is left out, said on stderr."""
+    # the optimum (58) beats zb-greedy (59), the best registered method
+    instance = Instance(devices=3, microbatches=6, t_f=[2, 3, 2], t_b=[3, 3, 4], t_w=[1, 2, 1],
+                        comm=1, m_b=[2, 3, 2], m_w=1, memory_cap=[7, 8, 6])
+    first = tmp_path / "first.json"
+    assert main(["solve", _instance_file(tmp_path, instance), "--time-limit", "10",
+                 "--threads", "1", "--out", str(first), "--json"]) == 0
+    solved = json.loads(capsys.readouterr().out)
+    assert solved["objective"] < solved["best_heuristic_objective"]
+    assert main(["solve", str(first), "--time-limit", "5", "--threads", "1", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["warm_start"] == "solver-cpsat" and again["objective"] == solved["objective"]
+    # a cap of 7 on every device is below the stored schedule's peak on device 1
+    assert max(json.loads(first.read_text())["metrics"]["peak_memory"]) > 7
+    assert main(["solve", str(first), "--time-limit", "5", "--threads", "1", "--json",
+                 "--mem", "7"]) == 0
+    captured = capsys.readouterr()
+    assert "not used as a warm start" in captured.err
+    assert json.loads(captured.out)["warm_start"] != "solver-cpsat"

@@ -751,7 +751,19 @@ def _lower_bounds(instance: Instance, objective: str, extended: bool,
         out["first_b_wave"] = first_b_wave(instance)  # every window lies in [0, makespan]
     if deferral:
         out["w_deferral"] = w_deferral(instance)  # a span bound; makespan >= span
+    if extended and instance.cap is not None:
+        value = memory_pipeline(instance)  # a span bound too
+        if value > 0:
+            out["memory_pipeline"] = value
     return out
+
+
+@lru_cache(maxsize=256)
+def memory_pipeline(instance: Instance) -> float:
+    """zbopt.plan.memory_bound.pipeline_bound (0 where it does not apply): cached, since every
+    registered method's result asks for the bounds of the same instance."""
+    from .plan.memory_bound import pipeline_bound  # it builds on this module's bounds
+    return pipeline_bound(instance)
 
 
 def best_lower_bound(instance: Instance, objective: str = "span") -> tuple[str, float]:

@@ -70,6 +70,27 @@ def load(args: argparse.Namespace) -> Instance:
     return instance
 
 
+def given_schedule(args: argparse.Namespace, instance: Instance):
+    """The schedule stored in the command's input when it is a schedule or plan file
+    (zbopt.schedule/1) and the schedule is valid within `instance`'s cap (--mem may have
+    tightened it), else None; said on stderr when the file's schedule cannot be used."""
+    given = getattr(args, "instance", None)
+    if not given:
+        return None
+    path = resolve_instance(given)
+    data = read_table(path)
+    if not (isinstance(data.get("format"), str) and data["format"].startswith("zbopt.schedule/")):
+        return None
+    from ..export.schedule_file import read_schedule_file
+    from ..schedule import evaluate, validate
+    stored = read_schedule_file(path)
+    if not validate(instance, stored.schedule) and evaluate(instance, stored.schedule).fits_cap:
+        return stored.schedule
+    print(f"zbopt: note: the schedule in {path} does not fit this cap: not used as a warm start",
+          file=sys.stderr)
+    return None
+
+
 def _even_partition(data: dict, path: Path) -> Instance:
     from ..layers import LayeredModel, even_partition
     model = LayeredModel.from_dict(data, source=str(path))

@@ -9,6 +9,7 @@ from ._common import (
     check_output,
     console,
     fmt,
+    given_schedule,
     load,
     positive_int,
     positive_seconds,
@@ -28,7 +29,9 @@ def register(sub) -> None:
                         help="solver time limit in seconds (default 60)")
     parser.add_argument("--threads", type=positive_int, default=2, help="solver threads (default 2)")
     parser.add_argument("--no-warm-start", action="store_true",
-                        help="do not hint the solver with the best known schedule")
+                        help="do not hint the solver with the best known schedule (by default "
+                             "the best registered method's, or a schedule or plan file's own "
+                             "when it is better)")
     parser.add_argument("--no-symmetry", action="store_true",
                         help="do not assume micro-batch order per stage and kind (slower)")
     parser.add_argument("--out", metavar="FILE", help="write the schedule file (zbopt.schedule/1)")
@@ -56,10 +59,12 @@ def run(args) -> int:
     if args.out:  # before spending the time limit
         check_output(args.out, args.force, (".json",), "schedule file")
     instance = load(args)
+    # a schedule or plan file's own schedule is a candidate warm start
+    warm = False if args.no_warm_start else (given_schedule(args, instance) or True)
     with progress(args) as report:
         result = run_method(args.solver, instance, objective=args.objective,
                             time_limit=args.time_limit, threads=args.threads,
-                            warm_start=not args.no_warm_start, symmetry=not args.no_symmetry,
+                            warm_start=warm, symmetry=not args.no_symmetry,
                             progress=report.solver(args.solver, instance.time_unit))
     if result.status == "infeasible":
         if args.json:

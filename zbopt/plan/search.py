@@ -335,8 +335,10 @@ class _Search:
         if split.span <= split.bound * (1 + TOLERANCE) or \
                 time_limit <= max(0.5, instance.num_passes / PASSES_PER_SECOND):
             return split
+        # the split's bound (segment, pipeline and relaxation bounds) is the solver's floor, and
+        # solve() need not run the relaxations again
         result = solve(instance, solver=self.solver, time_limit=time_limit, threads=self.threads,
-                       warm_start=start, progress=forward)
+                       warm_start=start, progress=forward, known_bound=("split", split.bound))
         self.solver_runs += 1
         bound = max(split.bound, result.lower_bound or 0.0)
         best = split.result

@@ -5,8 +5,10 @@ naming the smallest cap); scale costs to integers by a power of ten (reported as
 warm-start from the best registered family or heuristic that fits the cap (or, if none does,
 one micro-batch at a time); on interleaved and V instances, tune the greedy's policies per
 device and stage for a share of the limit (zbopt.heuristics.policy_search); stop early when the
-best schedule already meets the lower bound; run the backend with the warm start as a complete
-hint; turn its start times into per-device orders (plus each device's first start as `release`,
+best schedule already meets the lower bound (where it does not, relaxations may raise the
+bound first: one-device on interleaved and V, one-device and collision on contiguous placements
+whose cap 1F1B does not fit); run the backend with the warm start as a complete hint; turn its
+start times into per-device orders (plus each device's first start as `release`,
 which the span objective needs); evaluate() and validate() them on the original instance; report
 against the best lower bound.
 """
@@ -117,6 +119,11 @@ POLICY_SHARE = 0.4
 RELAX_SHARE = 0.15
 RELAX_MAX = 30.0  # seconds, whatever the limit
 RELAXED = "device relaxation"  # its bound name
+# on contiguous placements with a cap, the one-device relaxations of zbopt.plan.device_bound and
+# then the collision relaxation of zbopt.plan.collision_bound (the bounds `zbopt plan` proves
+# its splits with) share the same time; the names of the bounds solve() computes itself
+COLLISION = "collision relaxation"
+RELAXATIONS = (RELAXED, COLLISION)
 # climbs in a row without a shorter schedule that end it sooner: a climb takes about a second at
 # p=8, m=32 (so the share is used up there, and kicks kept finding shorter schedules), a few
 # milliseconds on small instances (which give the time back to the backend)
@@ -284,7 +291,8 @@ def _given_start(instance: Instance, schedule: Schedule, objective: str) -> tupl
 def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
           time_limit: float = 60, threads: int = 2, warm_start: bool | Schedule = True,
           symmetry: bool = True, prove_with_bounds: bool = True,
-          options: Optional[dict] = None, progress: Optional[Progress] = None) -> Result:
+          options: Optional[dict] = None, progress: Optional[Progress] = None,
+          known_bound: Optional[tuple[str, float]] = None) -> Result:
     """The best schedule the solver finds within the time limit, with a proven lower bound.
 
     warm_start: hint the backend with the best known schedule; a Schedule of the instance is
@@ -293,8 +301,12 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     per stage and kind. prove_with_bounds: skip the backend when the warm start already
     meets the lower bounds of zbopt.bounds (turn off to make the backend prove it).
     options: backend-specific switches (BackendRequest.options).
+    known_bound: (name, value), a lower bound the caller proved for this instance and objective
+    (zbopt plan passes its split's relaxation bounds): used where it is the highest, and the
+    contiguous relaxations are not run again.
     progress: called with a dict at each phase ({"phase": "bounds" (again with the raised
-    "bound" when the device relaxation of interleaved and V raises it) | "warm start" |
+    "bound" when a relaxation raises it: one-device on interleaved and V; one-device and
+    collision on contiguous under a cap 1F1B does not fit) | "warm start" |
     "policy search" (interleaved and V only) | "search" | "done", ...}); during the search
     with "incumbent", "bound" and "gap" (instance time units) as they improve, and "elapsed"
     seconds.
@@ -305,6 +317,12 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     """
     began = time.perf_counter()
     _check_arguments(solver, objective, time_limit, threads)
+    if known_bound is not None and not (
+            isinstance(known_bound, tuple) and len(known_bound) == 2
+            and isinstance(known_bound[0], str) and isinstance(known_bound[1], (int, float))
+            and math.isfinite(known_bound[1]) and known_bound[1] >= 0):
+        raise ZboptError(f"known_bound must be a (name, value) pair with a finite value >= 0, "
+                         f"got {known_bound!r}")
     if not isinstance(instance, Instance):
         raise ZboptError(f"solve() takes an Instance, got {type(instance).__name__}")
     if not isinstance(warm_start, (bool, Schedule)):
@@ -326,6 +344,9 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     bound_name, bound_value = bounds.best_lower_bound(instance, objective)
     # every objective value is an integer in scaled time, so the bound rounds up to one
     bound_scaled = math.ceil(bound_value * scale - 1e-6)
+    if known_bound is not None and math.ceil(known_bound[1] * scale - 1e-6) > bound_scaled:
+        bound_name, bound_value = known_bound
+        bound_scaled = math.ceil(bound_value * scale - 1e-6)
     tell("warm start", bound=bound_value)
     heuristic_name, heuristic_value, warm, hint = _warm_start(
         instance, objective, began + WARM_SHARE * time_limit)
@@ -340,12 +361,18 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                 candidate.objective(objective) < warm.objective(objective):
             warm = candidate
     if objective in ("span", "makespan") and round(warm.objective(objective) * scale) > bound_scaled:
-        relaxed = _chunk_bound(instance, scaled,
-                               time.perf_counter() + min(RELAX_MAX, RELAX_SHARE * time_limit),
-                               threads, hint)
+        relax_until = time.perf_counter() + min(RELAX_MAX, RELAX_SHARE * time_limit)
+        relaxed = _chunk_bound(instance, scaled, relax_until, threads, hint)
         if relaxed is not None and relaxed > bound_scaled:
             bound_scaled, bound_name = relaxed, RELAXED
             tell("bounds", bound=bound_scaled / scale)
+        # (a caller's bound on a contiguous split came from these relaxations already)
+        for name, value in () if known_bound is not None else \
+                _contiguous_bounds(instance, relax_until, warm.objective(objective)):
+            value = math.ceil(value * scale - 1e-6)
+            if value > bound_scaled:
+                bound_scaled, bound_name = value, name
+                tell("bounds", bound=bound_scaled / scale)
     if instance.placement in POLICY_PLACEMENTS and objective == "span" \
             and warm_start is not False and round(hint.span * scale) > bound_scaled:
         tell("policy search", incumbent=warm.span, bound=bound_value)
@@ -410,7 +437,8 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                                  hint=hint_starts if warm_start is not False else None,
                                  horizon=horizon, symmetry=symmetry,
                                  options=dict(options or {}),
-                                 lower=bound_scaled if bound_name == RELAXED else None,
+                                 lower=bound_scaled if bound_name in RELAXATIONS
+                                 or known_bound is not None else None,
                                  on_progress=searched if progress is not None else None))
     lower = bound_scaled
     if raw.bound is not None and raw.status != "infeasible":
@@ -451,6 +479,30 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
     starts, _ = _hint_starts(scaled, hint)
     value = chunk_relaxation.chunk_relaxation(scaled, device, seconds, threads, starts)
     return math.ceil(value - 1e-6) if value > 0 else None
+
+
+def _contiguous_bounds(instance: Instance, deadline: float, upper: float):
+    """(name, value) of the relaxation bounds `zbopt plan` proves its contiguous splits with, in
+    the instance's time units: the one-device relaxations (half the time left) and the
+    collision relaxation (the rest) while the bound is below `upper` (the best schedule's
+    objective; both bound the span, and the makespan is at least the span). Nothing where they
+    do not apply (one stage per device on one chain, a cap, no overlap discount) or where the
+    cap holds on every device what 1F1B keeps in flight there (the caps of Zero Bubble's
+    settings, 1p and above): there the time goes to the search."""
+    # zbopt.plan builds on solve(); its bound modules only on zbopt.bounds and the instance
+    from ..plan.collision_bound import collision_bound
+    from ..plan.device_bound import relaxation_bound
+    from ..plan.memory_bound import applies, held_counts
+    if instance.cap is None or not applies(instance) or deadline - time.perf_counter() <= 0.1:
+        return
+    p, m = instance.devices, instance.microbatches
+    if all(k >= min(m, p - d) for d, k in enumerate(held_counts(instance))):
+        return  # every device holds what 1F1B keeps in flight there: memory does not set the pace
+    now = time.perf_counter()
+    value = relaxation_bound(instance, now + (deadline - now) / 2)
+    yield RELAXED, value
+    if value < upper and deadline - time.perf_counter() > 0.1:
+        yield COLLISION, collision_bound(instance, deadline, upper)
 
 
 def run_backend(solver: str, instance: Instance, **request) -> BackendResult:
