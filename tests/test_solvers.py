@@ -427,3 +427,22 @@ def test_cli_solve_of_a_schedule_file_starts_from_its_schedule(tmp_path, capsys)
     captured = capsys.readouterr()
     assert "not used as a warm start" in captured.err
     assert json.loads(captured.out)["warm_start"] != "solver-cpsat"
+
+
+def test_the_contiguous_relaxations_run_only_where_memory_sets_the_pace(monkeypatch):
+    """Caps of 1p and above hold on every device what 1F1B keeps in flight: the relaxations are
+    not tried there (their time goes to the search); on the memory-bound split they are."""
+    import time
+
+    import zbopt.plan.device_bound as device_bound
+    from zbopt.solvers.api import RELAXED, _contiguous_bounds
+    calls = []
+    monkeypatch.setattr(device_bound, "relaxation_bound",
+                        lambda instance, deadline: calls.append(instance) or 1.0)
+    deadline = time.perf_counter() + 5
+    roomy = Instance(devices=4, microbatches=8, t_f=3, t_b=4, t_w=2, comm=1, m_b=2, m_w=1,
+                     memory_cap="1p")
+    assert list(_contiguous_bounds(roomy, deadline, math.inf)) == [] and not calls
+    split = _memory_bound_split()
+    assert next(_contiguous_bounds(split, deadline, math.inf)) == (RELAXED, 1.0)
+    assert calls == [split]
