@@ -189,9 +189,19 @@ def part_estimated(args) -> list[str]:
                 gains_even.append(data["gain"]["even"] or 0.0)
                 gains_tt.append(data["gain"]["torchtitan"] or 0.0)
     if carried:
-        lines += ["", f"Rows of {', '.join(dict.fromkeys(carried))} are kept from the earlier run "
-                      f"({args.previous_stamp.get('estimated', 'see git history')}): this run's "
-                      f"--filter left them out."]
+        # a model the earlier section already carried keeps the stamp of the run it came from
+        earlier = args.previous.get("estimated", "")
+        stamps = {}
+        for names, stamp in re.findall(r"Rows of (.*?) are kept from the earlier run \(([^)]*)\)",
+                                       earlier):
+            stamps.update({name: stamp for name in names.split(", ")})
+        by_stamp: dict[str, list[str]] = {}
+        for name in dict.fromkeys(carried):
+            stamp = stamps.get(name, args.previous_stamp.get("estimated", "see git history"))
+            by_stamp.setdefault(stamp, []).append(name)
+        for stamp, names in by_stamp.items():
+            lines += ["", f"Rows of {', '.join(names)} are kept from the earlier run ({stamp}): "
+                          f"this run's --filter left them out."]
     if gaps:
         lines += ["", f"p=8, 32 blocks, m=32: certified gap median {_pct(statistics.median(gaps))}, "
                       f"max {_pct(max(gaps))}; {sum(g <= 0.01 for g in gaps)} of {len(gaps)} plans "
