@@ -385,7 +385,8 @@ def part_solve(args) -> list[str]:
              f"`per device` = zbopt.bounds without the coupled bound, `coupled` = its "
              f"memory_pipeline bound; `with` = solve() as it is (the one-device and collision "
              f"relaxations for up to 15% of the limit, then CP-SAT), `without` = the same call "
-             f"told a bound of 0 (the relaxations skipped: CP-SAT's own bound). Gaps are "
+             f"told a bound of 0 (the relaxations skipped: zbopt.bounds and CP-SAT's own "
+             f"bound). Gaps are "
              f"(span - bound) / span.", "",
              "| model | p | m | cap | split | per device | coupled | with: bound | from | span | "
              "gap | without: bound | from | span | gap |", _rule("|" * 16)]
