@@ -51,14 +51,21 @@ def load(args: argparse.Namespace) -> Instance:
 
     A layered model file is evaluated with the even partition of its layers, said on stderr;
     a schedule or plan file (zbopt.schedule/1) gives the instance it was made for."""
+    return load_with_schedule(args)[0]
+
+
+def load_with_schedule(args: argparse.Namespace):
+    """load(), and the schedule a schedule or plan file stores (None for other inputs)."""
     given = getattr(args, "instance", None)
     path = resolve_instance(given) if given else default_instance_path()
     data = read_table(path)
+    stored = None
     if "layers" in data:
         instance = _even_partition(data, path)
     elif isinstance(data.get("format"), str) and data["format"].startswith("zbopt.schedule/"):
         from ..export.schedule_file import read_schedule_file
-        instance = read_schedule_file(path).instance
+        stored = read_schedule_file(path)
+        instance = stored.instance
     else:
         check_file_keys(data, str(path))
         instance = Instance.from_dict(data, source=str(path))
@@ -67,28 +74,7 @@ def load(args: argparse.Namespace) -> Instance:
             instance = instance.with_cap(parse_cap(args.mem))
         except ZboptError as err:
             raise ZboptError(f"--mem {args.mem}: {err}") from None
-    return instance
-
-
-def given_schedule(args: argparse.Namespace, instance: Instance):
-    """The schedule stored in the command's input when it is a schedule or plan file
-    (zbopt.schedule/1) and the schedule is valid within `instance`'s cap (--mem may have
-    tightened it), else None; said on stderr when the file's schedule cannot be used."""
-    given = getattr(args, "instance", None)
-    if not given:
-        return None
-    path = resolve_instance(given)
-    data = read_table(path)
-    if not (isinstance(data.get("format"), str) and data["format"].startswith("zbopt.schedule/")):
-        return None
-    from ..export.schedule_file import read_schedule_file
-    from ..schedule import evaluate, validate
-    stored = read_schedule_file(path)
-    if not validate(instance, stored.schedule) and evaluate(instance, stored.schedule).fits_cap:
-        return stored.schedule
-    print(f"zbopt: note: the schedule in {path} does not fit this cap: not used as a warm start",
-          file=sys.stderr)
-    return None
+    return instance, None if stored is None else stored.schedule
 
 
 def _even_partition(data: dict, path: Path) -> Instance:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from ..errors import ZboptError
 from ._common import (
     add_instance_arguments,
@@ -9,8 +11,7 @@ from ._common import (
     check_output,
     console,
     fmt,
-    given_schedule,
-    load,
+    load_with_schedule,
     positive_int,
     positive_seconds,
     print_json,
@@ -52,15 +53,29 @@ def summary(result) -> dict:
     return {**result.to_dict(), "gain": gain, "gain_percent": gain_percent}
 
 
+def _fitting(schedule, instance, source):
+    """`schedule` if it is a valid schedule of `instance` within its cap, else None (said on
+    stderr when there was one)."""
+    from ..schedule import evaluate, validate
+    if schedule is None:
+        return None
+    if not validate(instance, schedule) and evaluate(instance, schedule).fits_cap:
+        return schedule
+    print(f"zbopt: note: the schedule in {source} does not fit this cap: not used as a warm "
+          f"start", file=sys.stderr)
+    return None
+
+
 def run(args) -> int:
     from ..registry import get_method
     from ..registry import run as run_method
     get_method(args.solver, "solver")  # an unknown solver is refused before any work
     if args.out:  # before spending the time limit
         check_output(args.out, args.force, (".json",), "schedule file")
-    instance = load(args)
-    # a schedule or plan file's own schedule is a candidate warm start
-    warm = False if args.no_warm_start else (given_schedule(args, instance) or True)
+    instance, stored = load_with_schedule(args)
+    # a schedule or plan file's own schedule is a candidate warm start, if it fits the cap
+    # (which --mem may have tightened)
+    warm = False if args.no_warm_start else (_fitting(stored, instance, args.instance) or True)
     with progress(args) as report:
         result = run_method(args.solver, instance, objective=args.objective,
                             time_limit=args.time_limit, threads=args.threads,

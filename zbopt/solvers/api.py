@@ -41,7 +41,8 @@ MAX_SCALE = 10 ** 6
 
 # ----- arguments and scaling ----------------------------------------------------------------
 
-def _check_arguments(solver: str, objective: str, time_limit: float, threads: int) -> None:
+def _check_arguments(solver: str, objective: str, time_limit: float, threads: int,
+                     known_bound=None) -> None:
     if solver not in solver_names():
         raise ZboptError(f"unknown solver {solver!r}: use one of {', '.join(solver_names())}")
     if objective not in OBJECTIVES:
@@ -51,6 +52,12 @@ def _check_arguments(solver: str, objective: str, time_limit: float, threads: in
         raise ZboptError(f"time limit must be a positive number of seconds, got {time_limit!r}")
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise ZboptError(f"threads must be a positive integer, got {threads!r}")
+    if known_bound is not None and not (
+            isinstance(known_bound, tuple) and len(known_bound) == 2
+            and isinstance(known_bound[0], str) and isinstance(known_bound[1], (int, float))
+            and math.isfinite(known_bound[1]) and known_bound[1] >= 0):
+        raise ZboptError(f"known_bound must be a (name, value) pair with a finite value >= 0, "
+                         f"got {known_bound!r}")
 
 
 def _is_integral(x: float) -> bool:
@@ -316,13 +323,7 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     A returned schedule always passed evaluate() and validate().
     """
     began = time.perf_counter()
-    _check_arguments(solver, objective, time_limit, threads)
-    if known_bound is not None and not (
-            isinstance(known_bound, tuple) and len(known_bound) == 2
-            and isinstance(known_bound[0], str) and isinstance(known_bound[1], (int, float))
-            and math.isfinite(known_bound[1]) and known_bound[1] >= 0):
-        raise ZboptError(f"known_bound must be a (name, value) pair with a finite value >= 0, "
-                         f"got {known_bound!r}")
+    _check_arguments(solver, objective, time_limit, threads, known_bound)
     if not isinstance(instance, Instance):
         raise ZboptError(f"solve() takes an Instance, got {type(instance).__name__}")
     if not isinstance(warm_start, (bool, Schedule)):
