@@ -7,7 +7,7 @@ from zbopt.instance import Instance
 from zbopt.schedule import evaluate, validate
 from zbopt.solvers import solve
 from zbopt.solvers.api import _hint_starts, _schedule_from_starts, run_backend, scaled_instance
-from zbopt.solvers.lns import respects_symmetry
+from zbopt.solvers.lns import SWEEP, respects_symmetry
 
 INSTANCE = Instance(devices=3, microbatches=6, t_f=5, t_b=6, t_w=4, comm=1, m_b=2, m_w=1,
                     memory_cap="1p")
@@ -54,15 +54,57 @@ def test_symmetry_is_recognised_from_the_starts():
     assert not respects_symmetry(scaled, swapped, cost)
 
 
-def test_the_ends_of_the_span_are_searched_first_and_improve_a_poor_incumbent():
+def test_the_sweep_from_the_tail_comes_first_and_improves_a_poor_incumbent():
     scaled, _, hint, value = _sequential_hint(INSTANCE)
     raw = run_backend("cpsat-lns", scaled, objective="span", time_limit=6, threads=2, hint=hint,
                       horizon=value, options={"full_share": 0, "seed": 2})
-    # one end while it gains, then the other, until both gained nothing in a row: at least
-    # two, and from a sequential schedule the first (the tail) gains
-    assert raw.stats["ends"] >= 2 and raw.stats["ends_improved"] >= 1
-    assert raw.stats["neighbourhoods"] >= raw.stats["ends"]
+    # from a sequential schedule the tail gains; once every window is solved to optimality
+    # without a gain (quick on 54 passes) the random neighbourhoods take over
+    assert raw.stats["sweep"] >= len(SWEEP) + 1 and raw.stats["sweep_improved"] >= 1
+    assert raw.stats["neighbourhoods"] > raw.stats["sweep"]
     assert raw.objective < value
+
+
+def test_the_subsolvers_kept_are_cp_sat_s_own():
+    # a name CP-SAT does not know would leave a sub-model without a solver (UNKNOWN)
+    from ortools.sat.python import cp_model
+
+    from zbopt.solvers.lns import SUBSOLVERS
+
+    model = cp_model.CpModel()
+    x = model.new_interval_var(model.new_int_var(0, 9, ""), 2, model.new_int_var(0, 11, ""), "")
+    y = model.new_interval_var(model.new_int_var(0, 9, ""), 3, model.new_int_var(0, 12, ""), "")
+    model.add_no_overlap([x, y])
+    model.minimize(x.end_expr() + y.end_expr())
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 2
+    solver.parameters.filter_subsolvers.extend(SUBSOLVERS)
+    solver.parameters.log_search_progress = True
+    solver.parameters.log_to_stdout = False
+    lines = []
+    solver.log_callback = lines.append
+    assert solver.status_name(solver.solve(model)) == "OPTIMAL"
+    ignored = " ".join(line for line in lines if "ignored subsolvers" in line)
+    used = " ".join(line for line in lines if "subsolver" in line and line not in ignored)
+    assert all(name in used and name not in ignored for name in SUBSOLVERS)
+
+
+def test_the_sweep_windows_start_at_the_tail_and_move_back():
+    from zbopt.solvers.lns import _State, _sweep_window
+
+    scaled, _, hint, value = _sequential_hint(INSTANCE)
+    cost = {q: int(scaled.cost(q[0], q[2])) for q in scaled.passes()}
+    state = _State(dict(hint), value, None)
+    first, end = min(hint.values()), max(hint[q] + cost[q] for q in hint)
+    befores = []
+    for at, (low, high) in enumerate(SWEEP):
+        chosen, before = _sweep_window(state, cost, at)
+        assert chosen and before == int(first + low * (end - first))
+        assert all(before <= hint[q] < first + high * (end - first) for q in chosen)
+        befores.append(before)
+    last = max(hint, key=hint.get)
+    assert last in _sweep_window(state, cost, 0)[0]  # the first window is the tail
+    assert befores == sorted(befores, reverse=True)
 
 
 def test_a_pinned_window_keeps_the_passes_before_it_where_they_were():

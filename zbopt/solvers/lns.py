@@ -8,13 +8,17 @@ move), stated as precedences between consecutive fixed passes, and the incumbent
 Around a window of time, the passes that end before it keep their start times too, at the price
 of not moving them: the sub-model is much smaller (interleaved p=8, m=32 at 1p: the tail window
 reached in 14 s the span it took 26 s to reach unpinned).
-The first neighbourhoods are the ends of the span: the tail (passes starting in its last
-END_SHARE) again while it improves, then the head (its first END_SHARE) while it improves, and
-so on until neither does, each for up to END_SECONDS. On tight caps the ramp and the drain are
-where the greedy warm starts lose most (interleaved p=8, m=32 at 1p: the tail of the 60-s
-incumbent, re-optimised alone, gave a fifth of the gap back where windows in the steady state
-gave nothing; a fresh solve of the new tail went on where the first had stalled, and the head
-then gained again).
+The first neighbourhoods sweep back from the end of the span: the passes starting in its last
+SWEEP window, then in windows further back (each pins the passes before it), one after the
+other; a gain sends the sweep back to the tail, and it starts again from the tail as long as
+some window ran out of time (a new search of it may still gain). Only once every window was
+solved to optimality without a gain do random neighbourhoods follow. On tight caps the drain is
+where the greedy warm starts lose most, and the tail alone stalls: interleaved p=8, m=32 at 1p,
+from the policy search's 1,580,759, 40 s of the tail and the head in turn reached 1,571,547
+(three seeds), where a window ending before the tail let the tail gain again. solve() there,
+60 s: a median of 1,569,599 in five runs, four of them within 1% of the bound (the tail and the
+head in turn, with 40% of the limit for the policy search and 30% for the full model: a median
+of 1,575,084.5 in six runs, 1,572,650 at best).
 Each sub-model is the full model plus those precedences, so what it finds is a valid schedule
 of the whole instance; a better one becomes the incumbent. Neighbourhoods grow after a
 sub-model is solved to optimality and shrink after one runs out of time.
@@ -40,6 +44,11 @@ from .protocol import BackendRequest, BackendResult
 # proof); at most this many seconds, so long limits leave most of the time to the search
 FULL_SHARE = 0.3
 FULL_MAX = 20.0
+# from PRESOLVE_PASSES passes on, the full model gets this share: there its search is slow and
+# its bound weak (interleaved p=8, m=32 at 1p, 1,536 passes: 12 s of it took 1,580,759 to
+# 1,579,626, where the neighbourhoods gain that much every few seconds, and its bound stayed
+# below zbopt.bounds')
+LARGE_FULL_SHARE = 0.05
 # a sub-model's time limit, and the free passes of the first neighbourhood
 STEP_SECONDS = 3.0
 FIRST_FREE = 300
@@ -49,12 +58,23 @@ MIN_FREE, MAX_FREE = 40, 4000
 # end of the span, where presolve pays (interleaved p=8, m=32, 1p: the same ends from a
 # 1,573,976.5 incumbent reached 1,570,598 with presolve and 1,572,188 without, in 32 s)
 PRESOLVE_PASSES = 1000
-# the first neighbourhoods: passes starting in the last (then the first) END_SHARE of the span,
-# each for at most END_SECONDS, one end while it improves, until neither does (interleaved p=8,
-# m=32 at 1p, 60 s, solve(): 1,572,650 / 1,573,048 / 1,577,241 in three runs; the tail and the
-# head strictly in turn, a median of 1,575,084.5 in six)
-END_SHARE = 0.3
-END_SECONDS = 8.0
+# the first neighbourhoods: windows of the span as (start, end) shares of it, from the tail
+# back, each for at most SWEEP_SECONDS (interleaved p=8, m=32 at 1p, 40 s from the policy
+# search's schedule, one sweep then random neighbourhoods: 3-s steps reached 1,569,599 to
+# 1,573,976.5 in four runs, 2-s steps 1,571,547 to 1,574,498 in three, 4-s steps 1,570,349 to
+# 1,573,976.5 in three; narrower windows (a fifth of the span) did worse in two)
+SWEEP = ((0.7, math.inf), (0.45, 0.8), (0.2, 0.55))
+SWEEP_SECONDS = 3.0
+# a gain of less than this share of the span does not send the sweep back to the tail (moving a
+# device's first pass by a unit of time is a gain too)
+SWEEP_GAIN = 1e-4
+# CP-SAT's own neighbourhoods that gain on these models are its scheduling ones: on the tail
+# window above, its graph and random ones, local search and feasibility pump gained nothing in
+# dozens of calls each; they are left out, so the scheduling ones get the worker's time
+# (solve() there, 60 s, one sweep then random neighbourhoods, five runs each: a median of
+# 1,571,084.5 without them, 1,573,976.5 with them)
+SUBSOLVERS = ("default_lp", "scheduling_intervals_lns", "scheduling_precedences_lns",
+              "scheduling_time_window_lns", "scheduling_resource_windows_lns")
 
 
 @dataclass
@@ -102,6 +122,7 @@ def _solve(parts: ModelParts, model: cp_model.CpModel, instance: Instance, objec
     solver.parameters.max_time_in_seconds = max(0.05, seconds)
     solver.parameters.num_workers = threads
     solver.parameters.random_seed = seed
+    solver.parameters.filter_subsolvers.extend(SUBSOLVERS)
     if not presolve:
         # presolving the whole model again for each neighbourhood costs seconds
         solver.parameters.cp_model_presolve = False
@@ -135,16 +156,13 @@ def _neighbourhood(instance: Instance, state: _State, cost, rng: random.Random,
     return _window(state, t0, t0 + length), int(t0)
 
 
-def _end_window(state: _State, cost, kind: str) -> tuple[set[Pass], Optional[int]]:
-    """The passes starting in the last ("tail") or first ("head") END_SHARE of the span; for
-    the tail, its start (the passes before it keep their start times), for the head None (the
-    rest keeps its order and may move)."""
+def _sweep_window(state: _State, cost, at: int) -> tuple[set[Pass], int]:
+    """The passes starting in SWEEP[at] of the incumbent's span, and the window's start (the
+    passes ending by then keep their start times)."""
     first, end = _extent(state, cost)
-    length = END_SHARE * (end - first)
-    if kind == "tail":
-        before = int(end - length)
-        return _window(state, before, math.inf), before
-    return _window(state, -math.inf, first + length), None
+    low, high = SWEEP[at]
+    before = int(first + low * (end - first))
+    return _window(state, before, first + high * (end - first)), before
 
 
 def _extent(state: _State, cost) -> tuple[int, int]:
@@ -187,11 +205,12 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     report = request.on_progress
     state = _State(dict(request.hint), _objective(instance, request.hint, cost, objective),
                    None)
-    stats = {"neighbourhoods": 0, "improved": 0, "ends": 0, "ends_improved": 0,
+    stats = {"neighbourhoods": 0, "improved": 0, "sweep": 0, "sweep_improved": 0,
              "full_model_seconds": 0.0}
 
     # the full model: its bound, and often a better schedule
-    share = float(request.options.get("full_share", FULL_SHARE))
+    share = float(request.options.get(
+        "full_share", FULL_SHARE if len(cost) < PRESOLVE_PASSES else LARGE_FULL_SHARE))
     full = min(FULL_MAX, share * (deadline - time.perf_counter()))
     callback = Incumbents(report) if report is not None else None
     t = time.perf_counter()
@@ -217,20 +236,22 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     rng = random.Random(seed)
     free = min(FIRST_FREE, len(cost))
     scaled_orders = device_orders(instance, instance, state.starts)
-    # the ends: the tail again while it gains, then the head while it gains, and so on, until
-    # both gained nothing in a row
-    ends = ("tail", "head")
-    end_at = fruitless = 0
+    # the sweep: from the tail back, one window after the other, back to the tail after a
+    # gain; again from the tail while some window ran out of time (its next search may still
+    # gain), until every window was solved to optimality without a gain; then the random
+    # neighbourhoods, until one gains and the sweep starts again
+    at, closed = 0, set()
     while state.status != "optimal" and deadline - time.perf_counter() > 0.3:
         if state.bound is not None and state.value <= state.bound:
             state.status = "optimal"
             break
-        if fruitless < len(ends):
-            end_kind = ends[end_at % len(ends)]
-            chosen, before = _end_window(state, cost, end_kind)
-            step = END_SECONDS
+        sweeping = len(closed) < len(SWEEP)
+        if sweeping:
+            while at in closed:
+                at = (at + 1) % len(SWEEP)
+            chosen, before = _sweep_window(state, cost, at)
+            step = SWEEP_SECONDS
         else:
-            end_kind = None
             chosen, before = _neighbourhood(instance, state, cost, rng, free)
             step = STEP_SECONDS
         sub = build_parts(instance, objective, None, symmetry, int(horizon), scaled_orders,
@@ -240,14 +261,14 @@ def solve_lns(request: BackendRequest) -> BackendResult:
         step = min(step, deadline - time.perf_counter() - 0.1)
         solver, code = _solve(sub, sub.model, instance, objective, state.starts, step, threads,
                               rng.randrange(1 << 30),
-                              presolve=len(cost) <= PRESOLVE_PASSES or before is not None
-                              or end_kind is not None)
+                              presolve=len(cost) <= PRESOLVE_PASSES or before is not None)
         stats["neighbourhoods"] += 1
-        better = False
+        better = gained = False
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             value = int(round(solver.objective_value))
             if value <= state.value:
                 better = value < state.value
+                gained = value <= state.value * (1 - SWEEP_GAIN)
                 state.starts = {q: int(solver.value(e)) for q, e in sub.start.items()}
                 state.value = value
                 scaled_orders = device_orders(instance, instance, state.starts)
@@ -255,12 +276,18 @@ def solve_lns(request: BackendRequest) -> BackendResult:
                     stats["improved"] += 1
                     if report is not None:
                         report(float(value), None)
-        if end_kind is not None:
-            stats["ends"] += 1
-            stats["ends_improved"] += better
-            fruitless = 0 if better else fruitless + 1
-            end_at += 0 if better else 1
+        if sweeping:
+            stats["sweep"] += 1
+            stats["sweep_improved"] += better
+            if gained:
+                at, closed = 0, set()
+            else:
+                if code == cp_model.OPTIMAL:
+                    closed.add(at)
+                at = (at + 1) % len(SWEEP)
             continue
+        if gained:
+            at, closed = 0, set()
         # a neighbourhood solved to optimality is too easy: grow; one out of time: shrink
         if code == cp_model.OPTIMAL:
             free = min(MAX_FREE, len(cost), int(free * 1.3) + 1)
