@@ -10,15 +10,16 @@ of not moving them: the sub-model is much smaller (interleaved p=8, m=32 at 1p: 
 reached in 14 s the span it took 26 s to reach unpinned).
 The first neighbourhoods sweep back from the end of the span: the passes starting in its last
 SWEEP window, then in windows further back (each pins the passes before it), one after the
-other; a gain sends the sweep back to the tail, and it starts again from the tail as long as
-some window ran out of time (a new search of it may still gain). Only once every window was
-solved to optimality without a gain do random neighbourhoods follow. On tight caps the drain is
+other; a gain sends the sweep back to the tail. A whole sweep without a gain hands over to as
+many random neighbourhoods, and then the sweep starts again from the tail (a window that ran out
+of time may still gain in a new search), until every window was solved to optimality without a
+gain; from then on random neighbourhoods, until one gains. On tight caps the drain is
 where the greedy warm starts lose most, and the tail alone stalls: interleaved p=8, m=32 at 1p,
 from the policy search's 1,580,759, 40 s of the tail and the head in turn reached 1,571,547
 (three seeds), where a window ending before the tail let the tail gain again. solve() there,
-60 s: a median of 1,569,599 in five runs, four of them within 1% of the bound (the tail and the
-head in turn, with 40% of the limit for the policy search and 30% for the full model: a median
-of 1,575,084.5 in six runs, 1,572,650 at best).
+60 s (results/solver.md, spread): a median of 1,569,311 in five runs, four of them within 1% of
+the bound (before, the tail and the head in turn, with 40% of the limit for the policy search
+and 30% for the full model: a median of 1,575,084.5 in six runs, 1,572,650 at best).
 Each sub-model is the full model plus those precedences, so what it finds is a valid schedule
 of the whole instance; a better one becomes the incumbent. Neighbourhoods grow after a
 sub-model is solved to optimality and shrink after one runs out of time.
@@ -54,9 +55,9 @@ STEP_SECONDS = 3.0
 FIRST_FREE = 300
 MIN_FREE, MAX_FREE = 40, 4000
 # CP-SAT's presolve of a sub-model takes seconds from about this many passes on (then it only
-# searches from the hint), unless the sub-model pins the passes before its window or frees an
-# end of the span, where presolve pays (interleaved p=8, m=32, 1p: the same ends from a
-# 1,573,976.5 incumbent reached 1,570,598 with presolve and 1,572,188 without, in 32 s)
+# searches from the hint), unless the sub-model pins the passes before its window, where
+# presolve pays (interleaved p=8, m=32, 1p: the tail and the head in turn from a 1,573,976.5
+# incumbent reached 1,570,598 with presolve and 1,572,188 without, in 32 s)
 PRESOLVE_PASSES = 1000
 # the first neighbourhoods: windows of the span as (start, end) shares of it, from the tail
 # back, each for at most SWEEP_SECONDS (interleaved p=8, m=32 at 1p, 40 s from the policy
@@ -237,15 +238,15 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     free = min(FIRST_FREE, len(cost))
     scaled_orders = device_orders(instance, instance, state.starts)
     # the sweep: from the tail back, one window after the other, back to the tail after a
-    # gain; again from the tail while some window ran out of time (its next search may still
-    # gain), until every window was solved to optimality without a gain; then the random
-    # neighbourhoods, until one gains and the sweep starts again
-    at, closed = 0, set()
+    # gain; after a whole sweep without a gain, as many random neighbourhoods, then the sweep
+    # again (a window that ran out of time may still gain in a new search), until every window
+    # was solved to optimality without a gain: then random neighbourhoods until one gains
+    at, closed, fruitless = 0, set(), 0
     while state.status != "optimal" and deadline - time.perf_counter() > 0.3:
         if state.bound is not None and state.value <= state.bound:
             state.status = "optimal"
             break
-        sweeping = len(closed) < len(SWEEP)
+        sweeping = len(closed) < len(SWEEP) and fruitless < len(SWEEP)
         if sweeping:
             while at in closed:
                 at = (at + 1) % len(SWEEP)
@@ -280,14 +281,16 @@ def solve_lns(request: BackendRequest) -> BackendResult:
             stats["sweep"] += 1
             stats["sweep_improved"] += better
             if gained:
-                at, closed = 0, set()
+                at, closed, fruitless = 0, set(), 0
             else:
                 if code == cp_model.OPTIMAL:
                     closed.add(at)
-                at = (at + 1) % len(SWEEP)
+                at, fruitless = (at + 1) % len(SWEEP), fruitless + 1
             continue
         if gained:
-            at, closed = 0, set()
+            at, closed, fruitless = 0, set(), 0
+        elif fruitless:
+            fruitless = (fruitless + 1) % (2 * len(SWEEP))  # back to the sweep after a round
         # a neighbourhood solved to optimality is too easy: grow; one out of time: shrink
         if code == cp_model.OPTIMAL:
             free = min(MAX_FREE, len(cost), int(free * 1.3) + 1)
