@@ -58,8 +58,8 @@ def test_the_sweep_from_the_tail_comes_first_and_improves_a_poor_incumbent():
     scaled, _, hint, value = _sequential_hint(INSTANCE)
     raw = run_backend("cpsat-lns", scaled, objective="span", time_limit=6, threads=2, hint=hint,
                       horizon=value, options={"full_share": 0, "seed": 2})
-    # from a sequential schedule the tail gains; once every window is solved to optimality
-    # without a gain (quick on 54 passes) the random neighbourhoods take over
+    # from a sequential schedule the tail gains; after a whole sweep without a gain (every
+    # window is solved to optimality quickly on 54 passes) the random neighbourhoods follow
     assert raw.stats["sweep"] >= len(SWEEP) + 1 and raw.stats["sweep_improved"] >= 1
     assert raw.stats["neighbourhoods"] > raw.stats["sweep"]
     assert raw.objective < value
