@@ -159,21 +159,30 @@ class _Rules:
                 start = max(start, starts[i - (n_b - len(starts))] + c)
         release = start + self.wait
         free = start + self.t_f
-        new_xs = []
-        for (ahead, t_f, k, slot, kept), recent in zip(self.downs, xs):
-            x = start + ahead
-            if n_f >= 1:
-                x = max(x, recent[-1] + t_f)
-            if 1 <= k <= n_f:
-                x = max(x, recent[-k] + slot)
-            release = max(release, x + self.wait - ahead)
-            floor = free + ahead - max(t_f, slot)  # an x below it binds no later x
-            new_xs.append(tuple(max(v, floor) for v in (recent + (x,))[-kept:]))
+        release, new_xs = advance_downs(self.downs, xs, start, free, n_f, release, self.wait)
         keep = n_b - max(0, n_f + 1 - self.depth)
         starts = starts[len(starts) - keep:] if keep < len(starts) else starts
         starts = tuple(max(s, free - self.reach) for s in starts)
         releases = tuple(max(r, free) for r in releases + (release,))
-        return free, releases, starts, tuple(new_xs)
+        return free, releases, starts, new_xs
+
+
+def advance_downs(downs, xs, begin: float, free: float, n_f: int, release: float,
+                  wait: float) -> tuple[float, tuple]:
+    """The devices after e (`downs`, their recent x `xs`) once F_{n_f} starts at `begin` on
+    the device the relaxation schedules (free again at `free`, its F to B wait `wait`): (the
+    release of B_{n_f}, `release` raised by their paths back, and their new recent x)."""
+    new_xs = []
+    for (ahead, t_f, k, slot, kept), recent in zip(downs, xs):
+        x = begin + ahead
+        if n_f >= 1:
+            x = max(x, recent[-1] + t_f)
+        if 1 <= k <= n_f:
+            x = max(x, recent[-k] + slot)
+        release = max(release, x + wait - ahead)
+        floor = free + ahead - max(t_f, slot)  # an x below it binds no later x
+        new_xs.append(tuple(max(v, floor) for v in (recent + (x,))[-kept:]))
+    return release, tuple(new_xs)
 
 
 def _flat(label) -> tuple[float, ...]:

@@ -12,8 +12,8 @@ before anything is scheduled. The search then
    and the splits of least bound, for a share of the rest;
 4. polishes the shortest schedules with local search (zbopt.plan.polish) for a share of the rest;
 5. raises the bounds of the listed splits below the best span with the one-device relaxations
-   (zbopt.plan.device_bound) and the collision relaxation (zbopt.plan.collision_bound), least
-   bound first, for a share of the rest;
+   (zbopt.plan.device_bound), the window relaxations (zbopt.plan.window_bound) and the
+   collision relaxation (zbopt.plan.collision_bound), least bound first, for a share of the rest;
 6. gives the rest of the time to the exact solver, first on the best partition, then on the
    partition with the lowest proven bound, raising that partition's bound or lowering the span;
    each run is warm-started from the split's best schedule so far.
@@ -52,6 +52,7 @@ from .collision_bound import collision_bound
 from .device_bound import DEVICE_LIMIT, relaxation_bound
 from .memory_bound import pipeline_bound
 from .polish import polish
+from .window_bound import window_bound
 
 Progress = Callable[[dict], None]
 TOLERANCE = 1e-9
@@ -275,7 +276,8 @@ class _Search:
 
     def collide(self, pending: list[Split], budget_end: float) -> list[Split]:
         """The one-device relaxations (zbopt.plan.device_bound), then where the bound is still
-        below the split's best span the collision relaxation (zbopt.plan.collision_bound), on
+        below the split's best span the window relaxations (zbopt.plan.window_bound) and the
+        collision relaxation (zbopt.plan.collision_bound), on
         the listed splits whose bound lies below the best span, least bound first, each given an
         even share of what is left; the listed splits with their bounds raised."""
         open_ = sorted((s for s in pending if s.bound < self.best.span * (1 - TOLERANCE)),
@@ -295,6 +297,8 @@ class _Search:
             value = relaxation_bound(instance, now + share / 2)
             if share / 2 >= DEVICE_LIMIT * instance.devices:  # each device had all its time
                 self.relaxed.add(key)
+            if value < upper * (1 - TOLERANCE):
+                value = max(value, window_bound(instance, now + 3 * share / 4))
             if value < upper * (1 - TOLERANCE):
                 value = max(value, collision_bound(instance, now + share, upper))
             if value > split.bound:

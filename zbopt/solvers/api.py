@@ -126,11 +126,13 @@ POLICY_SHARE = 0.2
 RELAX_SHARE = 0.15
 RELAX_MAX = 30.0  # seconds, whatever the limit
 RELAXED = "device relaxation"  # its bound name
-# on contiguous placements with a cap, the one-device relaxations of zbopt.plan.device_bound and
-# then the collision relaxation of zbopt.plan.collision_bound (the bounds `zbopt plan` proves
-# its splits with) share the same time; the names of the bounds solve() computes itself
+# on contiguous placements with a cap, the one-device relaxations of zbopt.plan.device_bound, the
+# window relaxations of zbopt.plan.window_bound and then the collision relaxation of
+# zbopt.plan.collision_bound (the bounds `zbopt plan` proves its splits with) share the same time;
+# the names of the bounds solve() computes itself
+WINDOW = "window relaxation"
 COLLISION = "collision relaxation"
-RELAXATIONS = (RELAXED, COLLISION)
+RELAXATIONS = (RELAXED, WINDOW, COLLISION)
 # climbs in a row without a shorter schedule that end it sooner: a climb takes about a second at
 # p=8, m=32 (so the share is used up there, and kicks kept finding shorter schedules), a few
 # milliseconds on small instances (which give the time back to the backend)
@@ -484,8 +486,9 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
 
 def _contiguous_bounds(instance: Instance, deadline: float, upper: float):
     """(name, value) of the relaxation bounds `zbopt plan` proves its contiguous splits with, in
-    the instance's time units: the one-device relaxations (half the time left) and the
-    collision relaxation (the rest) while the bound is below `upper` (the best schedule's
+    the instance's time units: the one-device relaxations (half the time left), the window
+    relaxations (half the rest) and the collision relaxation (the rest) while the bound is below
+    `upper` (the best schedule's
     objective; both bound the span, and the makespan is at least the span). Nothing where they
     do not apply (one stage per device on one chain, a cap, no overlap discount) or where the
     cap holds on every device what 1F1B keeps in flight there (the caps of Zero Bubble's
@@ -494,6 +497,7 @@ def _contiguous_bounds(instance: Instance, deadline: float, upper: float):
     from ..plan.collision_bound import collision_bound
     from ..plan.device_bound import relaxation_bound
     from ..plan.memory_bound import applies, held_counts
+    from ..plan.window_bound import window_bound
     if instance.cap is None or not applies(instance) or deadline - time.perf_counter() <= 0.1:
         return
     p, m = instance.devices, instance.microbatches
@@ -502,6 +506,11 @@ def _contiguous_bounds(instance: Instance, deadline: float, upper: float):
     now = time.perf_counter()
     value = relaxation_bound(instance, now + (deadline - now) / 2)
     yield RELAXED, value
+    now = time.perf_counter()
+    if value < upper and deadline - now > 0.1:
+        windowed = window_bound(instance, now + (deadline - now) / 2)
+        yield WINDOW, windowed
+        value = max(value, windowed)
     if value < upper and deadline - time.perf_counter() > 0.1:
         yield COLLISION, collision_bound(instance, deadline, upper)
 

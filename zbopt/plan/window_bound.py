@@ -1,0 +1,252 @@
+"""A lower bound from a window of neighbouring devices scheduled exactly, the others reduced to
+rules.
+
+The one-device relaxation (zbopt.plan.device_bound) sees how F, B and W of one device collide
+under its exact memory, with its neighbours reduced to delays; it cannot see a collision that
+needs several devices. The typical one: the last device is the busiest (a heavy output layer)
+and the devices before it hold only two activations each. To keep the last device fed, the
+device e before it must run F(e, j + 2) as soon as the device before e frees the memory of
+micro-batch j, a fixed path after B(e, j), and also B(e, j + 1) as soon as the last device
+sends it; the two windows overlap on e, so one of them waits in every period and the last
+device idles a little every micro-batch or two. The same happens one device further up, which
+delays the forwards e receives.
+
+The relaxation. On a contiguous pipeline (one stage per device, passes never overlapping) take
+the devices e, e + 1, ..., h (a window of n >= 2) and assume, as the exact solvers do
+(docs/model.md, symmetry), that every stage runs F, B and W in micro-batch order. Keep, exactly,
+the window's passes with their costs, one pass at a time per device, their dependencies (F(i + 1,
+j) after F(i, j) and the comm lag, B(i, j) after B(i + 1, j) and the lag, B after F and W after B
+on each device) and each device's exact memory (m_b - m_w from F's start to B's end and m_w until
+W's end, within cap - static). The devices before e become the rules of zbopt.plan.device_bound
+in e's time (F(e, j) waits for the start of B(e, j - k_d) plus a constant), and the devices
+after h its rules in h's time (their forward starts x_j, and B(h, j) no earlier than x_j plus
+the least path back). Time 0 is the start of F(e, 0), e's first pass. The span is at least e's
+own (F(e, 0) to its last W's end) and, for every device d before e, the start of B(e, m - 1)
+plus the path back to d and t_w(d) (device_bound's tail).
+
+Its optimum, by a dynamic programme over the window's orders, as in device_bound: with every
+order fixed each rule is a start at or after an earlier event plus a constant, so starting each
+pass as early as allowed makes every start and the span least, and each device's memory at an
+F's start depends on its order alone. A state counts the F, B and W each device has done; a step
+adds the next pass of one device once the passes it depends on are placed (the order in which
+the devices' steps interleave changes no time). A label holds what the rest still reads: each
+device's free time, when each forward sent down a link may start on the next device, when each
+B of h in flight may start, when each B sent up a link may start, the recent B starts of e (the
+rules of the devices before e) and the recent x of each device after h. Labels no earlier than
+another everywhere are dropped and, past `labels` per state, the closest pair is merged into its
+componentwise minimum; both keep the result a lower bound.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from typing import Optional
+
+from ..bounds import activation_capacity
+from ..dominance import keep_earliest
+from ..instance import Instance, within_cap
+from ..passes import stage_lag
+from .device_bound import _Rules, advance_downs, best_over_devices
+from .memory_bound import applies, held_counts
+
+LABELS = (1, 4, 16)  # labels per state of successive passes, while time is left
+# windows with a device holding more activations than this are left out: the states grow with
+# the product of what the devices hold, and such a device rarely sets the pace anyway
+MAX_HELD = 4
+# window sizes window_bound tries: on the splits measured (docs/planning.md) three devices gave
+# what the best pair of them gave, in ten to thirty times the time
+SIZES = (2,)
+
+# a label: (free time per device, per link its forwards' arrivals, the B releases of the last
+# device, per link its backwards' arrivals, recent B starts of the first device, per device
+# after the window its recent x)
+FREE, DOWN, RELEASE, UP, STARTS, XS = range(6)
+
+
+class _Window:
+    """The relaxation of devices e..e + n - 1 as data for the programme."""
+
+    def __init__(self, instance: Instance, e: int, n: int):
+        self.m, self.n = instance.microbatches, n
+        devices = range(e, e + n)
+        first, last = _Rules(instance, e), _Rules(instance, e + n - 1)
+        self.ups, self.depth, self.reach, self.tail = (first.ups, first.depth, first.reach,
+                                                       first.tail)
+        self.downs = last.downs
+        self.wait = last.wait  # F(h, j)'s start to B(h, j)'s start
+        self.lag_f = tuple(stage_lag(instance, d, d + 1) for d in devices[:-1])
+        self.lag_b = tuple(stage_lag(instance, d + 1, d) for d in devices[:-1])
+        self.t_f = tuple(instance.t_f[d] for d in devices)
+        self.t_b = tuple(instance.t_b[d] for d in devices)
+        self.t_w = tuple(instance.t_w[d] for d in devices)
+        self.m_b = tuple(instance.m_b[d] for d in devices)
+        self.m_w = tuple(instance.m_w[d] for d in devices)
+        self.room = tuple(activation_capacity(instance, d) for d in devices)
+
+    def fits(self, i: int, n_f: int, n_b: int, n_w: int) -> bool:
+        """Whether window device i may start its next F with n_f, n_b, n_w passes done."""
+        room = self.room[i]
+        level = (n_f + 1 - n_b) * (self.m_b[i] - self.m_w[i]) + (n_f + 1 - n_w) * self.m_w[i]
+        return not math.isfinite(room) or within_cap(level, room)
+
+    def least_span(self, labels: int, deadline: float) -> tuple[Optional[float], bool]:
+        """(least span over the window's orders, exact) keeping at most `labels` labels per
+        state; (None, False) when `deadline` (perf_counter) passes first."""
+        m, n = self.m, self.n
+        exact, best = True, math.inf
+        layers: dict[int, dict] = defaultdict(dict)
+        empty = tuple(() for _ in range(n - 1))
+        layers[0][(0,) * (3 * n)] = [((0.0,) * n, empty, (), empty, (), tuple(() for _ in self.downs))]
+        for done in range(3 * n * m):
+            if time.perf_counter() > deadline:
+                return None, False
+            for state, group in layers.pop(done, {}).items():
+                after = layers[done + 1]
+                for label in group:
+                    for i in range(n):
+                        f, b, w = state[3 * i: 3 * i + 3]
+                        for kind, step in self._steps(label, state, i, f, b, w):
+                            if step is None:
+                                continue
+                            if not isinstance(step, tuple):  # e's last B: a span
+                                best = min(best, step)
+                                continue
+                            moved = list(state)
+                            moved[3 * i + "FBW".index(kind)] += 1
+                            exact &= _keep(after.setdefault(tuple(moved), []), step, labels)
+        return best, exact
+
+    def _steps(self, label, state, i: int, f: int, b: int, w: int):
+        """(kind, label after it, or a span for e's last B, or None) of every pass device i
+        may run next."""
+        m, n = self.m, self.n
+        if f < m and self.fits(i, f, b, w) and (i == 0 or state[3 * (i - 1)] > f):
+            yield "F", self._forward(label, i, f, b)
+        if b < f and (i == n - 1 or state[3 * (i + 1) + 1] > b):
+            yield "B", self._backward(label, i, f, b, w)
+        if w < b:
+            frees = list(label[FREE])
+            frees[i] += self.t_w[i]
+            yield "W", (tuple(frees), *label[1:])
+
+    def _forward(self, label, i: int, n_f: int, n_b: int):
+        """The label after device i starts F(i, n_f); None when a device before the window
+        still holds it back behind a B that e has not run."""
+        frees, down, releases, up, starts, xs = label
+        begin = frees[i]
+        if i > 0:
+            begin = max(begin, down[i - 1][0])
+            down = _replace(down, i - 1, down[i - 1][1:])
+        else:
+            for k, c in self.ups:
+                j = n_f - k
+                if j >= 0:
+                    if j >= n_b:
+                        return None
+                    begin = max(begin, starts[j - (n_b - len(starts))] + c)
+        free = begin + self.t_f[i]
+        if i == 0:
+            keep = n_b - max(0, n_f + 1 - self.depth)
+            starts = starts[len(starts) - keep:] if keep < len(starts) else starts
+            starts = tuple(max(s, free - self.reach) for s in starts)
+        if i < self.n - 1:
+            down = _replace(down, i, down[i] + (free + self.lag_f[i],))
+        else:
+            release, xs = advance_downs(self.downs, xs, begin, free, n_f, begin + self.wait,
+                                        self.wait)
+            releases = releases + (release,)
+        return (_set(frees, i, free), down, releases, up, starts, xs)
+
+    def _backward(self, label, i: int, n_f: int, n_b: int, n_w: int):
+        """The label after device i starts B(i, n_b), or the span when it is e's last."""
+        frees, down, releases, up, starts, xs = label
+        if i == self.n - 1:
+            begin = max(frees[i], releases[0])
+            releases = releases[1:]
+        else:
+            begin = max(frees[i], up[i][0])
+            up = _replace(up, i, up[i][1:])
+        free = begin + self.t_b[i]
+        if i > 0:
+            up = _replace(up, i - 1, up[i - 1] + (free + self.lag_b[i - 1],))
+        else:
+            if n_b + 1 == self.m:  # the rest of e's W, then the span
+                return max(free + (self.m - n_w) * self.t_w[0], begin + self.tail)
+            kept = starts + (begin,) if n_f - self.depth <= n_b else ()
+            starts = tuple(max(s, free - self.reach) for s in kept)
+        return (_set(frees, i, free), down, releases, up, starts, xs)
+
+
+def _set(values: tuple, i: int, value) -> tuple:
+    return values[:i] + (value,) + values[i + 1:]
+
+
+def _replace(queues: tuple, i: int, queue: tuple) -> tuple:
+    return queues[:i] + (queue,) + queues[i + 1:]
+
+
+def _flat(label) -> tuple[float, ...]:
+    frees, down, releases, up, starts, xs = label
+    return (*frees, *(v for q in down for v in q), *releases, *(v for q in up for v in q),
+            *starts, *(v for recent in xs for v in recent))
+
+
+def _keep(group: list, label, limit: int) -> bool:
+    """Add `label` unless one is no later everywhere; drop those it is no later than; merge the
+    closest pair while there are more than `limit`. False if it merged."""
+    flats = keep_earliest(group, label, _flat)
+    if flats is None or len(group) <= limit:
+        return True
+    _, i, j = min((sum(abs(a - b) for a, b in zip(flats[i], flats[j])), i, j)
+                  for i in range(len(group)) for j in range(i + 1, len(group)))
+    merged = _earliest(group[i], group[j])
+    group[:] = [other for k, other in enumerate(group) if k not in (i, j)] + [merged]
+    return False
+
+
+def _earliest(a, b):
+    """The componentwise earliest of two labels of one state."""
+    def low(x, y):
+        return tuple(min(u, v) for u, v in zip(x, y))
+
+    def lows(x, y):
+        return tuple(low(u, v) for u, v in zip(x, y))
+    return (low(a[FREE], b[FREE]), lows(a[DOWN], b[DOWN]), low(a[RELEASE], b[RELEASE]),
+            lows(a[UP], b[UP]), low(a[STARTS], b[STARTS]), lows(a[XS], b[XS]))
+
+
+def window_relaxation(instance: Instance, e: int, size: int, time_limit: float) -> float:
+    """The relaxation's optimum on devices e..e + size - 1 (a lower bound on every in-order
+    schedule's span), or a lower bound of it when labels had to be merged: the best over the
+    passes of LABELS that finish within `time_limit` seconds (0 if none does or no orders
+    fit)."""
+    if not applies(instance) or time_limit <= 0 or size < 2 or \
+            not 0 <= e <= instance.devices - size:
+        return 0.0
+    deadline = time.perf_counter() + time_limit
+    window = _Window(instance, e, size)
+    best = 0.0
+    for labels in LABELS:
+        value, exact = window.least_span(labels, deadline)
+        if value is None or not math.isfinite(value):
+            break
+        best = max(best, value)
+        if exact:
+            break
+    return best
+
+
+def window_bound(instance: Instance, deadline: float) -> float:
+    """The largest window relaxation found before `deadline` (perf_counter): the windows of
+    SIZES whose devices all hold at most MAX_HELD activations, smaller windows first and, among
+    equals, those holding the fewest, each given an even share of what is left."""
+    if not applies(instance):
+        return 0.0
+    held = held_counts(instance)
+    windows = [(size, e) for size in SIZES for e in range(instance.devices - size + 1)
+               if max(held[e: e + size]) <= MAX_HELD]
+    windows.sort(key=lambda w: (w[0], sum(held[w[1]: w[1] + w[0]]), -w[1]))
+    return best_over_devices(windows, deadline, math.inf,
+                             lambda w, seconds: window_relaxation(instance, w[1], w[0], seconds))
