@@ -16,6 +16,9 @@ Parts:
 - collisions: (only when named in --only) the collision relaxation against the other bounds and
              CP-SAT's best schedule on the split of least bound, where it applies: 8 blocks on p=4,
              m=8, and 32 blocks on p=8 at m=8, 12 and 32 with the caps of the m=32 rows
+- windows:   (only when named in --only) the window relaxation (every pair of neighbouring
+             devices) against the other bounds and CP-SAT's best schedule, on the splits and caps
+             of the collisions part
 - solve:     (only when named in --only) `solve()` on one split, as `zbopt solve` runs on a plan
              file: the bound and gap it certifies with the relaxations `plan` uses (one-device,
              collision) against the same run without them (the backend's own bound), on the
@@ -27,7 +30,7 @@ device d); "tight" = c_min + 25% of the difference, "mid" = c_min + 60%, "1f1b" 
 "none" = uncapped. All plans use CP-SAT with 2 threads and the span objective.
 
 Usage:
-  python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,solve]
+  python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve]
                                   [--time-limit S]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
@@ -61,6 +64,7 @@ from zbopt.plan.collision_bound import collision_bound
 from zbopt.plan.device_bound import relaxation_bound
 from zbopt.plan.memory_bound import pipeline_bound
 from zbopt.plan.search import schedule_methods
+from zbopt.plan.window_bound import window_bound, window_relaxation
 from zbopt.registry import run
 from zbopt.solvers.api import solve
 
@@ -377,6 +381,63 @@ def part_collisions(args) -> list[str]:
     return lines
 
 
+def part_windows(args) -> list[str]:
+    """What the window relaxation (zbopt.plan.window_bound, every pair of neighbouring devices)
+    adds to the one-device and collision relaxations, on the splits and caps of the collisions
+    part: each bound with its time, and the best schedule CP-SAT finds in --analogue-limit
+    seconds (warm-started, with only its own bound, so that no relaxation enters the span
+    column's run)."""
+    limit = args.analogue_limit
+    lines = [f"The split of least segment bound per model and cap (as in the collisions part); "
+             f"`others` = the largest of zbopt.bounds, the memory-aware coupled bound, the "
+             f"one-device relaxations (10 s) and the collision relaxation (30 s); `window` = "
+             f"zbopt.plan.window_bound (every pair of neighbouring devices holding at most "
+             f"four activations, 30 s) and the pair that gave it; `best span` = CP-SAT's best "
+             f"schedule in {limit:g} s (2 threads, warm-started). Gaps are (best span - bound) "
+             f"/ best span.", "",
+             "| model | p | m | cap | split | others | window | pair | best span | gap before | "
+             "gap with window | window s |", _rule("|" * 13)]
+    cases = [(LLAMA3_8B, 4, 8, 8, None), (LLAMA3_8B, 8, 8, None, 32),
+             (LLAMA3_8B, 8, 12, None, 32), (LLAMA3_8B, 8, 32, None, 32)]
+    before_gaps, after_gaps = [], []
+    for shape, p, m, blocks, cap_m in cases:
+        for vocab in (32000, 128256):
+            model = estimated(shape, vocab, p, m, blocks=blocks)
+            levels = cap_levels(estimated(shape, vocab, p, cap_m, blocks=blocks) if cap_m else model)
+            for cap_name in ("tight", "mid"):
+                capped = model.with_settings(memory_cap=levels[cap_name])
+                print(f"[bench_plan] windows {model.name} m={m} cap {cap_name}",
+                      file=sys.stderr, flush=True)
+                sizes = argmin_partition(segment_bounds(capped))
+                instance = capped.instance(sizes)
+                result = solve(instance, time_limit=limit, threads=2, known_bound=("none", 0.0))
+                others = max(pipeline_bound(instance), best_lower_bound(instance)[1],
+                             relaxation_bound(instance, time.perf_counter() + 10),
+                             collision_bound(instance, time.perf_counter() + 30, result.span),
+                             result.lower_bound or 0.0)
+                began = time.perf_counter()
+                window = window_bound(instance, began + 30)
+                seconds = time.perf_counter() - began
+                pair = "-"
+                if window > 0:
+                    pair = next(f"{e}-{e + 1}" for e in range(p - 1) if math.isclose(
+                        window_relaxation(instance, e, 2, 30), window, rel_tol=1e-12))
+                before = max(0.0, (result.span - others) / result.span)
+                after = max(0.0, (result.span - max(others, window)) / result.span)
+                before_gaps.append(before)
+                after_gaps.append(after)
+                lines.append(f"| {model.name} | {p} | {m} | {cap_name} | {_sizes(sizes)} | "
+                             f"{_fmt(others)} | {_fmt(window) if window else '-'} | {pair} | "
+                             f"{_fmt(result.span)} | {_pct(before)} | {_pct(after)} | "
+                             f"{seconds:.1f} |")
+                print(lines[-1], file=sys.stderr, flush=True)
+    lines += ["", f"Gap on these splits: median {_pct(statistics.median(before_gaps))} before, "
+                  f"{_pct(statistics.median(after_gaps))} with the window relaxation; "
+                  f"{sum(a < b - 1e-9 for a, b in zip(after_gaps, before_gaps))} of "
+                  f"{len(after_gaps)} splits' gaps shrink."]
+    return lines
+
+
 def part_solve(args) -> list[str]:
     """solve() on the split of least segment bound, with its contiguous relaxations and without
     them (known_bound=("none", 0) skips them), the same limit and threads each."""
@@ -422,7 +483,8 @@ def part_solve(args) -> list[str]:
 
 
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
-         "analogues": part_analogues, "collisions": part_collisions, "solve": part_solve}
+         "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
+         "solve": part_solve}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -433,8 +495,8 @@ def _sections(text: str) -> dict[str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
-                        help=f"parts among {', '.join(PARTS)} (analogues, collisions, solve only when "
-                             f"named)")
+                        help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve only "
+                             f"when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)
