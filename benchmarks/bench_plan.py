@@ -64,7 +64,7 @@ from zbopt.plan.collision_bound import collision_bound
 from zbopt.plan.device_bound import relaxation_bound
 from zbopt.plan.memory_bound import pipeline_bound
 from zbopt.plan.search import schedule_methods
-from zbopt.plan.window_bound import window_bound, window_relaxation
+from zbopt.plan.window_bound import best_window
 from zbopt.registry import run
 from zbopt.solvers.api import solve
 
@@ -329,6 +329,33 @@ def part_analogues(args) -> list[str]:
     return lines
 
 
+# (shape, p, m, blocks, m of the caps): the splits of the collisions and windows parts
+RELAXATION_CASES = [(LLAMA3_8B, 4, 8, 8, None), (LLAMA3_8B, 8, 8, None, 32),
+                    (LLAMA3_8B, 8, 12, None, 32), (LLAMA3_8B, 8, 32, None, 32)]
+
+
+def _least_bound_splits(part: str):
+    """(model, p, m, cap name, split, instance) of the split of least segment bound of each
+    model and cap of RELAXATION_CASES; the 32-block models keep the caps of their m=32 rows."""
+    for shape, p, m, blocks, cap_m in RELAXATION_CASES:
+        for vocab in (32000, 128256):
+            model = estimated(shape, vocab, p, m, blocks=blocks)
+            levels = cap_levels(estimated(shape, vocab, p, cap_m, blocks=blocks) if cap_m else model)
+            for cap_name in ("tight", "mid"):
+                capped = model.with_settings(memory_cap=levels[cap_name])
+                print(f"[bench_plan] {part} {model.name} m={m} cap {cap_name}",
+                      file=sys.stderr, flush=True)
+                sizes = argmin_partition(segment_bounds(capped))
+                yield model, p, m, cap_name, sizes, capped.instance(sizes)
+
+
+def _gap_summary(before: list, after: list, what: str) -> list[str]:
+    return ["", f"Gap on these splits: median {_pct(statistics.median(before))} before, "
+                f"{_pct(statistics.median(after))} with {what}; "
+                f"{sum(a < b - 1e-9 for a, b in zip(after, before))} of "
+                f"{len(after)} splits' gaps shrink."]
+
+
 def part_collisions(args) -> list[str]:
     """What the collision relaxation (zbopt.plan.collision_bound) adds where it applies: on the
     split of least segment bound of each model and cap (the split that decides a plan's certified
@@ -343,42 +370,27 @@ def part_collisions(args) -> list[str]:
              f"included in `others` when higher. Gaps are (best span - bound) / best span.", "",
              "| model | p | m | cap | split | others | collision | best span | gap before | "
              "gap with collision | collision s | time s |", _rule("|" * 13)]
-    cases = [(LLAMA3_8B, 4, 8, 8, None), (LLAMA3_8B, 8, 8, None, 32),
-             (LLAMA3_8B, 8, 12, None, 32), (LLAMA3_8B, 8, 32, None, 32)]
     before_gaps, after_gaps = [], []
-    for shape, p, m, blocks, cap_m in cases:
-        for vocab in (32000, 128256):
-            model = estimated(shape, vocab, p, m, blocks=blocks)
-            levels = cap_levels(estimated(shape, vocab, p, cap_m, blocks=blocks) if cap_m else model)
-            for cap_name in ("tight", "mid"):
-                capped = model.with_settings(memory_cap=levels[cap_name])
-                print(f"[bench_plan] collisions {model.name} m={m} cap {cap_name}",
-                      file=sys.stderr, flush=True)
-                began = time.perf_counter()
-                sizes = argmin_partition(segment_bounds(capped))
-                instance = capped.instance(sizes)
-                others = max(pipeline_bound(instance), best_lower_bound(instance)[1],
-                             relaxation_bound(instance, time.perf_counter() + 10))
-                result = solve(instance, time_limit=limit, threads=2)
-                others = max(others, result.lower_bound or 0.0)
-                collided = time.perf_counter()
-                collision = collision_bound(instance, collided + 30, result.span)
-                wall = time.perf_counter() - began
-                collided = time.perf_counter() - collided
-                before = max(0.0, (result.span - others) / result.span)
-                after = max(0.0, (result.span - max(others, collision)) / result.span)
-                before_gaps.append(before)
-                after_gaps.append(after)
-                lines.append(f"| {model.name} | {p} | {m} | {cap_name} | {_sizes(sizes)} | "
-                             f"{_fmt(others)} | {_fmt(collision) if collision else '-'} | "
-                             f"{_fmt(result.span)} | {_pct(before)} | {_pct(after)} | {collided:.1f} | "
-                             f"{wall:.0f} |")
-                print(lines[-1], file=sys.stderr, flush=True)
-    lines += ["", f"Gap on these splits: median {_pct(statistics.median(before_gaps))} before, "
-                  f"{_pct(statistics.median(after_gaps))} with the collision bound; "
-                  f"{sum(a < b - 1e-9 for a, b in zip(after_gaps, before_gaps))} of "
-                  f"{len(after_gaps)} splits' gaps shrink."]
-    return lines
+    for model, p, m, cap_name, sizes, instance in _least_bound_splits("collisions"):
+        began = time.perf_counter()
+        others = max(pipeline_bound(instance), best_lower_bound(instance)[1],
+                     relaxation_bound(instance, time.perf_counter() + 10))
+        result = solve(instance, time_limit=limit, threads=2)
+        others = max(others, result.lower_bound or 0.0)
+        collided = time.perf_counter()
+        collision = collision_bound(instance, collided + 30, result.span)
+        wall = time.perf_counter() - began
+        collided = time.perf_counter() - collided
+        before = max(0.0, (result.span - others) / result.span)
+        after = max(0.0, (result.span - max(others, collision)) / result.span)
+        before_gaps.append(before)
+        after_gaps.append(after)
+        lines.append(f"| {model.name} | {p} | {m} | {cap_name} | {_sizes(sizes)} | "
+                     f"{_fmt(others)} | {_fmt(collision) if collision else '-'} | "
+                     f"{_fmt(result.span)} | {_pct(before)} | {_pct(after)} | {collided:.1f} | "
+                     f"{wall:.0f} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    return lines + _gap_summary(before_gaps, after_gaps, "the collision bound")
 
 
 def part_windows(args) -> list[str]:
@@ -392,50 +404,31 @@ def part_windows(args) -> list[str]:
              f"`others` = the largest of zbopt.bounds, the memory-aware coupled bound, the "
              f"one-device relaxations (10 s) and the collision relaxation (30 s); `window` = "
              f"zbopt.plan.window_bound (every pair of neighbouring devices holding at most "
-             f"four activations, 30 s) and the pair that gave it; `best span` = CP-SAT's best "
-             f"schedule in {limit:g} s (2 threads, warm-started). Gaps are (best span - bound) "
-             f"/ best span.", "",
+             f"four activations, at most 2 s each and 30 s in all) and the pair that gave it; "
+             f"`best span` = CP-SAT's best schedule in {limit:g} s (2 threads, warm-started). "
+             f"Gaps are (best span - bound) / best span.", "",
              "| model | p | m | cap | split | others | window | pair | best span | gap before | "
              "gap with window | window s |", _rule("|" * 13)]
-    cases = [(LLAMA3_8B, 4, 8, 8, None), (LLAMA3_8B, 8, 8, None, 32),
-             (LLAMA3_8B, 8, 12, None, 32), (LLAMA3_8B, 8, 32, None, 32)]
     before_gaps, after_gaps = [], []
-    for shape, p, m, blocks, cap_m in cases:
-        for vocab in (32000, 128256):
-            model = estimated(shape, vocab, p, m, blocks=blocks)
-            levels = cap_levels(estimated(shape, vocab, p, cap_m, blocks=blocks) if cap_m else model)
-            for cap_name in ("tight", "mid"):
-                capped = model.with_settings(memory_cap=levels[cap_name])
-                print(f"[bench_plan] windows {model.name} m={m} cap {cap_name}",
-                      file=sys.stderr, flush=True)
-                sizes = argmin_partition(segment_bounds(capped))
-                instance = capped.instance(sizes)
-                result = solve(instance, time_limit=limit, threads=2, known_bound=("none", 0.0))
-                others = max(pipeline_bound(instance), best_lower_bound(instance)[1],
-                             relaxation_bound(instance, time.perf_counter() + 10),
-                             collision_bound(instance, time.perf_counter() + 30, result.span),
-                             result.lower_bound or 0.0)
-                began = time.perf_counter()
-                window = window_bound(instance, began + 30)
-                seconds = time.perf_counter() - began
-                pair = "-"
-                if window > 0:
-                    pair = next(f"{e}-{e + 1}" for e in range(p - 1) if math.isclose(
-                        window_relaxation(instance, e, 2, 30), window, rel_tol=1e-12))
-                before = max(0.0, (result.span - others) / result.span)
-                after = max(0.0, (result.span - max(others, window)) / result.span)
-                before_gaps.append(before)
-                after_gaps.append(after)
-                lines.append(f"| {model.name} | {p} | {m} | {cap_name} | {_sizes(sizes)} | "
-                             f"{_fmt(others)} | {_fmt(window) if window else '-'} | {pair} | "
-                             f"{_fmt(result.span)} | {_pct(before)} | {_pct(after)} | "
-                             f"{seconds:.1f} |")
-                print(lines[-1], file=sys.stderr, flush=True)
-    lines += ["", f"Gap on these splits: median {_pct(statistics.median(before_gaps))} before, "
-                  f"{_pct(statistics.median(after_gaps))} with the window relaxation; "
-                  f"{sum(a < b - 1e-9 for a, b in zip(after_gaps, before_gaps))} of "
-                  f"{len(after_gaps)} splits' gaps shrink."]
-    return lines
+    for model, p, m, cap_name, sizes, instance in _least_bound_splits("windows"):
+        result = solve(instance, time_limit=limit, threads=2, known_bound=("none", 0.0))
+        others = max(pipeline_bound(instance), best_lower_bound(instance)[1],
+                     relaxation_bound(instance, time.perf_counter() + 10),
+                     collision_bound(instance, time.perf_counter() + 30, result.span),
+                     result.lower_bound or 0.0)
+        began = time.perf_counter()
+        window, which = best_window(instance, began + 30)
+        seconds = time.perf_counter() - began
+        pair = f"{which[0]}-{which[0] + which[1] - 1}" if which else "-"
+        before = max(0.0, (result.span - others) / result.span)
+        after = max(0.0, (result.span - max(others, window)) / result.span)
+        before_gaps.append(before)
+        after_gaps.append(after)
+        lines.append(f"| {model.name} | {p} | {m} | {cap_name} | {_sizes(sizes)} | "
+                     f"{_fmt(others)} | {_fmt(window) if window else '-'} | {pair} | "
+                     f"{_fmt(result.span)} | {_pct(before)} | {_pct(after)} | {seconds:.1f} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    return lines + _gap_summary(before_gaps, after_gaps, "the window relaxation")
 
 
 def part_solve(args) -> list[str]:

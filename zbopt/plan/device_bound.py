@@ -49,7 +49,7 @@ from collections import defaultdict
 from typing import Optional
 
 from ..bounds import activation_capacity, round_trip
-from ..dominance import keep_earliest
+from ..dominance import keep_or_merge
 from ..instance import Instance, within_cap
 from .memory_bound import applies, held_counts, release_gaps, round_trips
 
@@ -191,16 +191,7 @@ def _flat(label) -> tuple[float, ...]:
 
 
 def _keep(group: list, label, limit: int) -> bool:
-    """Add `label` to a state's labels unless one is no later everywhere; drop those it is no
-    later than; merge the closest pair while there are more than `limit`. False if it merged."""
-    flats = keep_earliest(group, label, _flat)
-    if flats is None or len(group) <= limit:
-        return True
-    _, i, j = min((sum(abs(a - b) for a, b in zip(flats[i], flats[j])), i, j)
-                  for i in range(len(group)) for j in range(i + 1, len(group)))
-    merged = _earliest(group[i], group[j])
-    group[:] = [other for k, other in enumerate(group) if k not in (i, j)] + [merged]
-    return False
+    return keep_or_merge(group, label, limit, _flat, _earliest)
 
 
 def _earliest(a, b):

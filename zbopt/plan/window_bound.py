@@ -45,7 +45,7 @@ from collections import defaultdict
 from typing import Optional
 
 from ..bounds import activation_capacity
-from ..dominance import keep_earliest
+from ..dominance import keep_or_merge
 from ..instance import Instance, within_cap
 from ..passes import stage_lag
 from .device_bound import _Rules, advance_downs
@@ -197,16 +197,7 @@ def _flat(label) -> tuple[float, ...]:
 
 
 def _keep(group: list, label, limit: int) -> bool:
-    """Add `label` unless one is no later everywhere; drop those it is no later than; merge the
-    closest pair while there are more than `limit`. False if it merged."""
-    flats = keep_earliest(group, label, _flat)
-    if flats is None or len(group) <= limit:
-        return True
-    _, i, j = min((sum(abs(a - b) for a, b in zip(flats[i], flats[j])), i, j)
-                  for i in range(len(group)) for j in range(i + 1, len(group)))
-    merged = _earliest(group[i], group[j])
-    group[:] = [other for k, other in enumerate(group) if k not in (i, j)] + [merged]
-    return False
+    return keep_or_merge(group, label, limit, _flat, _earliest)
 
 
 def _earliest(a, b):
@@ -242,20 +233,28 @@ def window_relaxation(instance: Instance, e: int, size: int, time_limit: float) 
 
 
 def window_bound(instance: Instance, deadline: float) -> float:
-    """The largest window relaxation found before `deadline` (perf_counter): the windows of
-    SIZES whose devices all hold at most MAX_HELD activations, smaller windows first and, among
-    equals, those holding the fewest (the likeliest to collide), each given at most
-    WINDOW_LIMIT seconds of what is left."""
+    """The largest window relaxation found before `deadline` (perf_counter); see best_window."""
+    return best_window(instance, deadline)[0]
+
+
+def best_window(instance: Instance, deadline: float) -> tuple[float, Optional[tuple[int, int]]]:
+    """(the largest window relaxation found before `deadline` (perf_counter), its first device
+    and size, or None when none gave a bound): the windows of SIZES whose devices all hold at
+    most MAX_HELD activations, smaller windows first and, among equals, those holding the
+    fewest (the likeliest to collide), each given at most WINDOW_LIMIT seconds of what is
+    left."""
     if not applies(instance):
-        return 0.0
+        return 0.0, None
     held = held_counts(instance)
     windows = [(size, e) for size in SIZES for e in range(instance.devices - size + 1)
                if max(held[e: e + size]) <= MAX_HELD]
     windows.sort(key=lambda w: (w[0], sum(held[w[1]: w[1] + w[0]]), -w[1]))
-    best = 0.0
+    best, which = 0.0, None
     for size, e in windows:
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
-        best = max(best, window_relaxation(instance, e, size, min(WINDOW_LIMIT, left)))
-    return best
+        value = window_relaxation(instance, e, size, min(WINDOW_LIMIT, left))
+        if value > best:
+            best, which = value, (e, size)
+    return best, which
