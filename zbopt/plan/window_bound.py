@@ -2,14 +2,11 @@
 rules.
 
 The one-device relaxation (zbopt.plan.device_bound) sees how F, B and W of one device collide
-under its exact memory, with its neighbours reduced to delays; it cannot see a collision that
-needs several devices. The typical one: the last device is the busiest (a heavy output layer)
-and the devices before it hold only two activations each. To keep the last device fed, the
-device e before it must run F(e, j + 2) as soon as the device before e frees the memory of
-micro-batch j, a fixed path after B(e, j), and also B(e, j + 1) as soon as the last device
-sends it; the two windows overlap on e, so one of them waits in every period and the last
-device idles a little every micro-batch or two. The same happens one device further up, which
-delays the forwards e receives.
+under its exact memory, with its neighbours reduced to delays and memory rules; but a neighbour's
+own passes also collide with the traffic it passes on, which no one-device relaxation sees. A
+window of neighbouring devices scheduled together does: on 8 Llama-shaped blocks at p = 4, m = 8
+and a tight cap, devices 1 and 2 together prove the split's optimum where every other bound left
+2.15% (docs/planning.md, results/plan.md).
 
 The relaxation. On a contiguous pipeline (one stage per device, passes never overlapping) take
 the devices e, e + 1, ..., h (a window of n >= 2) and assume, as the exact solvers do
