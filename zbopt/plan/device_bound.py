@@ -63,11 +63,16 @@ def device_relaxation(instance: Instance, device: int, time_limit: float) -> flo
     mean no in-order schedule, and the bound claims nothing about the others)."""
     if not applies(instance) or time_limit <= 0:
         return 0.0
-    deadline = time.perf_counter() + time_limit
-    rules = _Rules(instance, device)
+    return passes_bound(_Rules(instance, device).least_span, LABELS,
+                        time.perf_counter() + time_limit)
+
+
+def passes_bound(least_span, labels: tuple[int, ...], deadline: float) -> float:
+    """The best least_span(n, deadline) over the label limits n in `labels`, in order, until one
+    is exact (nothing merged) or `deadline` (perf_counter) passes (0 if none finishes)."""
     best = 0.0
-    for labels in LABELS:
-        value, exact = rules.least_span(labels, deadline)
+    for limit in labels:
+        value, exact = least_span(limit, deadline)
         if value is None or not math.isfinite(value):
             break
         best = max(best, value)

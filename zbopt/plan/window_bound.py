@@ -45,7 +45,7 @@ from ..bounds import activation_capacity
 from ..dominance import keep_or_merge
 from ..instance import Instance, within_cap
 from ..passes import stage_lag
-from .device_bound import _Rules, advance_downs
+from .device_bound import _Rules, advance_downs, passes_bound
 from .memory_bound import applies, held_counts
 
 LABELS = (1, 4, 16)  # labels per state of successive passes, while time is left
@@ -216,17 +216,8 @@ def window_relaxation(instance: Instance, e: int, size: int, time_limit: float) 
     if not applies(instance) or time_limit <= 0 or size < 2 or \
             not 0 <= e <= instance.devices - size:
         return 0.0
-    deadline = time.perf_counter() + time_limit
-    window = _Window(instance, e, size)
-    best = 0.0
-    for labels in LABELS:
-        value, exact = window.least_span(labels, deadline)
-        if value is None or not math.isfinite(value):
-            break
-        best = max(best, value)
-        if exact:
-            break
-    return best
+    return passes_bound(_Window(instance, e, size).least_span, LABELS,
+                        time.perf_counter() + time_limit)
 
 
 def window_bound(instance: Instance, deadline: float) -> float:
