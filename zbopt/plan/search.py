@@ -277,9 +277,10 @@ class _Search:
     def collide(self, pending: list[Split], budget_end: float) -> list[Split]:
         """The one-device relaxations (zbopt.plan.device_bound), then where the bound is still
         below the split's best span the window relaxations (zbopt.plan.window_bound) and the
-        collision relaxation (zbopt.plan.collision_bound), on
-        the listed splits whose bound lies below the best span, least bound first, each given an
-        even share of what is left; the listed splits with their bounds raised."""
+        collision relaxation (zbopt.plan.collision_bound), on the listed splits whose bound lies
+        below the best span, least bound first, each given an even share of what is left (half
+        to the one-device, a quarter to the window relaxations); the listed splits with their
+        bounds raised."""
         open_ = sorted((s for s in pending if s.bound < self.best.span * (1 - TOLERANCE)),
                        key=lambda s: s.bound)
         raised = {}

@@ -488,8 +488,8 @@ def _contiguous_bounds(instance: Instance, deadline: float, upper: float):
     """(name, value) of the relaxation bounds `zbopt plan` proves its contiguous splits with, in
     the instance's time units: the one-device relaxations (half the time left), the window
     relaxations (half the rest) and the collision relaxation (the rest) while the bound is below
-    `upper` (the best schedule's
-    objective; both bound the span, and the makespan is at least the span). Nothing where they
+    `upper` (the best schedule's objective; all bound the span, and the makespan is at least the
+    span). Nothing where they
     do not apply (one stage per device on one chain, a cap, no overlap discount) or where the
     cap holds on every device what 1F1B keeps in flight there (the caps of Zero Bubble's
     settings, 1p and above): there the time goes to the search."""
