@@ -36,6 +36,18 @@ def _orders(m: int, fits):
     yield from grow(0, 0, 0, ())
 
 
+def _fits(instance, d):
+    """Whether device d's memory admits its next F with n_f, n_b, n_w passes of each kind
+    done (written out from the memory rule of docs/model.md)."""
+    room = activation_capacity(instance, d)
+    m_b, m_w = instance.m_b[d], instance.m_w[d]
+
+    def fits(n_f, n_b, n_w):
+        level = (n_f + 1 - n_b) * (m_b - m_w) + (n_f + 1 - n_w) * m_w
+        return not math.isfinite(room) or within_cap(level, room)
+    return fits
+
+
 def relaxation_by_orders(instance, e: int) -> float:
     """The relaxation of the module doc, written out rule by rule: every order of e's passes,
     each pass as early as e and its rules allow, the least span."""
@@ -43,13 +55,8 @@ def relaxation_by_orders(instance, e: int) -> float:
     wait = [round_trip(instance, d, d) for d in range(p)]
     trip = [wait[d] + instance.t_b[d] for d in range(p)]
     held, gaps = held_counts(instance), release_gaps(instance)
-    room = activation_capacity(instance, e)
     t = {"F": instance.t_f[e], "B": instance.t_b[e], "W": instance.t_w[e]}
-    m_b, m_w = instance.m_b[e], instance.m_w[e]
-
-    def fits(n_f, n_b, n_w):
-        level = (n_f + 1 - n_b) * (m_b - m_w) + (n_f + 1 - n_w) * m_w
-        return not math.isfinite(room) or within_cap(level, room)
+    fits = _fits(instance, e)
 
     best = math.inf
     for order in _orders(m, fits):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from zbopt.bounds import activation_capacity, round_trip
-from zbopt.instance import within_cap
+import zbopt.plan.window_bound as window_bound_module
+from zbopt.bounds import round_trip
 from zbopt.passes import stage_lag
 from zbopt.plan.device_bound import device_relaxation
 from zbopt.plan.memory_bound import held_counts, release_gaps
@@ -22,18 +22,8 @@ from zbopt.registry import run
 from zbopt.solvers.api import solve
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_device_bound import _llama_32_blocks, _orders  # noqa: E402
+from test_device_bound import _fits, _llama_32_blocks, _orders  # noqa: E402
 from test_plan import _split_instances, _tight_model  # noqa: E402
-
-
-def _fits(instance, d):
-    room = activation_capacity(instance, d)
-    m_b, m_w = instance.m_b[d], instance.m_w[d]
-
-    def fits(n_f, n_b, n_w):
-        level = (n_f + 1 - n_b) * (m_b - m_w) + (n_f + 1 - n_w) * m_w
-        return not math.isfinite(room) or within_cap(level, room)
-    return fits
 
 
 def relaxation_by_orders(instance, e: int, size: int) -> float:
@@ -159,7 +149,7 @@ def test_the_relaxation_is_below_the_optimum():
 
 
 @pytest.mark.slow  # a pair of devices at m = 32, and window_bound on every pair
-def test_the_pair_before_the_output_layer_raises_the_v128k_tight_bound():
+def test_the_pair_before_the_output_layer_raises_the_v128k_tight_bound(monkeypatch):
     """On the 32-block v128k split 3-4-4-4-4-5-5-5 at the tight cap (results/plan.md), the
     last device (one activation, the output layer) and the one before it (two) together give
     more than any one-device relaxation, and no more than any registered schedule's span.
@@ -168,6 +158,9 @@ def test_the_pair_before_the_output_layer_raises_the_v128k_tight_bound():
     alone = max(device_relaxation(instance, d, 10) for d in range(instance.devices))
     pair = window_relaxation(instance, 6, 2, 60)
     assert pair > alone * 1.002
+    # the pair needs about 1.5 s to its exact optimum, near the 2 s a window gets: on a busy
+    # machine the cap, not the order of the windows, would decide
+    monkeypatch.setattr(window_bound_module, "WINDOW_LIMIT", 20.0)
     assert window_bound(instance, time.perf_counter() + 20) >= pair - 1e-6
     spans = [r.span for r in (run(name, instance) for name in ("zb-greedy", "1f1b", "zb-2p"))
              if r is not None and r.fits()]

@@ -41,9 +41,8 @@ import time
 from collections import defaultdict
 from typing import Optional
 
-from ..bounds import activation_capacity
 from ..dominance import keep_or_merge
-from ..instance import Instance, within_cap
+from ..instance import Instance
 from ..passes import stage_lag
 from .device_bound import _Rules, advance_downs, passes_bound
 from .memory_bound import applies, held_counts
@@ -71,25 +70,19 @@ class _Window:
     def __init__(self, instance: Instance, e: int, n: int):
         self.m, self.n = instance.microbatches, n
         devices = range(e, e + n)
-        first, last = _Rules(instance, e), _Rules(instance, e + n - 1)
+        # each device's own rules: its costs and memory (fits); the first's and the last's
+        # also stand for the devices before and after the window
+        self.rules = tuple(_Rules(instance, d) for d in devices)
+        first, last = self.rules[0], self.rules[-1]
         self.ups, self.depth, self.reach, self.tail = (first.ups, first.depth, first.reach,
                                                        first.tail)
         self.downs = last.downs
         self.wait = last.wait  # F(h, j)'s start to B(h, j)'s start
         self.lag_f = tuple(stage_lag(instance, d, d + 1) for d in devices[:-1])
         self.lag_b = tuple(stage_lag(instance, d + 1, d) for d in devices[:-1])
-        self.t_f = tuple(instance.t_f[d] for d in devices)
-        self.t_b = tuple(instance.t_b[d] for d in devices)
-        self.t_w = tuple(instance.t_w[d] for d in devices)
-        self.m_b = tuple(instance.m_b[d] for d in devices)
-        self.m_w = tuple(instance.m_w[d] for d in devices)
-        self.room = tuple(activation_capacity(instance, d) for d in devices)
-
-    def fits(self, i: int, n_f: int, n_b: int, n_w: int) -> bool:
-        """Whether window device i may start its next F with n_f, n_b, n_w passes done."""
-        room = self.room[i]
-        level = (n_f + 1 - n_b) * (self.m_b[i] - self.m_w[i]) + (n_f + 1 - n_w) * self.m_w[i]
-        return not math.isfinite(room) or within_cap(level, room)
+        self.t_f = tuple(r.t_f for r in self.rules)
+        self.t_b = tuple(r.t_b for r in self.rules)
+        self.t_w = tuple(r.t_w for r in self.rules)
 
     def least_span(self, labels: int, deadline: float) -> tuple[Optional[float], bool]:
         """(least span over the window's orders, exact) keeping at most `labels` labels per
@@ -122,7 +115,7 @@ class _Window:
         """(kind, label after it, or a span for e's last B, or None) of every pass device i
         may run next."""
         m, n = self.m, self.n
-        if f < m and self.fits(i, f, b, w) and (i == 0 or state[3 * (i - 1)] > f):
+        if f < m and self.rules[i].fits(f, b, w) and (i == 0 or state[3 * (i - 1)] > f):
             yield "F", self._forward(label, i, f, b)
         if b < f and (i == n - 1 or state[3 * (i + 1) + 1] > b):
             yield "B", self._backward(label, i, f, b, w)
