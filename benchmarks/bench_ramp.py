@@ -104,8 +104,8 @@ def main() -> int:
              f"{bound_ramp:,.1f} before its first B and {bound_idle - bound_ramp:,.1f} after its "
              f"last F. Idle of the critical device (the one whose span is the schedule's), in "
              f"the instance's time units; `ahead` = forwards of its first stage before the first "
-             f"forward of its later stage ({instance.devices} let that forward start as it "
-             f"arrives).", "",
+             f"forward of its later stage (with {instance.devices}, that forward can start as "
+             f"soon as it arrives).", "",
              "| schedule | span | gap | critical device | idle before first B | middle | "
              "after last F | total idle | ahead |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
