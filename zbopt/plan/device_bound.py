@@ -155,21 +155,37 @@ class _Rules:
         """The label after e starts F_{n_f} (None when a device before e still holds it back
         behind a B that e has not run)."""
         free, releases, starts, xs = label
-        start = free
-        for k, c in self.ups:
-            i = n_f - k
-            if i >= 0:
-                if i >= n_b:
-                    return None
-                start = max(start, starts[i - (n_b - len(starts))] + c)
+        start = held_back(self.ups, starts, n_f, n_b, free)
+        if start is None:
+            return None
         release = start + self.wait
         free = start + self.t_f
         release, new_xs = advance_downs(self.downs, xs, start, free, n_f, release, self.wait)
-        keep = n_b - max(0, n_f + 1 - self.depth)
-        starts = starts[len(starts) - keep:] if keep < len(starts) else starts
-        starts = tuple(max(s, free - self.reach) for s in starts)
+        starts = trim_starts(starts, n_f, n_b, self.depth, free, self.reach)
         releases = tuple(max(r, free) for r in releases + (release,))
         return free, releases, starts, new_xs
+
+
+def held_back(ups, starts: tuple, n_f: int, n_b: int, start: float) -> Optional[float]:
+    """The start of F_{n_f} on e, at least `start`, under the rules of the devices before e
+    (`ups`: F_{n_f} waits for the start of B_{n_f - k} plus c; `starts`: e's recent B starts,
+    the last of its n_b); None when one of those B has not run yet."""
+    for k, c in ups:
+        j = n_f - k
+        if j >= 0:
+            if j >= n_b:
+                return None
+            start = max(start, starts[j - (n_b - len(starts))] + c)
+    return start
+
+
+def trim_starts(starts: tuple, n_f: int, n_b: int, depth: int, free: float,
+                reach: float) -> tuple:
+    """e's recent B starts after F_{n_f} (e free again at `free`): only those a later F can
+    still wait for, none held below `free - reach` (a start that early binds no later F)."""
+    keep = n_b - max(0, n_f + 1 - depth)
+    starts = starts[len(starts) - keep:] if keep < len(starts) else starts
+    return tuple(max(s, free - reach) for s in starts)
 
 
 def advance_downs(downs, xs, begin: float, free: float, n_f: int, release: float,

@@ -44,7 +44,7 @@ from typing import Optional
 from ..dominance import keep_or_merge
 from ..instance import Instance
 from ..passes import stage_lag
-from .device_bound import _Rules, advance_downs, passes_bound
+from .device_bound import _Rules, advance_downs, held_back, passes_bound, trim_starts
 from .memory_bound import applies, held_counts
 
 LABELS = (1, 4, 16)  # labels per state of successive passes, while time is left
@@ -133,17 +133,12 @@ class _Window:
             begin = max(begin, down[i - 1][0])
             down = _replace(down, i - 1, down[i - 1][1:])
         else:
-            for k, c in self.ups:
-                j = n_f - k
-                if j >= 0:
-                    if j >= n_b:
-                        return None
-                    begin = max(begin, starts[j - (n_b - len(starts))] + c)
+            begin = held_back(self.ups, starts, n_f, n_b, begin)
+            if begin is None:
+                return None
         free = begin + self.t_f[i]
         if i == 0:
-            keep = n_b - max(0, n_f + 1 - self.depth)
-            starts = starts[len(starts) - keep:] if keep < len(starts) else starts
-            starts = tuple(max(s, free - self.reach) for s in starts)
+            starts = trim_starts(starts, n_f, n_b, self.depth, free, self.reach)
         if i < self.n - 1:
             down = _replace(down, i, down[i] + (free + self.lag_f[i],))
         else:
