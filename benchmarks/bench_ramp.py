@@ -15,8 +15,15 @@ Schedules: every point of interleaved-zb's grid (grouped by ramp idle: how many 
 shortest span), the policy search as solve() runs it (12 s), and solve() with cpsat-lns (60 s,
 2 threads) --runs times. Writes results/ramp.md.
 
+A second table holds the search to p forwards (--held-limit seconds, 0 skips it). On the same
+pipeline with m=10 (small enough for the neighbourhoods to reach the head), cpsat-lns runs three
+times from the grid's shortest point of each kind: from the nine-forward point; from the
+eight-forward point; and from the eight-forward point with F(8, 0) held before F(0, 8) (the
+backend's "precede" option), so device 0 keeps p forwards ahead.
+
 Usage:
-  python benchmarks/bench_ramp.py [--runs N] [--time-limit S] [--out results/ramp.md]
+  python benchmarks/bench_ramp.py [--runs N] [--time-limit S] [--held-limit S]
+                                  [--out results/ramp.md]
 """
 
 from __future__ import annotations
@@ -32,13 +39,21 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_solver import reach_runs  # noqa: E402
+from bench_solver import COSTS_15B, reach_runs  # noqa: E402
 
 from zbopt import bounds  # noqa: E402
 from zbopt.heuristics import _engine, interleaved_zb, policy_search  # noqa: E402
 from zbopt.instance import Instance  # noqa: E402
 from zbopt.schedule import Schedule, Timeline, evaluate  # noqa: E402
-from zbopt.solvers.api import POLICY_PATIENCE, POLICY_SHARE, solve  # noqa: E402
+from zbopt.solvers.api import (  # noqa: E402
+    POLICY_PATIENCE,
+    POLICY_SHARE,
+    _hint_starts,
+    _schedule_from_starts,
+    run_backend,
+    scaled_instance,
+    solve,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,15 +89,76 @@ def _row(label: str, parts: dict, bound: float) -> str:
             f"{total:,.1f} | {parts['ahead']} |")
 
 
+def grid_timelines(instance: Instance):
+    """Every point of interleaved-zb's grid whose schedule fits the cap, as a timeline."""
+    top = _engine.Topology(instance)
+    for policy in interleaved_zb.grid(instance):
+        outcome = _engine.simulate(instance, policy, top, bound=math.inf)
+        if outcome is None:
+            continue
+        timeline = evaluate(instance, Schedule(tuple(tuple((q,) for q in order)
+                                                     for order in outcome.orders)))
+        if timeline.fits_cap:
+            yield timeline
+
+
+def grid_by_ahead(instance: Instance) -> dict[int, Timeline]:
+    """The shortest point of interleaved-zb's grid for each count of forwards ahead."""
+    best: dict[int, Timeline] = {}
+    for timeline in grid_timelines(instance):
+        ahead = phases(instance, timeline, 0)["ahead"]
+        if ahead not in best or timeline.span < best[ahead].span:
+            best[ahead] = timeline
+    return best
+
+
+def lns_from(instance: Instance, start: Timeline, seconds: float, precede=()) -> Timeline:
+    """cpsat-lns (2 threads) from `start` alone, with the backend's "precede" pairs."""
+    scaled, scale, _ = scaled_instance(instance)
+    hint, again = _hint_starts(scaled, start)
+    options = {"precede": list(precede)} if precede else {}
+    raw = run_backend("cpsat-lns", scaled, objective="span", time_limit=seconds, threads=2,
+                      hint=hint, horizon=int(round(again.span)), options=options)
+    return evaluate(instance, _schedule_from_starts(instance, scaled, raw.starts, "span",
+                                                    scale, "cpsat-lns"))
+
+
+def held_rows(seconds: float) -> list[str]:
+    """The table of the search held to p forwards ahead (module doc)."""
+    instance = Instance(devices=8, microbatches=10, name="p8-m10-1.5b", **COSTS_15B
+                        ).with_cap("1p").with_placement("interleaved", 2)
+    name, bound = bounds.best_lower_bound(instance)
+    p = instance.devices
+    best = grid_by_ahead(instance)
+    lines = ["", f"## Held to {p} forwards ahead: m=10", "",
+             f"The same pipeline with m=10: bound {bound:,.0f} ({name}). cpsat-lns for "
+             f"{seconds:g} s (2 threads) from the grid's shortest point with {p + 1} and with "
+             f"{p} forwards ahead; `held` keeps F({p}, 0) before F(0, {p}) in every model.", "",
+             "| start | search | span | gap | critical device | idle before first B | middle | "
+             "after last F | total idle | ahead |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    runs = [(p + 1, "free", ()), (p, "free", ()), (p, "held", [((p, 0, "F"), (0, p, "F"))])]
+    for ahead, search, precede in runs:
+        if ahead not in best:
+            continue
+        print(f"[bench_ramp] m=10 from the {ahead}-forward point, {search} ...",
+              file=sys.stderr, flush=True)
+        timeline = lns_from(instance, best[ahead], seconds, precede)
+        lines.append(_row(f"grid, {ahead} ahead ({best[ahead].span:,.1f}) | {search}",
+                          phases(instance, timeline), bound))
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--held-limit", type=float, default=120.0)
     parser.add_argument("--out", default=str(ROOT / "results" / "ramp.md"))
     args = parser.parse_args()
-    if args.runs < 0 or not args.time_limit > 0:
-        print("error: --runs takes a count >= 0 and --time-limit a positive number of seconds",
-              file=sys.stderr)
+    if args.runs < 0 or not args.time_limit > 0 or not args.held_limit >= 0:
+        print("error: --runs takes a count >= 0, --time-limit a positive number of seconds and "
+              "--held-limit one >= 0", file=sys.stderr)
         return 2
     instance = next(inst for label, cap, inst in reach_runs()
                     if (label, cap) == ("interleaved p8 m32", "1p"))
@@ -95,7 +171,8 @@ def main() -> int:
     load = os.getloadavg()[0]
     lines = ["# Where the interleaved 1p gap lies", "",
              f"Written by `benchmarks/bench_ramp.py` (see its docstring). Command: `python "
-             f"benchmarks/bench_ramp.py --runs {args.runs} --time-limit {args.time_limit:g}` "
+             f"benchmarks/bench_ramp.py --runs {args.runs} --time-limit {args.time_limit:g} "
+             f"--held-limit {args.held_limit:g}` "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, "
              f"{os.cpu_count()} cores, load average {load:.1f} at the start).", "",
              f"Instance: interleaved, 2 chunks, p=8, m=32, cap 1p, the 1.5B costs with per-chunk "
@@ -113,17 +190,10 @@ def main() -> int:
              f"{bound_idle - bound_ramp:,.1f} | {bound_idle:,.1f} | - |"]
 
     print("[bench_ramp] the greedy grid ...", file=sys.stderr, flush=True)
-    top = _engine.Topology(instance)
     by_ramp: dict[float, list[tuple[float, dict]]] = defaultdict(list)
-    for policy in interleaved_zb.grid(instance):
-        outcome = _engine.simulate(instance, policy, top, bound=math.inf)
-        if outcome is None:
-            continue
-        schedule = Schedule(tuple(tuple((q,) for q in order) for order in outcome.orders))
-        timeline = evaluate(instance, schedule)
-        if timeline.fits_cap:
-            parts = phases(instance, timeline)
-            by_ramp[round(parts["ramp"], 1)].append((timeline.span, parts))
+    for timeline in grid_timelines(instance):
+        parts = phases(instance, timeline)
+        by_ramp[round(parts["ramp"], 1)].append((timeline.span, parts))
     for ramp in sorted(by_ramp):
         span, parts = min(by_ramp[ramp], key=lambda x: x[0])
         lines.append(_row(f"interleaved-zb grid, shortest of the {len(by_ramp[ramp])} points "
@@ -143,6 +213,8 @@ def main() -> int:
         result = solve(instance, solver="cpsat-lns", time_limit=args.time_limit, threads=2)
         lines.append(_row(f"solve() cpsat-lns {args.time_limit:g} s, run {run + 1}",
                           phases(instance, result.timeline), bound))
+    if args.held_limit > 0:
+        lines += held_rows(args.held_limit)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

@@ -1,6 +1,7 @@
 """The idle split of benchmarks/bench_ramp.py: its three phases add up to the critical device's
 idle, the phase before the first B is never below the bound's ramp idle, and `ahead` counts
-the forwards of the first stage that precede the later stage's first forward."""
+the forwards of the first stage that precede the later stage's first forward. The held runs:
+the grid's best point per count ahead, and the search held to an order keeps it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from zbopt.registry import run
 from zbopt.schedule import Schedule, evaluate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_ramp import phases  # noqa: E402
+from bench_ramp import grid_by_ahead, lns_from, phases  # noqa: E402
 
 
 @pytest.mark.parametrize("p,m,cap", [(2, 4, "1p"), (3, 6, "1p"), (3, 6, "2p"), (4, 8, "1p")])
@@ -54,3 +55,24 @@ def test_ahead_counts_first_stage_forwards_before_the_later_stage():
     # after F(2, 0): B(3, 0) and so device 0's first B come later, with the same four forwards
     # before it
     assert early_parts["ramp"] > late_parts["ramp"]
+
+
+def test_grid_by_ahead_keeps_the_shortest_point_of_each_count():
+    instance = Instance(devices=3, microbatches=6, t_f=3, t_b=4, t_w=2, comm=1, m_b=2, m_w=1,
+                        ).with_cap("1p").with_placement("interleaved", 2)
+    best = grid_by_ahead(instance)
+    assert best
+    for ahead, timeline in best.items():
+        assert phases(instance, timeline, 0)["ahead"] == ahead and timeline.fits_cap
+    everything = run("interleaved-zb", instance).timeline
+    assert min(tl.span for tl in best.values()) == pytest.approx(everything.span)
+
+
+def test_lns_from_a_start_held_to_p_ahead_keeps_it():
+    instance = Instance(devices=3, microbatches=6, t_f=3, t_b=4, t_w=2, comm=1, m_b=2, m_w=1,
+                        ).with_cap("1p").with_placement("interleaved", 2)
+    p = instance.devices
+    start = grid_by_ahead(instance)[p]
+    held = lns_from(instance, start, 3, [((p, 0, "F"), (0, p, "F"))])
+    assert held.fits_cap and held.span <= start.span + 1e-9
+    assert held.start[(0, p, "F")] >= held.start[(p, 0, "F")]

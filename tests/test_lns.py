@@ -138,3 +138,31 @@ def test_a_pinned_window_keeps_the_passes_before_it_where_they_were():
         sub.model.add(sub.start[last] != hint[last])
         solver, code = _solve(sub, sub.model, scaled, "span", hint, 5, 2, 0)
         assert (solver.status_name(code) == "INFEASIBLE") == pinned
+
+
+def test_precede_holds_the_search_to_the_order_asked_and_claims_no_bound():
+    # F(0, 1) after W(0, 0): the sequential hint keeps it, any pipelined schedule breaks it
+    scaled, _, hint, value = _sequential_hint(INSTANCE)
+    first, second = (0, 0, "W"), (0, 1, "F")
+    free = run_backend("cpsat-lns", scaled, objective="span", time_limit=4, threads=2,
+                       hint=hint, horizon=value, options={"seed": 1})
+    held = run_backend("cpsat-lns", scaled, objective="span", time_limit=4, threads=2,
+                       hint=hint, horizon=value, options={"seed": 1, "precede": [(first, second)]})
+    assert free.starts[second] < free.starts[first]
+    assert held.starts[second] >= held.starts[first]
+    assert held.objective > free.objective
+    # the held problem's bound is not the instance's: none is reported, nothing is "optimal"
+    assert held.bound is None and held.status == "feasible"
+
+
+@pytest.mark.parametrize("pairs,hinted,message", [
+    ([((0, 0, "W"), (0, 9, "F"))], True, "not a pass"),
+    ([((0, 1, "F"), (0, 0, "W"))], True, "keeps the order"),
+    ([((0, 0, "W"), (0, 1, "F"))], False, "pass one"),
+])
+def test_precede_rejects_unknown_passes_a_hint_against_it_and_no_hint(pairs, hinted, message):
+    scaled, _, hint, value = _sequential_hint(INSTANCE)
+    with pytest.raises(ValueError, match=message):
+        run_backend("cpsat-lns", scaled, objective="span", time_limit=1, threads=1,
+                    hint=hint if hinted else None, horizon=value if hinted else None,
+                    options={"precede": pairs})

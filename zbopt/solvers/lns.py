@@ -184,18 +184,45 @@ def _pin(parts: ModelParts, state: _State, cost, chosen: set[Pass], before: int)
             parts.model.add(start == state.starts[q])
 
 
+def _precedences(pairs, hint: dict[Pass, int]) -> tuple[tuple[Pass, Pass], ...]:
+    """The "precede" option as pairs of the instance's passes, checked against the hint."""
+    known = set(hint)
+    out = []
+    for pair in pairs:
+        a, b = (tuple(q) for q in pair)
+        for q in (a, b):
+            if q not in known:
+                raise ValueError(f"precede: {q} is not a pass of the instance (stage, "
+                                 f"micro-batch, kind)")
+        if hint[b] < hint[a]:
+            raise ValueError(f"precede: the hint starts {b} before {a}; pass a hint that "
+                             f"keeps the order asked")
+        out.append((a, b))
+    return tuple(out)
+
+
+def _hold(parts: ModelParts, precede) -> None:
+    """b starts no earlier than a, for every pair (a, b) of the "precede" option."""
+    for a, b in precede:
+        parts.model.add(parts.start[b] >= parts.start[a])
+
+
 def solve_lns(request: BackendRequest) -> BackendResult:
     """The full CP-SAT model for a share of the time, then neighbourhoods around the best
     schedule until the time limit; the bound is the full model's.
 
     Options: "seed" (neighbourhood choice), "full_share" (share of the time for the full
-    model; 0 skips it, and no bound is proven)."""
+    model; 0 skips it, and no bound is proven), "precede" (pairs (a, b) of passes: every model
+    starts b no earlier than a, so the search is held to such schedules; the hint must be one,
+    and no bound is reported, since the held problem's bound need not hold for the others)."""
     began = time.perf_counter()
     deadline = began + float(request.time_limit)
     instance, objective = request.instance, request.objective
     threads = int(request.threads)
     seed = int(request.options.get("seed", 0))
     horizon = request.horizon
+    if request.options.get("precede") and (horizon is None or request.hint is None):
+        raise ValueError("precede: the search is held around a hint; pass one and a horizon")
     if horizon is None or request.hint is None:
         from .backends.cpsat import solve_cpsat  # nothing to search around: the full model
         return solve_cpsat(request)
@@ -203,7 +230,9 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     cost = {q: int(instance.cost(q[0], q[2])) for q in instance.passes()}
     if symmetry and not respects_symmetry(instance, request.hint, cost):
         symmetry = False  # the incumbent must be a solution of every sub-model
+    precede = _precedences(request.options.get("precede", ()), request.hint)
     parts = build_parts(instance, objective, None, symmetry, int(horizon), lower=request.lower)
+    _hold(parts, precede)
     report = request.on_progress
     state = _State(dict(request.hint), _objective(instance, request.hint, cost, objective),
                    None)
@@ -221,7 +250,7 @@ def solve_lns(request: BackendRequest) -> BackendResult:
         solver, code = _solve(parts, parts.model, instance, objective, state.starts, full,
                               threads, seed, callback)
     stats["full_model_seconds"] = round(time.perf_counter() - t, 3)
-    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN) and not precede:
         bound = solver.best_objective_bound
         state.bound = math.ceil(bound - 1e-6) if math.isfinite(bound) else None
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -229,7 +258,7 @@ def solve_lns(request: BackendRequest) -> BackendResult:
         if value <= state.value:
             state.starts = {q: int(solver.value(e)) for q, e in parts.start.items()}
             state.value = value
-    if code == cp_model.OPTIMAL:
+    if code == cp_model.OPTIMAL and not precede:
         state.status = "optimal"
     elif code == cp_model.INFEASIBLE:
         return BackendResult("infeasible", None, None, None, "CP-SAT proved the model "
@@ -258,6 +287,7 @@ def solve_lns(request: BackendRequest) -> BackendResult:
             step = STEP_SECONDS
         sub = build_parts(instance, objective, None, symmetry, int(horizon), scaled_orders,
                           chosen, lower=request.lower)
+        _hold(sub, precede)
         if before is not None:
             _pin(sub, state, cost, chosen, before)
         step = min(step, deadline - time.perf_counter() - 0.1)
