@@ -21,9 +21,15 @@ times from the grid's shortest point of each kind: from the nine-forward point; 
 eight-forward point; and from the eight-forward point with F(8, 0) held before F(0, 8) (the
 backend's "precede" option), so device 0 keeps p forwards ahead.
 
+A third table does the same at m=32 within --pipeline-limits seconds each (empty skips it): the
+policy search as solve() runs it; F(p + d, 0) swapped before F(d, p) on every device where it
+came after; one neighbourhood on the head (the passes starting in its first 30% of the span,
+HEAD_SECONDS, the backend's "sweep" options); then cpsat-lns held to F(p + d, 0) before F(d, p)
+on every device until the limit.
+
 Usage:
   python benchmarks/bench_ramp.py [--runs N] [--time-limit S] [--held-limit S]
-                                  [--out results/ramp.md]
+                                  [--pipeline-limits S,S] [--out results/ramp.md]
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ from zbopt.solvers.api import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+HEAD = (0.0, 0.3)  # the head neighbourhood of the m=32 pipeline, as shares of the span
+HEAD_SECONDS = 15.0
 
 
 def phases(instance: Instance, timeline: Timeline, device: Optional[int] = None) -> dict:
@@ -112,11 +120,14 @@ def grid_by_ahead(instance: Instance) -> dict[int, Timeline]:
     return best
 
 
-def lns_from(instance: Instance, start: Timeline, seconds: float, precede=()) -> Timeline:
-    """cpsat-lns (2 threads) from `start` alone, with the backend's "precede" pairs."""
+def lns_from(instance: Instance, start: Timeline, seconds: float, precede=(),
+             **options) -> Timeline:
+    """cpsat-lns (2 threads) from `start` alone, with the backend's "precede" pairs and
+    other options."""
     scaled, scale, _ = scaled_instance(instance)
     hint, again = _hint_starts(scaled, start)
-    options = {"precede": list(precede)} if precede else {}
+    if precede:
+        options["precede"] = list(precede)
     raw = run_backend("cpsat-lns", scaled, objective="span", time_limit=seconds, threads=2,
                       hint=hint, horizon=int(round(again.span)), options=options)
     return evaluate(instance, _schedule_from_starts(instance, scaled, raw.starts, "span",
@@ -149,16 +160,47 @@ def held_rows(seconds: float) -> list[str]:
     return lines
 
 
+def eight_ahead(instance: Instance, timeline: Timeline) -> Timeline:
+    """The schedule with F(p + d, 0) and F(d, p) swapped on every device d where F(d, p) came
+    first: each device then runs p forwards of its first stage before its later stage's first."""
+    p = instance.devices
+    orders = [list(order) for order in timeline.schedule.orders]
+    for d, order in enumerate(orders):
+        early, late = order.index(((d, p, "F"),)), order.index(((p + d, 0, "F"),))
+        if early < late:
+            order[early], order[late] = order[late], order[early]
+    return evaluate(instance, Schedule(tuple(tuple(order) for order in orders), "eight ahead"))
+
+
+def pipeline(instance: Instance, seconds: float) -> Timeline:
+    """The m=32 pipeline of the module doc within `seconds`."""
+    p = instance.devices
+    began = time.perf_counter()
+    tuned = policy_search.improve(instance, math.inf, began + POLICY_SHARE * seconds,
+                                  patience=POLICY_PATIENCE)
+    pairs = [((p + d, 0, "F"), (d, p, "F")) for d in range(p)]
+    headed = lns_from(instance, eight_ahead(instance, tuned), HEAD_SECONDS + 1, pairs,
+                      sweep=[HEAD], sweep_seconds=HEAD_SECONDS)
+    return lns_from(instance, headed, seconds - (time.perf_counter() - began), pairs)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--held-limit", type=float, default=120.0)
+    parser.add_argument("--pipeline-limits", default="60,180")
     parser.add_argument("--out", default=str(ROOT / "results" / "ramp.md"))
     args = parser.parse_args()
-    if args.runs < 0 or not args.time_limit > 0 or not args.held_limit >= 0:
-        print("error: --runs takes a count >= 0, --time-limit a positive number of seconds and "
-              "--held-limit one >= 0", file=sys.stderr)
+    try:
+        limits = [float(x) for x in args.pipeline_limits.split(",") if x]
+    except ValueError:
+        limits = [0.0]
+    if args.runs < 0 or not args.time_limit > 0 or not args.held_limit >= 0 or \
+            any(not x > 2 * HEAD_SECONDS for x in limits):
+        print(f"error: --runs takes a count >= 0, --time-limit a positive number of seconds, "
+              f"--held-limit one >= 0 and --pipeline-limits a comma-separated list of seconds "
+              f"above {2 * HEAD_SECONDS:g}", file=sys.stderr)
         return 2
     instance = next(inst for label, cap, inst in reach_runs()
                     if (label, cap) == ("interleaved p8 m32", "1p"))
@@ -172,7 +214,7 @@ def main() -> int:
     lines = ["# Where the interleaved 1p gap lies", "",
              f"Written by `benchmarks/bench_ramp.py` (see its docstring). Command: `python "
              f"benchmarks/bench_ramp.py --runs {args.runs} --time-limit {args.time_limit:g} "
-             f"--held-limit {args.held_limit:g}` "
+             f"--held-limit {args.held_limit:g} --pipeline-limits {args.pipeline_limits}` "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, "
              f"{os.cpu_count()} cores, load average {load:.1f} at the start).", "",
              f"Instance: interleaved, 2 chunks, p=8, m=32, cap 1p, the 1.5B costs with per-chunk "
@@ -215,6 +257,20 @@ def main() -> int:
                           phases(instance, result.timeline), bound))
     if args.held_limit > 0:
         lines += held_rows(args.held_limit)
+    if limits:
+        lines += ["", f"## Held to {instance.devices} forwards ahead: m=32", "",
+                  f"The first table's instance. The policy search, the swap to "
+                  f"{instance.devices} ahead on every device, {HEAD_SECONDS:g} s on the head "
+                  f"(the passes starting in the first {HEAD[1]:.0%} of the span) and cpsat-lns "
+                  f"held to {instance.devices} ahead until the limit (module doc).", "",
+                  "| schedule | span | gap | critical device | idle before first B | middle | "
+                  "after last F | total idle | ahead |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for seconds in limits:
+            print(f"[bench_ramp] m=32 held pipeline, {seconds:g} s ...", file=sys.stderr,
+                  flush=True)
+            lines.append(_row(f"held pipeline, {seconds:g} s", phases(
+                instance, pipeline(instance, seconds)), bound))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

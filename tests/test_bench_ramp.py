@@ -16,7 +16,7 @@ from zbopt.registry import run
 from zbopt.schedule import Schedule, evaluate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_ramp import grid_by_ahead, lns_from, phases  # noqa: E402
+from bench_ramp import eight_ahead, grid_by_ahead, lns_from, phases  # noqa: E402
 
 
 @pytest.mark.parametrize("p,m,cap", [(2, 4, "1p"), (3, 6, "1p"), (3, 6, "2p"), (4, 8, "1p")])
@@ -76,3 +76,14 @@ def test_lns_from_a_start_held_to_p_ahead_keeps_it():
     held = lns_from(instance, start, 3, [((p, 0, "F"), (0, p, "F"))])
     assert held.fits_cap and held.span <= start.span + 1e-9
     assert held.start[(0, p, "F")] >= held.start[(p, 0, "F")]
+
+
+def test_eight_ahead_puts_each_device_s_later_first_forward_before_its_p_th_forward():
+    instance = Instance(devices=3, microbatches=6, t_f=3, t_b=4, t_w=2, comm=1, m_b=2, m_w=1,
+                        ).with_cap("1p").with_placement("interleaved", 2)
+    p = instance.devices
+    start = grid_by_ahead(instance)[p + 1]  # a grid point with a forward too many
+    swapped = eight_ahead(instance, start)
+    for d in range(p):
+        assert swapped.start[(p + d, 0, "F")] < swapped.start[(d, p, "F")]
+    assert phases(instance, swapped, 0)["ahead"] <= p < phases(instance, start, 0)["ahead"]

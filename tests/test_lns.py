@@ -166,3 +166,31 @@ def test_precede_rejects_unknown_passes_a_hint_against_it_and_no_hint(pairs, hin
         run_backend("cpsat-lns", scaled, objective="span", time_limit=1, threads=1,
                     hint=hint if hinted else None, horizon=value if hinted else None,
                     options={"precede": pairs})
+
+
+def test_a_sweep_given_as_an_option_is_the_one_swept():
+    from zbopt.solvers.lns import _State, _sweep_window
+
+    scaled, _, hint, value = _sequential_hint(INSTANCE)
+    cost = {q: int(scaled.cost(q[0], q[2])) for q in scaled.passes()}
+    state = _State(dict(hint), value, None)
+    first, end = min(hint.values()), max(hint[q] + cost[q] for q in hint)
+    chosen, before = _sweep_window(state, cost, 0, ((0.0, 0.3),))
+    assert before == first and chosen
+    assert all(hint[q] < first + 0.3 * (end - first) for q in chosen)
+    assert min(hint, key=hint.get) in chosen and max(hint, key=hint.get) not in chosen
+    raw = run_backend("cpsat-lns", scaled, objective="span", time_limit=3, threads=2, hint=hint,
+                      horizon=value, options={"full_share": 0, "sweep": [(0.0, 0.3)],
+                                              "sweep_seconds": 1.0})
+    assert raw.stats["sweep"] >= 1 and raw.objective <= value
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"sweep": [(0.5, 0.2)]}, "sweep"), ({"sweep": []}, "sweep"),
+    ({"sweep_seconds": 0}, "sweep_seconds"),
+])
+def test_bad_sweep_options_are_refused(options, message):
+    scaled, _, hint, value = _sequential_hint(INSTANCE)
+    with pytest.raises(ValueError, match=message):
+        run_backend("cpsat-lns", scaled, objective="span", time_limit=1, threads=1, hint=hint,
+                    horizon=value, options=options)

@@ -158,11 +158,11 @@ def _neighbourhood(instance: Instance, state: _State, cost, rng: random.Random,
     return _window(state, t0, t0 + length), int(t0)
 
 
-def _sweep_window(state: _State, cost, at: int) -> tuple[set[Pass], int]:
-    """The passes starting in SWEEP[at] of the incumbent's span, and the window's start (the
+def _sweep_window(state: _State, cost, at: int, sweep=SWEEP) -> tuple[set[Pass], int]:
+    """The passes starting in sweep[at] of the incumbent's span, and the window's start (the
     passes ending by then keep their start times)."""
     first, end = _extent(state, cost)
-    low, high = SWEEP[at]
+    low, high = sweep[at]
     before = int(first + low * (end - first))
     return _window(state, before, first + high * (end - first)), before
 
@@ -201,6 +201,18 @@ def _precedences(pairs, hint: dict[Pass, int]) -> tuple[tuple[Pass, Pass], ...]:
     return tuple(out)
 
 
+def _sweep_options(options) -> tuple[tuple[tuple[float, float], ...], float]:
+    """The "sweep" and "sweep_seconds" options, checked."""
+    sweep = tuple((float(low), float(high)) for low, high in options.get("sweep", SWEEP))
+    seconds = float(options.get("sweep_seconds", SWEEP_SECONDS))
+    if not sweep or any(not 0 <= low < high for low, high in sweep):
+        raise ValueError("sweep: give windows (start, end) with 0 <= start < end, as shares of "
+                         "the span")
+    if not seconds > 0:
+        raise ValueError("sweep_seconds: give a positive number of seconds")
+    return sweep, seconds
+
+
 def _hold(parts: ModelParts, precede) -> None:
     """b starts no earlier than a, for every pair (a, b) of the "precede" option."""
     for a, b in precede:
@@ -214,7 +226,9 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     Options: "seed" (neighbourhood choice), "full_share" (share of the time for the full
     model; 0 skips it, and no bound is proven), "precede" (pairs (a, b) of passes: every model
     starts b no earlier than a, so the search is held to such schedules; the hint must be one,
-    and no bound is reported, since the held problem's bound need not hold for the others)."""
+    and no bound is reported, since the held problem's bound need not hold for the others),
+    "sweep" (the sweep's windows as (start, end) shares of the span, SWEEP by default) and
+    "sweep_seconds" (each window's time, SWEEP_SECONDS by default)."""
     began = time.perf_counter()
     deadline = began + float(request.time_limit)
     instance, objective = request.instance, request.objective
@@ -231,6 +245,7 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     if symmetry and not respects_symmetry(instance, request.hint, cost):
         symmetry = False  # the incumbent must be a solution of every sub-model
     precede = _precedences(request.options.get("precede", ()), request.hint)
+    sweep, sweep_seconds = _sweep_options(request.options)
     parts = build_parts(instance, objective, None, symmetry, int(horizon), lower=request.lower)
     _hold(parts, precede)
     report = request.on_progress
@@ -276,12 +291,12 @@ def solve_lns(request: BackendRequest) -> BackendResult:
         if state.bound is not None and state.value <= state.bound:
             state.status = "optimal"
             break
-        sweeping = len(closed) < len(SWEEP) and fruitless < len(SWEEP)
+        sweeping = len(closed) < len(sweep) and fruitless < len(sweep)
         if sweeping:
             while at in closed:
-                at = (at + 1) % len(SWEEP)
-            chosen, before = _sweep_window(state, cost, at)
-            step = SWEEP_SECONDS
+                at = (at + 1) % len(sweep)
+            chosen, before = _sweep_window(state, cost, at, sweep)
+            step = sweep_seconds
         else:
             chosen, before = _neighbourhood(instance, state, cost, rng, free)
             step = STEP_SECONDS
@@ -316,12 +331,12 @@ def solve_lns(request: BackendRequest) -> BackendResult:
             else:
                 if code == cp_model.OPTIMAL:
                     closed.add(at)
-                at, fruitless = (at + 1) % len(SWEEP), fruitless + 1
+                at, fruitless = (at + 1) % len(sweep), fruitless + 1
             continue
         if gained:
             at, closed, fruitless = 0, set(), 0
         elif fruitless:
-            fruitless = (fruitless + 1) % (2 * len(SWEEP))  # back to the sweep after a round
+            fruitless = (fruitless + 1) % (2 * len(sweep))  # back to the sweep after a round
         # a neighbourhood solved to optimality is too easy: grow; one out of time: shrink
         if code == cp_model.OPTIMAL:
             free = min(MAX_FREE, len(cost), int(free * 1.3) + 1)
