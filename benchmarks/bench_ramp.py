@@ -64,6 +64,10 @@ from zbopt.solvers.api import (  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = (0.0, 0.3)  # the head neighbourhood of the m=32 pipeline, as shares of the span
 HEAD_SECONDS = 15.0
+# the tables of the m=32 instance
+HEADER = ["| schedule | span | gap | critical device | idle before first B | middle | "
+          "after last F | total idle | ahead |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
 
 def phases(instance: Instance, timeline: Timeline, device: Optional[int] = None) -> dict:
@@ -172,12 +176,17 @@ def eight_ahead(instance: Instance, timeline: Timeline) -> Timeline:
     return evaluate(instance, Schedule(tuple(tuple(order) for order in orders), "eight ahead"))
 
 
+def tuned_as_solve(instance: Instance, limit: float) -> Optional[Timeline]:
+    """The policy search as solve() runs it within a time limit of `limit` seconds."""
+    return policy_search.improve(instance, math.inf, time.perf_counter() + POLICY_SHARE * limit,
+                                 patience=POLICY_PATIENCE)
+
+
 def pipeline(instance: Instance, seconds: float) -> Timeline:
     """The m=32 pipeline of the module doc within `seconds`."""
     p = instance.devices
     began = time.perf_counter()
-    tuned = policy_search.improve(instance, math.inf, began + POLICY_SHARE * seconds,
-                                  patience=POLICY_PATIENCE)
+    tuned = tuned_as_solve(instance, seconds)
     pairs = [((p + d, 0, "F"), (d, p, "F")) for d in range(p)]
     headed = lns_from(instance, eight_ahead(instance, tuned), HEAD_SECONDS + 1, pairs,
                       sweep=[HEAD], sweep_seconds=HEAD_SECONDS)
@@ -224,10 +233,7 @@ def main() -> int:
              f"last F. Idle of the critical device (the one whose span is the schedule's), in "
              f"the instance's time units; `ahead` = forwards of its first stage before the first "
              f"forward of its later stage (with {instance.devices}, that forward can start as "
-             f"soon as it arrives).", "",
-             "| schedule | span | gap | critical device | idle before first B | middle | "
-             "after last F | total idle | ahead |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+             f"soon as it arrives).", "", *HEADER,
              f"| bound ({name}) | {bound:,.1f} | 0.000% | {critical} | {bound_ramp:,.1f} | 0.0 | "
              f"{bound_idle - bound_ramp:,.1f} | {bound_idle:,.1f} | - |"]
 
@@ -243,8 +249,7 @@ def main() -> int:
 
     print("[bench_ramp] the policy search ...", file=sys.stderr, flush=True)
     seconds = POLICY_SHARE * args.time_limit
-    tuned = policy_search.improve(instance, math.inf, time.perf_counter() + seconds,
-                                  patience=POLICY_PATIENCE)
+    tuned = tuned_as_solve(instance, args.time_limit)
     if tuned is not None:
         lines.append(_row(f"policy search ({seconds:g} s, as solve() runs it)",
                           phases(instance, tuned), bound))
@@ -263,9 +268,7 @@ def main() -> int:
                   f"{instance.devices} ahead on every device, {HEAD_SECONDS:g} s on the head "
                   f"(the passes starting in the first {HEAD[1]:.0%} of the span) and cpsat-lns "
                   f"held to {instance.devices} ahead until the limit (module doc).", "",
-                  "| schedule | span | gap | critical device | idle before first B | middle | "
-                  "after last F | total idle | ahead |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  *HEADER]
         for seconds in limits:
             print(f"[bench_ramp] m=32 held pipeline, {seconds:g} s ...", file=sys.stderr,
                   flush=True)
