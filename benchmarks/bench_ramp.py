@@ -102,7 +102,8 @@ def _row(label: str, parts: dict, bound: float) -> str:
 
 
 def grid_timelines(instance: Instance):
-    """Every point of interleaved-zb's grid whose schedule fits the cap, as a timeline."""
+    """Every point of interleaved-zb's grid() whose schedule fits the cap, as a timeline (the
+    grid these tables were measured on; interleaved_zb.sequenced() came later)."""
     top = _engine.Topology(instance)
     for policy in interleaved_zb.grid(instance):
         outcome = _engine.simulate(instance, policy, top, bound=math.inf)

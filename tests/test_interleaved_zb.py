@@ -1,5 +1,7 @@
 """interleaved-zb: the zero-bubble greedy over v chunks fits every cap that admits a schedule."""
 
+from contextlib import contextmanager
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -163,3 +165,69 @@ def test_refine_is_valid_within_the_cap_and_never_longer(instance):
     assert validate(instance, refined) == []
     after = evaluate(instance, refined)
     assert after.fits_cap and after.span <= evaluate(instance, start).span
+
+
+# ----- forwards in a fixed order of micro-batch groups (Policy.sequence) --------------------
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interleaved_instances(), st.integers(1, 5), st.integers(1, 5), st.booleans())
+def test_a_forward_sequence_is_the_order_of_every_devices_forwards(instance, first, size,
+                                                                   reserve_all):
+    from zbopt.heuristics import _engine
+    top = _engine.Topology(instance)
+    outcome = _engine.run(instance, instance.cap,
+                          _engine.Policy(reserve_all=reserve_all, sequence=(first, size)), top)
+    if outcome is None:
+        return  # stuck: the grid skips such a point
+    for d, order in enumerate(outcome.orders):
+        expected = [(s, top.mbs[s][k]) for s, k in _engine._forward_sequence(top, d, first, size)]
+        assert [(s, j) for s, j, kind in order if kind == "F"] == expected
+    schedule = Schedule(tuple(tuple((q,) for q in order) for order in outcome.orders))
+    assert validate(instance, schedule) == []
+    assert evaluate(instance, schedule).fits_cap
+
+
+def test_the_sequence_of_p_then_groups_of_two():
+    from zbopt.heuristics import _engine
+    instance = Instance(devices=2, microbatches=5, placement="interleaved", chunks=2)
+    top = _engine.Topology(instance)
+    # device 1 holds stages 1 and 3: micro-batches 0-1 through both, then 2-3, then 4
+    assert _engine._forward_sequence(top, 1, 2, 2) == [
+        (1, 0), (1, 1), (3, 0), (3, 1), (1, 2), (1, 3), (3, 2), (3, 3), (1, 4), (3, 4)]
+    with pytest.raises(ValueError, match="at least one micro-batch"):
+        _engine.run(instance, None, _engine.Policy(sequence=(2, 0)), top)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interleaved_instances())
+def test_the_sequenced_points_never_lengthen_interleaved_zb(instance):
+    with_them = evaluate(instance, interleaved_zb(instance)).span
+    with _grid_alone():
+        without = evaluate(instance, interleaved_zb(instance)).span
+    assert with_them <= without
+
+
+def test_at_1p_the_sequenced_points_win_and_run_p_forwards_ahead():
+    # Zero Bubble 1.5B costs, per chunk halved, p=8, m=16 at 1p: the first p forwards of the
+    # first chunk run before the later chunk's, the head of the lower bound's ramp
+    p = 8
+    instance = Instance(devices=p, microbatches=16, t_f=18513, t_b=18086, t_w=9331, comm=626,
+                        m_b=201216, m_w=73728, memory_cap="1p").with_placement("interleaved", 2)
+    timeline = evaluate(instance, interleaved_zb(instance))
+    with _grid_alone():
+        assert timeline.span < evaluate(instance, interleaved_zb(instance)).span
+    for d, order in enumerate(timeline.schedule.orders):
+        forwards = [q for (q,) in order if q[2] == "F"]
+        assert [q[:2] for q in forwards[:p]] == [(d, j) for j in range(p)]
+
+
+@contextmanager
+def _grid_alone():
+    """interleaved-zb without its sequenced points (its grid alone), within the block."""
+    from zbopt.heuristics import interleaved_zb as module
+    original = module.sequenced
+    module.sequenced = lambda instance: []
+    try:
+        yield
+    finally:
+        module.sequenced = original

@@ -67,6 +67,10 @@ class Policy:
     reserve_all: a micro-batch's first-chunk F reserves room for its later chunks' F on the
         device for every micro-batch started there (else: room for one, which lets about twice
         as many micro-batches be in flight on V at the same cap).
+    sequence: (first, size): on a device with several stages, forwards run in a fixed order,
+        the first `first` micro-batches through each of its stages in chain order, then groups
+        of `size` (Megatron's interleaved order is (p, p)); the device waits for the next one
+        of that order rather than run another. None: the earliest ready micro-batch first.
 
     b_first, w_fill, late_chunk_first and reserve_all take one value for every device or a
     tuple of one per device (zbopt.heuristics.policy_search tunes them device by device).
@@ -77,6 +81,26 @@ class Policy:
     inflight: tuple[int, ...] | None = None
     late_chunk_first: bool | tuple[bool, ...] = True
     reserve_all: bool | tuple[bool, ...] = True
+    sequence: tuple[int, int] | None = None
+
+
+def _forward_sequence(top: "Topology", device: int, first: int, size: int) -> list[tuple[int, int]]:
+    """The device's forwards as (stage, index among the stage's micro-batches) in the order of
+    Policy.sequence: the first `first` micro-batches through each of its stages in chain order,
+    then groups of `size`."""
+    stages = top.dev_stages[device]
+    if first < 1 or size < 1:
+        raise ValueError(f"a forward sequence takes groups of at least one micro-batch, got "
+                         f"({first}, {size})")
+    count = len(top.mbs[stages[0]])
+    if any(top.mbs[s] != top.mbs[stages[0]] for s in stages):
+        raise ValueError("a forward sequence needs the same micro-batches on every stage of "
+                         "a device")
+    order, at, group = [], 0, first
+    while at < count:
+        order.extend((s, k) for s in stages for k in range(at, min(count, at + group)))
+        at, group = at + group, size
+    return order
 
 
 def _per_device(value, p: int) -> list:
@@ -220,6 +244,10 @@ class _Greedy:
         self.seq = itertools.count()
         self.fixed = [deque(o) for o in fixed] if fixed is not None else None
         self.inflight = policy.inflight
+        # with a forward sequence: per device, its forwards in order, and how many have run
+        self.sequence = None if policy.sequence is None else \
+            [_forward_sequence(top, d, *policy.sequence) for d in range(p)]
+        self.sequenced = [0] * p
 
     def go(self) -> Outcome | None:
         top, pol = self.top, self.policy
@@ -236,6 +264,7 @@ class _Greedy:
         nxt_stage, prv_stage, device, mbs = top.next, top.prev, top.device, top.mbs
         lag_next, lag_prev = top.lag_next, top.lag_prev
         inflight = self.inflight
+        sequence, sequenced = self.sequence, self.sequenced
         dev_stages = top.dev_stages
         # every choice per device (a policy gives one value, or a tuple of one per device)
         reserve_all = _per_device(pol.reserve_all, p)
@@ -292,7 +321,7 @@ class _Greedy:
                     elif a < next_arrival:
                         next_arrival = a
                 k = nf[s]
-                if k < n[s]:
+                if k < n[s] and (sequence is None or sequence[d][sequenced[d]] == (s, k)):
                     a = f_arr[s][k]
                     if a is None:
                         a = t + tf[prv_stage[s]] + lag_prev[s] + eps2
@@ -352,6 +381,7 @@ class _Greedy:
                     if reserve_all[d]:
                         reserve[d] += later[s] if first_on_device[s] else -mb_[s]
                     nf[s] += 1
+                    sequenced[d] += 1
                 elif kind == "B":
                     cost = tb[s]
                     level[d] += d_b[s]

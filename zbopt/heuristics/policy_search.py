@@ -10,7 +10,9 @@ to three coordinates at a time (a device's W rule, a stage's in-flight limit by 
 F first; on several chunks per device also which chunk goes first and how much room a started
 micro-batch reserves), keeping a mutation when the span does not grow (sideways moves let it
 cross plateaus); a climb that stalls restarts from the grid's next point or from a kick of the
-best found. The simulator's estimate ranks candidates (it is exact for the orders it produces);
+best found. On interleaved placements the grid also holds interleaved_zb.sequenced(), points
+whose forwards follow a fixed order of micro-batch groups (kept while the other coordinates
+mutate). The simulator's estimate ranks candidates (it is exact for the orders it produces);
 the result is judged by evaluate().
 
 Users: `zbopt plan` (zbopt.plan.search) on its most promising splits, and `solve` on
@@ -59,7 +61,8 @@ def _limits(instance: Instance) -> tuple[int, ...]:
 
 def _grid(instance: Instance) -> list[Policy]:
     if instance.placement == "interleaved":
-        return budgeted(interleaved_zb.grid(instance), instance.num_passes)
+        return budgeted(interleaved_zb.grid(instance), instance.num_passes) + \
+            interleaved_zb.sequenced(instance)
     if instance.placement == "v":
         return budgeted(v_greedy.grid(instance), instance.num_passes)
     return zb_greedy.wave_policies(instance) + budgeted(zb_greedy.grid(instance),
