@@ -23,7 +23,8 @@ def register(sub) -> None:
     parser = sub.add_parser("solve", help="find an optimal schedule with an exact solver")
     add_instance_arguments(parser)
     parser.add_argument("--solver", default="cpsat",
-                        help="solver backend (default cpsat; `zbopt methods` lists them)")
+                        help="solver backend (default cpsat; cpsat-lns reaches further on "
+                             "large interleaved instances; `zbopt methods` lists them)")
     parser.add_argument("--objective", default="span", choices=("span", "makespan"),
                         help="span (default, the Zero Bubble paper's cost) or makespan")
     parser.add_argument("--time-limit", type=positive_seconds, default=60.0, metavar="S",

@@ -17,10 +17,11 @@ gain; from then on random neighbourhoods, until one gains. On tight caps the dra
 where the greedy warm starts lose most, and the tail alone stalls: interleaved p=8, m=32 at 1p,
 from the policy search's 1,580,759, 40 s of the tail and the head in turn reached 1,571,547
 (three seeds), where a window ending before the tail let the tail gain again. solve() there,
-60 s (results/solver.md, spread): a median of 1,570,921 in ten runs, five of them within 1% of
-the bound, 1,567,363 at best (before, the tail and the head in turn, with 40% of the limit for
-the policy search and 30% for the full model: a median of 1,575,084.5 in six runs, 1,572,650 at
-best); 300 s: 1,563,468 (before: 1,567,129.5).
+60 s, from the policy search's grid before its sequenced points: a median of 1,570,921 in ten
+runs, five of them within 1% of the bound, 1,567,363 at best (before, the tail and the head in
+turn, with 40% of the limit for the policy search and 30% for the full model: a median of
+1,575,084.5 in six runs, 1,572,650 at best); 300 s: 1,563,468 (before: 1,567,129.5). With the
+sequenced points (docs/model.md) the same sweep gives what results/solver.md's spread shows.
 Each sub-model is the full model plus those precedences, so what it finds is a valid schedule
 of the whole instance; a better one becomes the incumbent. Neighbourhoods grow after a
 sub-model is solved to optimality and shrink after one runs out of time.
