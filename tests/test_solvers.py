@@ -324,6 +324,36 @@ def test_cli_json_has_the_documented_keys(tmp_path, capsys):
     assert data["gain"] == pytest.approx(data["best_heuristic_objective"] - data["objective"])
 
 
+def test_auto_runs_cpsat_lns_only_on_large_interleaved_and_v_instances():
+    from zbopt.solvers import LNS_FROM_PASSES, default_solver
+    base = Instance(devices=8, microbatches=32, t_f=4, t_b=4, t_w=2, comm=1, m_b=2, m_w=1)
+    assert base.num_passes < LNS_FROM_PASSES <= base.with_placement("v").num_passes
+    assert default_solver(base) == "cpsat"  # contiguous: cpsat is measured better there
+    assert default_solver(base.with_placement("v")) == "cpsat-lns"
+    assert default_solver(base.with_placement("interleaved", 2)) == "cpsat-lns"
+    small = Instance(devices=4, microbatches=8).with_placement("interleaved", 2)
+    assert default_solver(small) == "cpsat"
+
+
+def test_cli_solver_auto_is_the_default_and_resolves_per_instance(tmp_path, capsys):
+    assert main(["solve", _instance_file(tmp_path), "--time-limit", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["solver"] == "cpsat"
+    large = Instance(devices=8, microbatches=32, t_f=4, t_b=4, t_w=2, comm=1, m_b=2, m_w=1,
+                     memory_cap="1p").with_placement("interleaved", 2)
+    (tmp_path / "large").mkdir()
+    code = main(["solve", _instance_file(tmp_path / "large", large), "--time-limit", "4",
+                 "--json"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["solver"] == "cpsat-lns" and data["objective"] is not None
+
+
+def test_cli_an_unknown_solver_is_one_line_and_exit_2(tmp_path, capsys):
+    code = main(["solve", _instance_file(tmp_path), "--solver", "nope"])
+    err = capsys.readouterr().err
+    assert code == 2 and "nope" in err and len(err.strip().splitlines()) == 1
+
+
 def test_cli_prints_status_bound_and_gain(tmp_path, capsys):
     code = main(["solve", _instance_file(tmp_path), "--mem", "2p", "--time-limit", "10"])
     out = capsys.readouterr().out

@@ -89,6 +89,24 @@ def _even_partition(data: dict, path: Path) -> Instance:
 
 # ----- argument types (a bad value is one line and exit 2 through the parser) --------------------
 
+SOLVER_HELP = ("solver backend: auto (default: cpsat-lns on interleaved and V instances of "
+               "1,000 passes or more, else cpsat) or a name `zbopt methods` lists")
+
+
+def check_solver(name: str) -> None:
+    """An unknown --solver is refused before any work."""
+    from ..registry import get_method
+    from ..solvers import AUTO
+    if name != AUTO:
+        get_method(name, "solver")
+
+
+def solver_for(name: str, instance: Instance) -> str:
+    """--solver, with auto resolved for `instance` (zbopt.solvers.default_solver)."""
+    from ..solvers import AUTO, default_solver
+    return default_solver(instance) if name == AUTO else name
+
+
 def positive_seconds(text: str) -> float:
     try:
         value = float(text)

@@ -6,8 +6,10 @@ from rich.table import Table
 
 from ..errors import ZboptError
 from ._common import (
+    SOLVER_HELP,
     add_instance_arguments,
     add_progress_arguments,
+    check_solver,
     chunk_count,
     console,
     fmt,
@@ -16,6 +18,7 @@ from ._common import (
     positive_seconds,
     print_json,
     progress,
+    solver_for,
 )
 
 LEGEND = ("span: last end - first start, the longest device's; bubble rate: (span - ideal) / "
@@ -43,8 +46,7 @@ def add_method_arguments(parser) -> None:
                         help="chunks per device (2 or more) when re-placing for interleaved "
                              "families")
     parser.add_argument("--solve", action="store_true", help="add an exact solver's row")
-    parser.add_argument("--solver", default="cpsat",
-                        help="solver backend with --solve (default cpsat; `zbopt methods` lists them)")
+    parser.add_argument("--solver", default="auto", help=f"with --solve, the {SOLVER_HELP}")
     parser.add_argument("--objective", default="span", choices=("span", "makespan"))
     parser.add_argument("--time-limit", type=positive_seconds, default=60.0, help="solver seconds")
     parser.add_argument("--threads", type=positive_int, default=2, help="solver threads")
@@ -55,9 +57,9 @@ def add_method_arguments(parser) -> None:
 
 def method_names(args) -> list[str]:
     """The methods to run, every name checked (before any work)."""
-    from ..registry import get_method, methods
+    from ..registry import methods
     if args.solve:
-        get_method(args.solver, "solver")
+        check_solver(args.solver)
     if not args.methods:
         return list(methods("schedule"))
     names = [n.strip() for n in args.methods.split(",") if n.strip()]
@@ -99,6 +101,7 @@ def _solve(instance, args, callback):
 def run(args) -> int:
     instance = load(args)
     names = method_names(args)
+    args.solver = solver_for(args.solver, instance)
     plot_dir = None
     if args.plot:  # before any work: a chart that exists is refused now, not after the solve
         from ..report.gantt import check_plot_dir

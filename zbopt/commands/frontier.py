@@ -7,15 +7,18 @@ import json
 from rich.table import Table
 
 from ._common import (
+    SOLVER_HELP,
     add_instance_arguments,
     add_progress_arguments,
     check_output_dir,
+    check_solver,
     console,
     load,
     positive_int,
     positive_seconds,
     print_json,
     progress,
+    solver_for,
 )
 
 
@@ -27,8 +30,7 @@ def register(sub) -> None:
     add_instance_arguments(parser, mem=False)  # the caps come from --caps
     parser.add_argument("--caps", default="1p:3p:0.25p",
                         help="START:STOP:STEP or a comma list (default 1p:3p:0.25p)")
-    parser.add_argument("--solver", default="cpsat",
-                        help="solver backend (default cpsat; `zbopt methods` lists them)")
+    parser.add_argument("--solver", default="auto", help=SOLVER_HELP)
     parser.add_argument("--time-limit", type=positive_seconds, default=30.0,
                         help="solver seconds per cap")
     parser.add_argument("--threads", type=positive_int, default=1, help="solver threads")
@@ -51,9 +53,9 @@ def run(args) -> int:
         parse_caps,
         plot_frontier,
     )
-    from ..registry import get_method
-    get_method(args.solver, "solver")
+    check_solver(args.solver)
     instance = load(args)
+    args.solver = solver_for(args.solver, instance)
     caps = parse_caps(args.caps)
     capped_instances(instance, caps)  # every cap checked before any solving
     name = instance.name or "instance"

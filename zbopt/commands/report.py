@@ -5,7 +5,14 @@ The comparison table, the instance, the charts and an interactive timeline per m
 
 from __future__ import annotations
 
-from ._common import add_instance_arguments, add_progress_arguments, check_output, load, progress
+from ._common import (
+    add_instance_arguments,
+    add_progress_arguments,
+    check_output,
+    load,
+    progress,
+    solver_for,
+)
 from .compare import add_method_arguments, method_names, rows_for
 
 
@@ -25,6 +32,7 @@ def run(args) -> int:
     out = check_output(args.out, args.force, (".html", ".htm"), "report")
     method_names(args)
     instance = load(args)
+    args.solver = solver_for(args.solver, instance)
     from ..report.html import write_report
     with progress(args) as report:
         rows = rows_for(instance, args, report)  # the same rows as `zbopt compare`

@@ -6,9 +6,11 @@ import sys
 
 from ..errors import ZboptError
 from ._common import (
+    SOLVER_HELP,
     add_instance_arguments,
     add_progress_arguments,
     check_output,
+    check_solver,
     console,
     fmt,
     load_with_schedule,
@@ -16,15 +18,14 @@ from ._common import (
     positive_seconds,
     print_json,
     progress,
+    solver_for,
 )
 
 
 def register(sub) -> None:
     parser = sub.add_parser("solve", help="find an optimal schedule with an exact solver")
     add_instance_arguments(parser)
-    parser.add_argument("--solver", default="cpsat",
-                        help="solver backend (default cpsat; cpsat-lns reaches further on "
-                             "large interleaved instances; `zbopt methods` lists them)")
+    parser.add_argument("--solver", default="auto", help=SOLVER_HELP)
     parser.add_argument("--objective", default="span", choices=("span", "makespan"),
                         help="span (default, the Zero Bubble paper's cost) or makespan")
     parser.add_argument("--time-limit", type=positive_seconds, default=60.0, metavar="S",
@@ -68,12 +69,12 @@ def _fitting(schedule, instance, source):
 
 
 def run(args) -> int:
-    from ..registry import get_method
     from ..registry import run as run_method
-    get_method(args.solver, "solver")  # an unknown solver is refused before any work
+    check_solver(args.solver)  # an unknown solver is refused before any work
     if args.out:  # before spending the time limit
         check_output(args.out, args.force, (".json",), "schedule file")
     instance, stored = load_with_schedule(args)
+    args.solver = solver_for(args.solver, instance)
     # a schedule or plan file's own schedule is a candidate warm start, if it fits the cap
     # (which --mem may have tightened)
     warm = False if args.no_warm_start else (_fitting(stored, instance, args.instance) or True)
