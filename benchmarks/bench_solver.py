@@ -43,7 +43,7 @@ from importlib import metadata
 from pathlib import Path
 
 from zbopt.instance import Instance, load_instance
-from zbopt.solvers import solve
+from zbopt.solvers import default_solver, solve
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("p8", "p16", "paper", "milp", "reach", "long", "spread")
@@ -321,9 +321,17 @@ def _reach_table(rows: list[dict]) -> list[str]:
                    f"| {gap} | {_num(r.get('wall', ''), '{:.1f}')} | {_num(r['time_limit'])} "
                    f"| {_num(r.get('load', ''), '{:.1f}')} | {r.get('proved_by') or '-'} | {heur} "
                    f"| {r.get('peer') or '-'} |")
-    met = sum(1 for r in rows if r["gap"] != "" and float(r["gap"]) <= _reach_target(r["instance"])
-              + 1e-12 and r.get("wall") not in ("", None) and float(r["wall"]) <= 75)
-    out += ["", f"Targets met on {met} of {len(rows)} rows. Every row's span is at most its best "
+    def meets(r: dict) -> bool:
+        return r["gap"] != "" and float(r["gap"]) <= _reach_target(r["instance"]) + 1e-12 \
+            and r.get("wall") not in ("", None) and float(r["wall"]) <= 75
+
+    # the rows of the solver the commands run by default (--solver auto) on each instance
+    auto = {(label, cap): default_solver(instance) for label, cap, instance in reach_runs()}
+    chosen = [r for r in rows if auto.get((r["instance"], r["cap"])) == r["solver"]]
+    out += ["", f"Targets met on {sum(map(meets, rows))} of {len(rows)} rows; with the solver the "
+                f"commands run by default (`--solver auto`: cpsat-lns on interleaved and V from "
+                f"1,000 passes, cpsat otherwise) on {sum(map(meets, chosen))} of {len(chosen)} "
+                f"instances. Every row's span is at most its best "
                 "heuristic's and its status follows its bound (optimal exactly when the span "
                 "equals it). The earlier zbopt figures are the issue's (paper settings: a 120 s "
                 "limit then); the authors' CBC ILP was only run on p=4..8, m=12..24."]
