@@ -36,6 +36,13 @@ from .zb_greedy import SIMULATION_BUDGET
 # In-flight limits per stage, as multiples of the stages from s to the chain's end (1F1B's
 # limit on one chunk); the best first, as they won on the 1.5B settings at 1p and 2p.
 INFLIGHT = (2, 1, None)
+# (B first, W fill) in the order the grids try them: B after F with W filling gaps first
+POINTS = ((False, "gap"),) + tuple(x for x in PRIORITY if x != (False, "gap"))
+
+
+def _inflight(stages: int, factor: int | None) -> tuple[int, ...] | None:
+    """The in-flight limit per stage for one factor of INFLIGHT (None: memory only)."""
+    return None if factor is None else tuple(factor * (stages - s) for s in range(stages))
 
 
 def group_sizes(p: int) -> range:
@@ -47,11 +54,10 @@ def grid(instance: Instance) -> list[_engine.Policy]:
     """In-flight limit x (B first, W fill) x room reserved (the later chunk's ready pass
     first: the earlier chunk first never won there)."""
     stages = instance.num_stages
-    points = [(False, "gap")] + [x for x in PRIORITY if x != (False, "gap")]
     policies = []
     for factor in INFLIGHT:
-        limit = None if factor is None else tuple(factor * (stages - s) for s in range(stages))
-        for b_first, w_fill in points:
+        limit = _inflight(stages, factor)
+        for b_first, w_fill in POINTS:
             for reserve_all in (False, True):
                 policies.append(_engine.Policy(b_first=b_first, w_fill=w_fill, inflight=limit,
                                                reserve_all=reserve_all))
@@ -74,13 +80,12 @@ def sequenced(instance: Instance) -> list[_engine.Policy]:
     of grid(): the first p forwards of the first chunk ahead of the later chunk's is the head
     of the lower bound's ramp, and groups of about p/2 micro-batches keep a device's activations
     under the cap in the steady state. The policy search starts from them too."""
-    p, stages = instance.devices, instance.num_stages
-    points = [(False, "gap")] + [x for x in PRIORITY if x != (False, "gap")]
+    p = instance.devices
     policies = []
-    limits = [tuple(factor * (stages - s) for s in range(stages)) for factor in INFLIGHT[:2]]
+    limits = [_inflight(instance.num_stages, factor) for factor in INFLIGHT[:2]]
     # the (B first, W fill) choice outermost: a budget that keeps a prefix keeps every group
     # size and limit of the first choices
-    for b_first, w_fill in points:
+    for b_first, w_fill in POINTS:
         for limit in limits:
             for size in group_sizes(p):
                 policies.append(_engine.Policy(b_first=b_first, w_fill=w_fill, inflight=limit,
