@@ -231,3 +231,26 @@ def _grid_alone():
         yield
     finally:
         module.sequenced = original
+
+
+def test_the_two_pools_share_one_refinement_allowance(monkeypatch):
+    # interleaved-zb refines its grid and its sequenced points apart; each gets half the
+    # local search's re-timings one refine_best() gets alone, so the two cost what one did
+    from zbopt.heuristics import refine as module
+    given = []
+    original = module.local_search.Allowance
+
+    class Recorded(original):
+        def __init__(self, retimes):
+            given.append(retimes)
+            super().__init__(retimes)
+
+    monkeypatch.setattr(module.local_search, "Allowance", Recorded)
+    instance = Instance(devices=4, microbatches=8, t_f=18513, t_b=18086, t_w=9331, comm=626,
+                        m_b=201216, m_w=73728, memory_cap="1p").with_placement("interleaved", 2)
+    full = min(module.MOST, module.TOTAL // instance.num_passes)
+    interleaved_zb(instance)
+    assert given == [full // 2, full // 2]
+    given.clear()
+    interleaved_zb_1p(instance)
+    assert given == [full // 2, full // 2]

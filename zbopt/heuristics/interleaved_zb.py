@@ -36,6 +36,9 @@ from .zb_greedy import SIMULATION_BUDGET
 # In-flight limits per stage, as multiples of the stages from s to the chain's end (1F1B's
 # limit on one chunk); the best first, as they won on the 1.5B settings at 1p and 2p.
 INFLIGHT = (2, 1, None)
+# each of the two pools (grid, sequenced) gets this share of one refinement's local-search
+# re-timings, so that together they search as long as one pool did
+POOL_SHARE = 0.5
 # (B first, W fill) in the order the grids try them: B after F with W filling gaps first
 POINTS = ((False, "gap"),) + tuple(x for x in PRIORITY if x != (False, "gap"))
 
@@ -119,13 +122,15 @@ def interleaved_schedule(instance: Instance, method: str) -> Schedule:
             policies = policies[:max(MIN_POLICIES, SIMULATION_BUDGET // instance.num_passes)]
         return [lambda pol=pol: _engine.run(instance, instance.cap, pol, top) for pol in policies]
 
-    best = refine_best(instance, candidates(grid(instance)), method, needed)
     if instance.num_passes >= LARGE:
-        return best  # a second pool would double the runtime where compare must stay fast
+        # a second pool would double the runtime where compare must stay fast
+        return refine_best(instance, candidates(grid(instance)), method, needed)
+    best = refine_best(instance, candidates(grid(instance)), method, needed, share=POOL_SHARE)
     # the sequenced points are refined apart: in one pool their estimates can push a point
     # that refines shorter out of the finalists (p=4, m=8 at 2p), so each pool's best is kept
     try:
-        other = refine_best(instance, candidates(sequenced(instance)), method, needed)
+        other = refine_best(instance, candidates(sequenced(instance)), method, needed,
+                            share=POOL_SHARE)
     except ZboptError:
         return best  # every sequenced point got stuck (the next forward never fit)
     return min((best, other), key=lambda schedule: evaluate(instance, schedule).span)
