@@ -32,8 +32,13 @@ def place_sinks(instance: Instance, orders: Sequence[Sequence[Pass]],
     links = neighbours(instance)
     prev = links[0]
 
-    def dep_of(q: Pass) -> Pass | None:  # a single pass waits for at most one
-        return next(iter(dependencies(instance, q, links)), None)
+    # a single pass waits for at most one other, plus the lag between their stages; looked up
+    # once per pass, since the simulation asks again at every wake-up
+    waits_for: dict[Pass, tuple[Pass | None, float]] = {}
+    for order in orders:
+        for q in order:
+            k = next(iter(dependencies(instance, q, links)), None)
+            waits_for[q] = (k, stage_lag(instance, k[0], q[0]) if k is not None else 0.0)
 
     def is_sink(q: Pass) -> bool:
         return q[2] == "W" or (q[2] == "B" and q[0] not in prev)
@@ -58,10 +63,11 @@ def place_sinks(instance: Instance, orders: Sequence[Sequence[Pass]],
             heapq.heappush(heap, (t, d))
 
     def arrival(q: Pass) -> float | None:
-        k = dep_of(q)
+        k, lag = waits_for[q]
         if k is None:
             return 0.0
-        return end[k] + stage_lag(instance, k[0], q[0]) if k in end else None
+        finish = end.get(k)
+        return None if finish is None else finish + lag
 
     def ready_sink(d: int, t: float) -> Pass | None:
         for q in sinks[d][:SCAN]:
@@ -86,8 +92,8 @@ def place_sinks(instance: Instance, orders: Sequence[Sequence[Pass]],
             if a > t + _EPS:
                 wake(a, d)
         else:
-            k = dep_of(q)
-            waiting.setdefault(k, []).append((d, stage_lag(instance, k[0], q[0])))
+            k, lag = waits_for[q]
+            waiting.setdefault(k, []).append((d, lag))
 
     while heap:
         t, d = heapq.heappop(heap)
@@ -121,9 +127,8 @@ def place_sinks(instance: Instance, orders: Sequence[Sequence[Pass]],
             run(d, t, q)
             continue
         if sink is not None:
-            k = dep_of(q)
-            gap = a - t if a is not None else instance.cost(k[0], k[2]) + \
-                stage_lag(instance, k[0], q[0])
+            k, lag = waits_for[q]
+            gap = a - t if a is not None else instance.cost(k[0], k[2]) + lag
             if gap >= thresholds[d] * instance.cost(sink[0], sink[2]) - _EPS:
                 sinks[d].remove(sink)
                 run(d, t, sink)
