@@ -25,7 +25,11 @@ holding K is the pacing device):
   window's optimum over its last K micro-batches. This relaxation holds for any in-order
   schedule, so where its increment exceeds the collision bound's, the bound is the weak side by
   the difference per K; what it does not say is how to prove it for all m micro-batches, which
-  CP-SAT does not within minutes.
+  CP-SAT does not within minutes;
+- "F/B bound of the split": what CP-SAT proves of the window of all m micro-batches in
+  --whole-limit seconds, the proven windows as cuts, plus the forwards from device 0 to the
+  pacing device and the backwards back and device 0's last W (whole_bound): a lower bound on
+  the split's span (in-order schedules), next to the plan's bound over all splits.
 A periodic schedule is one schedule among many, so its period is not a bound; but when the
 solver's schedules already run at it in their steady state while the bound charges less per
 period, the bound is the side to strengthen. The pattern expanded to m micro-batches (each
@@ -244,10 +248,11 @@ def window_optimum(instance: Instance, e: int, last: int, time_limit: float,
 
 def window_increment(instance: Instance, e: int, k: int, window_limit: float, budget: float,
                      log) -> tuple[int, float]:
-    """(L, increment): windows 0..n solved one after the other (window_optimum, each with the
-    ones before as cuts) until one is not proven or `budget` seconds are spent; L is the last
-    micro-batch of the longest proven window (-1 if none) and the increment the growth of its
-    optimum over its last K micro-batches (nan when no window of K + 1 is proven)."""
+    """(L, increment, known): windows 0..n solved one after the other (window_optimum, each
+    with the ones before as cuts) until one is not proven or `budget` seconds are spent; L is
+    the last micro-batch of the longest proven window (-1 if none), the increment the growth of
+    its optimum over its last K micro-batches (nan when no window of K + 1 is proven) and known
+    the proven optima by last micro-batch."""
     known: dict[int, float] = {}
     stop = time.perf_counter() + budget
     last = -1
@@ -260,8 +265,20 @@ def window_increment(instance: Instance, e: int, k: int, window_limit: float, bu
         known[last] = value
         log(f"window {last + 1}: {value:,.0f}")
     if last < k:
-        return last, math.nan
-    return last, known[last] - known[last - k]
+        return last, math.nan, known
+    return last, known[last] - known[last - k], known
+
+
+def whole_bound(instance: Instance, e: int, known: dict, time_limit: float) -> float:
+    """A lower bound on the split's span from the F/B relaxation of all m micro-batches: the
+    least window from F(e, 0) to the end of B(e, m - 1) as CP-SAT bounds it in `time_limit`
+    (window_optimum, the proven shorter windows `known` as cuts), plus the forwards from device
+    0 to e before it and, after it, the backwards from e to device 0 and t_w(0) (device 0's
+    first pass is F(0, 0) and its last W follows B(0, m - 1); contiguous, one stage a device)."""
+    _, window = window_optimum(instance, e, instance.microbatches - 1, time_limit, known)
+    head = sum(instance.t_f[d] for d in range(e)) + e * instance.comm
+    tail = sum(instance.t_b[d] for d in range(e)) + e * instance.comm + instance.t_w[0]
+    return head + window + tail
 
 
 def _plan_rows() -> list[dict]:
@@ -285,6 +302,8 @@ def main() -> int:
     parser.add_argument("--caps", default="tight")
     parser.add_argument("--window-limit", type=float, default=60.0)
     parser.add_argument("--window-budget", type=float, default=300.0)
+    parser.add_argument("--whole-limit", type=float, default=120.0,
+                        help="CP-SAT seconds for the window of all m micro-batches")
     parser.add_argument("--out", default=str(ROOT / "results" / "steady.md"))
     args = parser.parse_args()
     caps = args.caps.split(",")
@@ -303,7 +322,7 @@ def main() -> int:
              f"Written by `benchmarks/bench_steady.py` (see its docstring). Command: `python "
              f"benchmarks/bench_steady.py --probe-limit {args.probe_limit:g} --solve-limit "
              f"{args.solve_limit:g} --window-limit {args.window_limit:g} --window-budget "
-             f"{args.window_budget:g} --caps {args.caps}` "
+             f"{args.window_budget:g} --whole-limit {args.whole_limit:g} --caps {args.caps}` "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, "
              f"{os.cpu_count()} cores, load average {load:.1f} at the start; CP-SAT 2 threads).", "",
              "Splits, spans and bounds of the plan are those of results/plan.md. The periodic span "
@@ -311,10 +330,10 @@ def main() -> int:
              "not polished). Times in us.", "",
              "| model | cap | split | K | least K-periodic period | per micro-batch | "
              "none with period | collision bound increment per K | period / increment | "
-             "F/B windows proven | F/B window increment per K | "
+             "F/B windows proven | F/B window increment per K | F/B bound of the split | "
              "solver's steady time per K | solver's span | periodic span | plan span | plan bound | "
              "plan gap |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         vocab = 32000 if "v32k" in row["model"] else 128256
         model = estimated(LLAMA3_8B, vocab, 8, 32)
@@ -339,9 +358,10 @@ def main() -> int:
         full = collision_bound(instance, now + 60, math.inf)
         shorter = collision_bound(dataclasses.replace(instance, microbatches=m - k),
                                   time.perf_counter() + 60, math.inf)
-        proven, step = window_increment(
+        proven, step, known = window_increment(
             instance, pacing, k, args.window_limit, args.window_budget,
             lambda msg: print(f"[bench_steady]   {msg}", file=sys.stderr, flush=True))
+        whole = whole_bound(instance, pacing, known, args.whole_limit)
         period = found["period"] / SCALE
         increment = full - shorter
         below = found["proven_below"]
@@ -350,7 +370,7 @@ def main() -> int:
             f"{period:,.0f} | {period / k:,.0f} | "
             f"{'-' if below is None else f'{below / SCALE:,.0f} (proven)'} | {increment:,.0f} | "
             f"{period / increment:.3f} | {proven + 1} | "
-            f"{'-' if math.isnan(step) else f'{step:,.0f}'} | "
+            f"{'-' if math.isnan(step) else f'{step:,.0f}'} | {whole:,.0f} | "
             f"{'-' if math.isnan(rate) else f'{rate:,.0f}'} | "
             f"{solved.span:,.0f} | {timeline.span:,.0f} | "
             f"{row['span']:,.0f} | "

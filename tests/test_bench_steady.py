@@ -14,7 +14,7 @@ from zbopt.registry import run
 from zbopt.schedule import evaluate, validate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_steady import SCALE, expand, periodic_pattern, steady_rate, window_optimum  # noqa: E402
+from bench_steady import SCALE, expand, periodic_pattern, steady_rate, whole_bound, window_increment, window_optimum  # noqa: E402
 
 
 def _check_expanded(instance: Instance, times: dict, k: int, period: int) -> None:
@@ -74,6 +74,23 @@ def test_steady_rate_of_1f1b_is_the_device_load():
     assert steady_rate(timeline, 0, 2) == pytest.approx(2 * (2 + 3 + 1))
     short = Instance(devices=3, microbatches=8, t_f=2, t_b=3, t_w=1)
     assert math.isnan(steady_rate(evaluate(short, run("1f1b", short).schedule), 0, 2))
+
+
+@pytest.mark.parametrize("cap", [None, 5.0])
+def test_the_split_bound_of_the_fb_relaxation_holds_and_is_exact_here(cap):
+    """The F/B relaxation of all m micro-batches, seen from any device, plus the paths to and
+    from device 0 and its last W, never exceeds the span CP-SAT proves optimal; on this instance
+    (two activations a device at cap 5) it meets it, so a missing or doubled path would show."""
+    from zbopt.solvers import solve
+    instance = Instance(devices=3, microbatches=5, t_f=[100, 200, 150], t_b=[200, 100, 300],
+                        t_w=[100, 50, 100], comm=10, m_b=2, m_w=1, memory_cap=cap)
+    result = solve(instance, time_limit=20)
+    assert result.status == "optimal"
+    for e in range(instance.devices):
+        _, _, known = window_increment(instance, e, 1, 10, 20, lambda msg: None)
+        value = whole_bound(instance, e, known, 10)
+        assert value <= result.span + 1e-6
+        assert value == pytest.approx(result.span)
 
 
 def test_unknown_cap_names_the_caps(capsys, monkeypatch):
