@@ -247,7 +247,7 @@ def window_optimum(instance: Instance, e: int, last: int, time_limit: float,
 
 
 def window_increment(instance: Instance, e: int, k: int, window_limit: float, budget: float,
-                     log) -> tuple[int, float]:
+                     log) -> tuple[int, float, dict]:
     """(L, increment, known): windows 0..n solved one after the other (window_optimum, each
     with the ones before as cuts) until one is not proven or `budget` seconds are spent; L is
     the last micro-batch of the longest proven window (-1 if none), the increment the growth of
