@@ -26,10 +26,10 @@ from .. import bounds
 from ..errors import ZboptError
 from ..instance import Instance
 from ..registry import register
-from ..schedule import Schedule, evaluate
+from ..schedule import Schedule
 from . import _engine
 from ._search import _UNSET, LARGE, capped_instance
-from .refine import refine_best
+from .refine import _Judge, refine_best
 from .v_greedy import MIN_POLICIES, PRIORITY
 from .zb_greedy import SIMULATION_BUDGET
 
@@ -125,15 +125,17 @@ def interleaved_schedule(instance: Instance, method: str) -> Schedule:
     if instance.num_passes >= LARGE:
         # a second pool would double the runtime where compare must stay fast
         return refine_best(instance, candidates(grid(instance)), method, needed)
-    best = refine_best(instance, candidates(grid(instance)), method, needed, share=POOL_SHARE)
+    judge = _Judge(instance)  # both pools' spans, read again to keep the shorter
+    best = refine_best(instance, candidates(grid(instance)), method, needed, share=POOL_SHARE,
+                       judge=judge)
     # the sequenced points are refined apart: in one pool their estimates can push a point
     # that refines shorter out of the finalists (p=4, m=8 at 2p), so each pool's best is kept
     try:
         other = refine_best(instance, candidates(sequenced(instance)), method, needed,
-                            share=POOL_SHARE)
+                            share=POOL_SHARE, judge=judge)
     except ZboptError:
         return best  # every sequenced point got stuck (the next forward never fit)
-    return min((best, other), key=lambda schedule: evaluate(instance, schedule).span)
+    return min((best, other), key=judge)
 
 
 @register("interleaved-zb", "interleaved",

@@ -97,12 +97,14 @@ def _judged(judge: _Judge, candidates: list[Schedule]) -> list[tuple[float, int,
 
 
 def refine_best(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcome | None]],
-                method: str, needed: Callable[[], str], share: float = 1.0) -> Schedule:
+                method: str, needed: Callable[[], str], share: float = 1.0,
+                judge: _Judge | None = None) -> Schedule:
     """The best of the greedy's candidates (as _search.best_of() picks it), refined; below FEW
     passes the next FINALISTS by the simulator's estimate are refined too (a longer start often
     refines to a shorter schedule there), and the shortest within the cap wins. `share`: the
     part of the local search's re-timings this call may use (a caller refining several pools
-    splits them, so its total stays that of one call)."""
+    splits them, so its total stays that of one call). `judge`: the spans known so far (a caller
+    that compares this call's result with others reads them there instead of evaluating again)."""
     finalists = FINALISTS if instance.num_passes < FEW else 0
     outcomes = _search.simulated(candidates, 1 + finalists)
     best = _search.chosen(instance, outcomes, 1 + finalists, method, needed)
@@ -113,7 +115,7 @@ def refine_best(instance: Instance, candidates: Iterable[Callable[[], _engine.Ou
     total = TOTAL if instance.num_passes < FEW else TOTAL_LARGE
     allowance = local_search.Allowance(
         max(1, int(share * min(MOST, total // max(1, instance.num_passes)))))
-    judge = _Judge(instance)
+    judge = judge or _Judge(instance)
     judged = []
     for start in dict.fromkeys(pool):
         refined = refine(instance, start, allowance, judge)
