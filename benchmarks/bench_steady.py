@@ -63,7 +63,7 @@ from bench_plan import LLAMA3_8B, cap_levels, estimated  # noqa: E402
 from zbopt.bounds import activation_capacity, held_count  # noqa: E402
 from zbopt.instance import Instance  # noqa: E402
 from zbopt.plan.collision_bound import collision_bound  # noqa: E402
-from zbopt.plan.memory_bound import held_counts, release_gaps  # noqa: E402
+from zbopt.plan.memory_bound import held_counts, release_gaps, round_trips  # noqa: E402
 from zbopt.schedule import Schedule, evaluate, validate  # noqa: E402
 from zbopt.solvers.api import solve  # noqa: E402
 
@@ -272,13 +272,13 @@ def window_increment(instance: Instance, e: int, k: int, window_limit: float, bu
 def whole_bound(instance: Instance, e: int, known: dict, time_limit: float) -> float:
     """A lower bound on the split's span from the F/B relaxation of all m micro-batches: the
     least window from F(e, 0) to the end of B(e, m - 1) as CP-SAT bounds it in `time_limit`
-    (window_optimum, the proven shorter windows `known` as cuts), plus the forwards from device
-    0 to e before it and, after it, the backwards from e to device 0 and t_w(0) (device 0's
-    first pass is F(0, 0) and its last W follows B(0, m - 1); contiguous, one stage a device)."""
+    (window_optimum, the proven shorter windows `known` as cuts), plus R_0 - R_e of
+    zbopt.plan.memory_bound (the forwards from device 0 to e before it and the backwards from e
+    to device 0 after it) and t_w(0): device 0's first pass is F(0, 0) and its last W follows
+    B(0, m - 1) (contiguous, one stage a device)."""
     _, window = window_optimum(instance, e, instance.microbatches - 1, time_limit, known)
-    head = sum(instance.t_f[d] for d in range(e)) + e * instance.comm
-    tail = sum(instance.t_b[d] for d in range(e)) + e * instance.comm + instance.t_w[0]
-    return head + window + tail
+    trips = round_trips(instance)
+    return window + trips[0] - trips[e] + instance.t_w[0]
 
 
 def _plan_rows() -> list[dict]:
