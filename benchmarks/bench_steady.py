@@ -361,6 +361,8 @@ def main() -> int:
         proven, step, known = window_increment(
             instance, pacing, k, args.window_limit, args.window_budget,
             lambda msg: print(f"[bench_steady]   {msg}", file=sys.stderr, flush=True))
+        print(f"[bench_steady]   the window of all {m} micro-batches, up to {args.whole_limit:g} s ...",
+              file=sys.stderr, flush=True)
         whole = whole_bound(instance, pacing, known, args.whole_limit)
         period = found["period"] / SCALE
         increment = full - shorter
