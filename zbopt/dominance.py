@@ -8,32 +8,65 @@ dropped without changing the optimum.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 
-def keep_earliest(group: list, label, flat: Callable[[object], Sequence[float]]) -> Optional[list]:
+class Labels(list):
+    """The labels of one state, each kept with its flattened values (`flats`, in the same
+    order) and their sum (`sums`), computed once when it is added rather than at every later
+    comparison."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flats: list[Sequence[float]] = []
+        self.sums: list[float] = []
+
+
+def labels_of(layer: dict, state) -> Labels:
+    """The Labels of `state` in `layer`, a new empty one the first time."""
+    group = layer.get(state)
+    if group is None:
+        group = layer[state] = Labels()
+    return group
+
+
+def keep_earliest(group: Labels, label, flat: Callable[[object], Sequence[float]]) -> bool:
     """Add `label` to `group` unless a label there is no later in every value of `flat`; drop
-    those `label` is no later than. Returns the flattened labels of the new group (in its
-    order), or None when `label` was not added."""
-    mine, flats = flat(label), [flat(other) for other in group]
-    if any(all(a <= b for a, b in zip(other, mine)) for other in flats):
-        return None
-    later = [all(a <= b for a, b in zip(mine, other)) for other in flats]
-    group[:] = [other for other, drop in zip(group, later) if not drop] + [label]
-    return [other for other, drop in zip(flats, later) if not drop] + [mine]
+    those `label` is no later than. Returns whether `label` was added. (A label no later than
+    another everywhere has no larger sum, so the sums, kept with the flats, rule most pairs out
+    before their values are compared.)"""
+    mine = flat(label)
+    total, flats, sums = sum(mine), group.flats, group.sums
+    if any(s <= total and all(a <= b for a, b in zip(other, mine))
+           for other, s in zip(flats, sums)):
+        return False
+    later = [s >= total and all(a <= b for a, b in zip(mine, other))
+             for other, s in zip(flats, sums)]
+    if any(later):
+        kept = [i for i, drop in enumerate(later) if not drop]
+        group[:] = [group[i] for i in kept]
+        group.flats = [flats[i] for i in kept]
+        group.sums = [sums[i] for i in kept]
+    group.append(label)
+    group.flats.append(mine)
+    group.sums.append(total)
+    return True
 
 
-def keep_or_merge(group: list, label, limit: int, flat: Callable[[object], Sequence[float]],
+def keep_or_merge(group: Labels, label, limit: int, flat: Callable[[object], Sequence[float]],
                   earliest: Callable[[object, object], object]) -> bool:
     """keep_earliest, then while `group` holds more than `limit` labels replace its closest pair
     (in the sum of differences of `flat`) by `earliest` of the two, their componentwise minimum:
     every continuation of it is at most theirs, so a least value found stays a lower bound.
     Returns False when it merged (the programme's result is then a bound of its optimum)."""
-    flats = keep_earliest(group, label, flat)
-    if flats is None or len(group) <= limit:
+    if not keep_earliest(group, label, flat) or len(group) <= limit:
         return True
+    flats = group.flats
     _, i, j = min((sum(abs(a - b) for a, b in zip(flats[i], flats[j])), i, j)
                   for i in range(len(group)) for j in range(i + 1, len(group)))
     merged = earliest(group[i], group[j])
-    group[:] = [other for k, other in enumerate(group) if k not in (i, j)] + [merged]
+    kept = [k for k in range(len(group)) if k not in (i, j)]
+    group[:] = [group[k] for k in kept] + [merged]
+    group.flats = [flats[k] for k in kept] + [flat(merged)]
+    group.sums = [group.sums[k] for k in kept] + [sum(group.flats[-1])]
     return False

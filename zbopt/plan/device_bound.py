@@ -49,7 +49,7 @@ from collections import defaultdict
 from typing import Optional
 
 from ..bounds import activation_capacity, round_trip
-from ..dominance import keep_or_merge
+from ..dominance import keep_or_merge, labels_of
 from ..instance import Instance, within_cap
 from .memory_bound import applies, held_counts, release_gaps, round_trips
 
@@ -61,24 +61,32 @@ def device_relaxation(instance: Instance, device: int, time_limit: float) -> flo
     or a lower bound of it when labels had to be merged: the best over the passes of LABELS
     that finish within `time_limit` seconds (0 if none does, or if no order fits: that would
     mean no in-order schedule, and the bound claims nothing about the others)."""
+    return _device_pass(instance, device, time_limit)[0]
+
+
+def _device_pass(instance: Instance, device: int, time_limit: float) -> tuple[float, bool]:
+    """(device_relaxation, whether the time limit cut it short)."""
     if not applies(instance) or time_limit <= 0:
-        return 0.0
+        return 0.0, False
     return passes_bound(_Rules(instance, device).least_span, LABELS,
                         time.perf_counter() + time_limit)
 
 
-def passes_bound(least_span, labels: tuple[int, ...], deadline: float) -> float:
-    """The best least_span(n, deadline) over the label limits n in `labels`, in order, until one
-    is exact (nothing merged) or `deadline` (perf_counter) passes (0 if none finishes)."""
+def passes_bound(least_span, labels: tuple[int, ...], deadline: float) -> tuple[float, bool]:
+    """(the best least_span(n, deadline) over the label limits n in `labels`, in order, until
+    one is exact (nothing merged) or `deadline` (perf_counter) passes (0 if none finishes);
+    whether the deadline cut it short)."""
     best = 0.0
     for limit in labels:
         value, exact = least_span(limit, deadline)
-        if value is None or not math.isfinite(value):
+        if value is None:
+            return best, True
+        if not math.isfinite(value):
             break
         best = max(best, value)
         if exact:
             break
-    return best
+    return best, False
 
 
 class _Rules:
@@ -130,7 +138,7 @@ class _Rules:
                     if n_f < m and self.fits(n_f, n_b, n_w):
                         step = self._forward(label, n_f, n_b)
                         if step is not None:
-                            exact &= _keep(after.setdefault((n_f + 1, n_b, n_w), []), step,
+                            exact &= _keep(labels_of(after, (n_f + 1, n_b, n_w)), step,
                                            labels)
                     if n_b < n_f:
                         free, releases, starts, xs = label
@@ -141,13 +149,13 @@ class _Rules:
                         else:
                             # B starts from max(0, n_f - depth) on feed the rules of later F
                             kept = starts + (start,) if n_f - self.depth <= n_b else ()
-                            exact &= _keep(after.setdefault((n_f, n_b + 1, n_w), []),
+                            exact &= _keep(labels_of(after, (n_f, n_b + 1, n_w)),
                                            (free, tuple(max(r, free) for r in releases[1:]),
                                             tuple(max(s, free - self.reach) for s in kept), xs),
                                            labels)
                     if n_w < n_b:
                         free, releases, starts, xs = label
-                        exact &= _keep(after.setdefault((n_f, n_b, n_w + 1), []),
+                        exact &= _keep(labels_of(after, (n_f, n_b, n_w + 1)),
                                        (free + self.t_w, releases, starts, xs), labels)
         return best, exact
 
@@ -238,18 +246,39 @@ def relaxation_bound(instance: Instance, deadline: float) -> float:
     held = held_counts(instance)
     order = sorted(range(instance.devices), key=lambda d: (held[d], -d))
     return best_over_devices(order, deadline, DEVICE_LIMIT,
-                             lambda device, seconds: device_relaxation(instance, device, seconds))
+                             lambda device, seconds: _device_pass(instance, device, seconds))
 
 
 def best_over_devices(devices, deadline: float, limit: float, relax) -> float:
     """The largest relax(device, seconds) over `devices`, in order, before `deadline`
-    (perf_counter), each given an even share of what is left and at most `limit` seconds."""
-    best = 0.0
-    for index, device in enumerate(devices):
+    (perf_counter), each given an even share of what is left and at most `limit` seconds
+    (relax returns (value, cut short); see sweep)."""
+    return sweep(devices, deadline, lambda left, remaining: min(limit, left / remaining),
+                 relax)[0]
+
+
+def sweep(items, deadline: float, share, relax) -> tuple[float, object]:
+    """(the largest relax(item, seconds) over `items` before `deadline` (perf_counter), the item
+    that gave it or None): each item in order gets share(seconds left, items left) seconds;
+    then, while time is left, those whose relaxation that cut short run again, in the same
+    order (the likeliest to raise the bound first), each with all that is left: a slower
+    machine needs more than the per-item share, and a relaxation that finishes hands the rest
+    to the next. relax(item, seconds) returns (value, whether the seconds cut it short)."""
+    best, which, cut = 0.0, None, []
+    for index, item in enumerate(items):
+        left = deadline - time.perf_counter()
+        if left <= 0.05:
+            return best, which
+        value, short = relax(item, share(left, len(items) - index))
+        if value > best:
+            best, which = value, item
+        if short:
+            cut.append(item)
+    for item in cut:
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
-        share = min(limit, left / (len(devices) - index))
-        best = max(best, relax(device, share))
-    return best
-
+        value, _ = relax(item, left)
+        if value > best:
+            best, which = value, item
+    return best, which

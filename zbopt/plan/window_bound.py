@@ -41,10 +41,10 @@ import time
 from collections import defaultdict
 from typing import Optional
 
-from ..dominance import keep_or_merge
+from ..dominance import keep_or_merge, labels_of
 from ..instance import Instance
 from ..passes import stage_lag
-from .device_bound import _Rules, advance_downs, held_back, passes_bound, trim_starts
+from .device_bound import _Rules, advance_downs, held_back, passes_bound, sweep, trim_starts
 from .memory_bound import applies, held_counts
 
 LABELS = (1, 4, 16)  # labels per state of successive passes, while time is left
@@ -108,7 +108,7 @@ class _Window:
                                 continue
                             moved = list(state)
                             moved[3 * i + "FBW".index(kind)] += 1
-                            exact &= _keep(after.setdefault(tuple(moved), []), step, labels)
+                            exact &= _keep(labels_of(after, tuple(moved)), step, labels)
         return best, exact
 
     def _steps(self, label, state, i: int, f: int, b: int, w: int):
@@ -201,9 +201,14 @@ def window_relaxation(instance: Instance, e: int, size: int, time_limit: float) 
     schedule's span), or a lower bound of it when labels had to be merged: the best over the
     passes of LABELS that finish within `time_limit` seconds (0 if none does or no orders
     fit)."""
+    return _window_pass(instance, e, size, time_limit)[0]
+
+
+def _window_pass(instance: Instance, e: int, size: int, time_limit: float) -> tuple[float, bool]:
+    """(window_relaxation, whether the time limit cut it short)."""
     if not applies(instance) or time_limit <= 0 or size < 2 or \
             not 0 <= e <= instance.devices - size:
-        return 0.0
+        return 0.0, False
     return passes_bound(_Window(instance, e, size).least_span, LABELS,
                         time.perf_counter() + time_limit)
 
@@ -218,19 +223,14 @@ def best_window(instance: Instance, deadline: float) -> tuple[float, Optional[tu
     and size, or None when none gave a bound): the windows of SIZES whose devices all hold at
     most MAX_HELD activations, smaller windows first and, among equals, those holding the
     fewest (the likeliest to collide), each given at most WINDOW_LIMIT seconds of what is
-    left."""
+    left, and then the ones that limit cut short again with the time the others left over
+    (zbopt.plan.device_bound.sweep)."""
     if not applies(instance):
         return 0.0, None
     held = held_counts(instance)
     windows = [(size, e) for size in SIZES for e in range(instance.devices - size + 1)
                if max(held[e: e + size]) <= MAX_HELD]
     windows.sort(key=lambda w: (w[0], sum(held[w[1]: w[1] + w[0]]), -w[1]))
-    best, which = 0.0, None
-    for size, e in windows:
-        left = deadline - time.perf_counter()
-        if left <= 0.05:
-            break
-        value = window_relaxation(instance, e, size, min(WINDOW_LIMIT, left))
-        if value > best:
-            best, which = value, (e, size)
-    return best, which
+    best, which = sweep(windows, deadline, lambda left, remaining: min(WINDOW_LIMIT, left),
+                        lambda w, seconds: _window_pass(instance, w[1], w[0], seconds))
+    return best, (None if which is None else (which[1], which[0]))

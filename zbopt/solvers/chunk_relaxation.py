@@ -41,7 +41,7 @@ import time
 from collections import defaultdict
 from typing import Optional
 
-from ..dominance import keep_earliest
+from ..dominance import keep_earliest, labels_of
 from ..instance import Instance
 from ..passes import dependencies, duration, lag, memory_delta, neighbours
 
@@ -198,7 +198,7 @@ def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional
                     if done + 1 == total:
                         best = min(best, free_after)
                         continue
-                    keep_earliest(layers[done + 1].setdefault(grown, []),
+                    keep_earliest(labels_of(layers[done + 1], grown),
                                   (free_after, tuple(max(r, free_after) for r in releases)), _flat)
     return best if math.isfinite(best) else None
 
