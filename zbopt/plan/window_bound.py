@@ -54,8 +54,10 @@ MAX_HELD = 4
 # window sizes window_bound tries: on the splits measured (docs/planning.md) three devices gave
 # what the best pair of them gave, in ten to thirty times the time
 SIZES = (2,)
-# seconds one window may take: a pair at p=8, m=32 takes 0.1-1.5 s to its exact optimum where it
-# reaches it; those that do not rarely add anything in more time
+# seconds one window may take at first: a pair at p=8, m=32 takes 0.1-1.5 s to its exact optimum
+# where it reaches it (twice that on a machine half as fast, which the second round of
+# device_bound.sweep gives it from what the others left); those that do not rarely add anything
+# in more time
 WINDOW_LIMIT = 2.0
 
 # a label: (free time per device, per link its forwards' arrivals, the B releases of the last
