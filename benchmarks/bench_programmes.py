@@ -20,9 +20,13 @@ Splits: the p=8, 32-block plan splits of results/plan.md at the tight cap (v128k
 v32k 4-4-4-4-4-4-4-6). Each case runs in a fresh process for this tree and for the peer (the
 package of commit --before, from git), alternating which goes first, --repeats times; the
 table gives the medians, their ratio and whether both computed the same value.
+Then what it changes in `zbopt plan`: plan() on the v128k model at the tight cap (p=8, m=32,
+60 s, as bench_plan runs it), this tree and the peer alternating, --plan-repeats times each:
+span, certified bound and gap of every run (0 skips it).
 
 Usage:
-  python benchmarks/bench_programmes.py --before REV [--repeats N] [--out results/programmes.md]
+  python benchmarks/bench_programmes.py --before REV [--repeats N] [--plan-repeats N]
+                                        [--out results/programmes.md]
 """
 
 from __future__ import annotations
@@ -80,6 +84,33 @@ print(json.dumps([value, time.perf_counter() - began]))
 """
 
 
+PLAN_CHILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from bench_plan import LLAMA3_8B, cap_levels, estimated
+from zbopt.plan import plan
+model = estimated(LLAMA3_8B, 128256, 8, 32)
+result = plan(model.with_settings(memory_cap=cap_levels(model)["tight"]), time_limit=60).result
+print(json.dumps([result.span, result.lower_bound, result.gap]))
+"""
+
+
+def plan_runs(peer: Path, repeats: int) -> list[str]:
+    """Rows of plan() on the v128k tight row, this tree and the peer alternating."""
+    rows = []
+    for repeat in range(repeats):
+        for who in (("now", "peer") if repeat % 2 == 0 else ("peer", "now")):
+            print(f"[bench_programmes] plan v128k tight: {who}, run {repeat + 1} (60 s) ...",
+                  file=sys.stderr, flush=True)
+            package = ROOT if who == "now" else peer
+            done = subprocess.run([sys.executable, "-c", PLAN_CHILD, str(ROOT / "benchmarks")],
+                                  env={**os.environ, "PYTHONPATH": str(package)}, check=True,
+                                  capture_output=True, text=True, cwd=package)
+            span, bound, gap = json.loads(done.stdout.strip().splitlines()[-1])
+            rows.append(f"| {repeat + 1} | {who} | {span:,.0f} | {bound:,.0f} | {gap:.2%} |")
+    return rows
+
+
 def cases() -> list[tuple[str, dict]]:
     """(label, task) of every case."""
     out = []
@@ -111,10 +142,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", required=True, help="the peer: a commit of this repository")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--plan-repeats", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "results" / "programmes.md"))
     args = parser.parse_args()
-    if args.repeats < 1:
-        print("error: --repeats takes a positive number", file=sys.stderr)
+    if args.repeats < 1 or args.plan_repeats < 0:
+        print("error: --repeats takes a positive number, --plan-repeats one >= 0",
+              file=sys.stderr)
         return 2
     stamp = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, "
              f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start")
@@ -140,11 +173,12 @@ def main() -> int:
             rows.append(f"| {label} | {value:,.1f} | {'yes' if same else 'NO'} | {now:.2f} | "
                         f"{was:.2f} | {was / now:.2f}x |")
             print(rows[-1], file=sys.stderr, flush=True)
+        planned = plan_runs(peer, args.plan_repeats)
     ratios = [float(r.rsplit("|", 2)[-2].strip().rstrip("x")) for r in rows]
     lines = ["# The relaxations' dynamic programmes against a peer commit", "",
              f"Written by `benchmarks/bench_programmes.py` (see its docstring). Command: "
              f"`python benchmarks/bench_programmes.py --before {args.before} --repeats "
-             f"{args.repeats}` ({stamp}).", "",
+             f"{args.repeats} --plan-repeats {args.plan_repeats}` ({stamp}).", "",
              f"Medians of {args.repeats} runs each, this tree and the package of commit "
              f"{args.before} alternating; seconds to the programme's end (device: all 8 devices; "
              f"window and chunk: one). Value: the bound it computes (the largest over the "
@@ -152,6 +186,13 @@ def main() -> int:
              "| case | value | same value | now s | peer s | peer / now |",
              "|---|---:|---|---:|---:|---:|", *rows, "",
              f"Median peer / now over the cases: {statistics.median(ratios):.2f}x.", ""]
+    if planned:
+        lines += ["## plan on the v128k tight row", "",
+                  "`plan()` with 60 s on the Llama-3-8B shape, 32 blocks, vocabulary 128,256, "
+                  "p=8, m=32, tight cap (bench_plan's row), this tree and the peer alternating. "
+                  "The bound is what plan certifies over all splits.", "",
+                  "| run | package | span | bound | gap |", "|---:|---|---:|---:|---:|",
+                  *planned, ""]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
