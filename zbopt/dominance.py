@@ -8,6 +8,7 @@ dropped without changing the optimum.
 
 from __future__ import annotations
 
+from operator import gt, sub
 from typing import Callable, Sequence
 
 
@@ -37,11 +38,10 @@ def keep_earliest(group: Labels, label, flat: Callable[[object], Sequence[float]
     before their values are compared.)"""
     mine = flat(label)
     total, flats, sums = sum(mine), group.flats, group.sums
-    if any(s <= total and all(a <= b for a, b in zip(other, mine))
-           for other, s in zip(flats, sums)):
+    # `not any(map(gt, x, y))`: x no later than y in every value (compared in C)
+    if any(s <= total and not any(map(gt, other, mine)) for other, s in zip(flats, sums)):
         return False
-    later = [s >= total and all(a <= b for a, b in zip(mine, other))
-             for other, s in zip(flats, sums)]
+    later = [s >= total and not any(map(gt, mine, other)) for other, s in zip(flats, sums)]
     if any(later):
         kept = [i for i, drop in enumerate(later) if not drop]
         group[:] = [group[i] for i in kept]
@@ -62,7 +62,7 @@ def keep_or_merge(group: Labels, label, limit: int, flat: Callable[[object], Seq
     if not keep_earliest(group, label, flat) or len(group) <= limit:
         return True
     flats = group.flats
-    _, i, j = min((sum(abs(a - b) for a, b in zip(flats[i], flats[j])), i, j)
+    _, i, j = min((sum(map(abs, map(sub, flats[i], flats[j]))), i, j)
                   for i in range(len(group)) for j in range(i + 1, len(group)))
     merged = earliest(group[i], group[j])
     kept = [k for k in range(len(group)) if k not in (i, j)]

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from itertools import chain
 from typing import Optional
 
 from ..bounds import activation_capacity, round_trip
@@ -216,7 +217,7 @@ def advance_downs(downs, xs, begin: float, free: float, n_f: int, release: float
 
 def _flat(label) -> tuple[float, ...]:
     free, releases, starts, xs = label
-    return (free, *releases, *starts, *(v for recent in xs for v in recent))
+    return (free, *releases, *starts, *chain.from_iterable(xs))
 
 
 def _keep(group: list, label, limit: int) -> bool:

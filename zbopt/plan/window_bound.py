@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from itertools import chain
 from typing import Optional
 
 from ..dominance import keep_or_merge, labels_of
@@ -179,8 +180,8 @@ def _replace(queues: tuple, i: int, queue: tuple) -> tuple:
 
 def _flat(label) -> tuple[float, ...]:
     frees, down, releases, up, starts, xs = label
-    return (*frees, *(v for q in down for v in q), *releases, *(v for q in up for v in q),
-            *starts, *(v for recent in xs for v in recent))
+    return (*frees, *chain.from_iterable(down), *releases, *chain.from_iterable(up), *starts,
+            *chain.from_iterable(xs))
 
 
 def _keep(group: list, label, limit: int) -> bool:
