@@ -35,7 +35,8 @@ def keep_earliest(group: Labels, label, flat: Callable[[object], Sequence[float]
     """Add `label` to `group` unless a label there is no later in every value of `flat`; drop
     those `label` is no later than. Returns whether `label` was added. (A label no later than
     another everywhere has no larger sum, so the sums, kept with the flats, rule most pairs out
-    before their values are compared.)"""
+    before their values are compared. Were rounding ever to rule a pair out wrongly, that
+    would only keep a label more, and the programme's result stays a bound.)"""
     mine = flat(label)
     total, flats, sums = sum(mine), group.flats, group.sums
     # `not any(map(gt, x, y))`: x no later than y in every value (compared in C)
