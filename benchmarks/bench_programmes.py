@@ -63,6 +63,8 @@ from zbopt.solvers.chunk_relaxation import orders_optimum
 task = json.load(open(sys.argv[1]))
 instance = Instance.from_dict(task["instance"])
 far = time.perf_counter() + 1e9
+# the label passes as plan runs them, without a deadline (written here, not imported: the
+# peer's passes_bound may return another shape)
 def passes(least_span, labels):
     best = 0.0
     for limit in labels:

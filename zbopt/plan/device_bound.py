@@ -50,7 +50,7 @@ from itertools import chain
 from typing import Optional
 
 from ..bounds import activation_capacity, round_trip
-from ..dominance import keep_or_merge, labels_of
+from ..dominance import Labels, keep_or_merge, labels_of
 from ..instance import Instance, within_cap
 from .memory_bound import applies, held_counts, release_gaps, round_trips
 
@@ -220,7 +220,7 @@ def _flat(label) -> tuple[float, ...]:
     return (free, *releases, *starts, *chain.from_iterable(xs))
 
 
-def _keep(group: list, label, limit: int) -> bool:
+def _keep(group: Labels, label, limit: int) -> bool:
     return keep_or_merge(group, label, limit, _flat, _earliest)
 
 
@@ -241,21 +241,13 @@ def relaxation_bound(instance: Instance, deadline: float) -> float:
     """The largest device relaxation bound found before `deadline` (perf_counter); devices that
     hold the fewest activations first, deeper first among equals (the first device, which holds
     the most, is rarely the highest), each given an even share of what is left, at most
-    DEVICE_LIMIT seconds."""
+    DEVICE_LIMIT seconds, and then those that limit cut short again (sweep)."""
     if not applies(instance):
         return 0.0
     held = held_counts(instance)
     order = sorted(range(instance.devices), key=lambda d: (held[d], -d))
-    return best_over_devices(order, deadline, DEVICE_LIMIT,
-                             lambda device, seconds: _device_pass(instance, device, seconds))
-
-
-def best_over_devices(devices, deadline: float, limit: float, relax) -> float:
-    """The largest relax(device, seconds) over `devices`, in order, before `deadline`
-    (perf_counter), each given an even share of what is left and at most `limit` seconds
-    (relax returns (value, cut short); see sweep)."""
-    return sweep(devices, deadline, lambda left, remaining: min(limit, left / remaining),
-                 relax)[0]
+    return sweep(order, deadline, lambda left, remaining: min(DEVICE_LIMIT, left / remaining),
+                 lambda device, seconds: _device_pass(instance, device, seconds))[0]
 
 
 def sweep(items, deadline: float, share, relax) -> tuple[float, object]:

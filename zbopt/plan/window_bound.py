@@ -42,7 +42,7 @@ from collections import defaultdict
 from itertools import chain
 from typing import Optional
 
-from ..dominance import keep_or_merge, labels_of
+from ..dominance import Labels, keep_or_merge, labels_of
 from ..instance import Instance
 from ..passes import stage_lag
 from .device_bound import _Rules, advance_downs, held_back, passes_bound, sweep, trim_starts
@@ -184,7 +184,7 @@ def _flat(label) -> tuple[float, ...]:
             *chain.from_iterable(xs))
 
 
-def _keep(group: list, label, limit: int) -> bool:
+def _keep(group: Labels, label, limit: int) -> bool:
     return keep_or_merge(group, label, limit, _flat, _earliest)
 
 
@@ -231,9 +231,8 @@ def best_window(instance: Instance, deadline: float) -> tuple[float, Optional[tu
     if not applies(instance):
         return 0.0, None
     held = held_counts(instance)
-    windows = [(size, e) for size in SIZES for e in range(instance.devices - size + 1)
+    windows = [(e, size) for size in SIZES for e in range(instance.devices - size + 1)
                if max(held[e: e + size]) <= MAX_HELD]
-    windows.sort(key=lambda w: (w[0], sum(held[w[1]: w[1] + w[0]]), -w[1]))
-    best, which = sweep(windows, deadline, lambda left, remaining: min(WINDOW_LIMIT, left),
-                        lambda w, seconds: _window_pass(instance, w[1], w[0], seconds))
-    return best, (None if which is None else (which[1], which[0]))
+    windows.sort(key=lambda w: (w[1], sum(held[w[0]: w[0] + w[1]]), -w[0]))
+    return sweep(windows, deadline, lambda left, remaining: min(WINDOW_LIMIT, left),
+                 lambda w, seconds: _window_pass(instance, *w, seconds))
