@@ -6,12 +6,15 @@ import math
 import random
 import time
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_plan import _partitions, _tight_model, llama_split, solved_where_raised
 
 from zbopt.bounds import best_lower_bound
 from zbopt.errors import ZboptError
-from zbopt.plan.collision_bound import _reach, collision_bound, collision_relaxation, need
+from zbopt.plan.collision_bound import _pareto, _reach, collision_bound, collision_relaxation, need
 from zbopt.plan.memory_bound import held_counts, pipeline_bound
 from zbopt.plan.search import schedule_methods
 from zbopt.registry import run
@@ -273,3 +276,19 @@ def test_shared_waits_reach_the_exact_forward_backward_relaxation():
         slack = 4 * instance.devices * m  # the flooring: under 1 us per pass on any path
         assert shared > apart + 10_000, (m, shared, apart)
         assert abs(shared - exact) <= slack, (m, shared, exact)
+
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(0, 700), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_pareto_keeps_each_undominated_row_once(cols, count, high, seed):
+    """Integer rows (so the tolerance decides nothing): exactly the distinct rows no other row
+    is at most in every column; up to three blocks of 256 rows, duplicates included."""
+    values = np.random.default_rng(seed).integers(0, high + 1, size=(count, cols)).astype(float)
+    kept = _pareto(values)
+    distinct = {tuple(r) for r in values.tolist()}
+    front = {r for r in distinct
+             if not any(o != r and all(a <= b for a, b in zip(o, r)) for o in distinct)}
+    as_tuples = [tuple(r) for r in kept.tolist()]
+    assert len(as_tuples) == len(set(as_tuples))
+    assert set(as_tuples) == front
