@@ -673,3 +673,20 @@ def test_deferred_w_bound_is_below_the_optimum(monkeypatch):
         if found >= 12:
             break
     assert found >= 12 and tight >= 4
+
+
+def test_progress_tells_of_every_split_scheduled():
+    """On large pipelines one split takes seconds to schedule with every heuristic: the progress
+    callback hears of each one as it is scheduled (not once per phase), under the phase that
+    scheduled it, with the elapsed time never going back."""
+    events = []
+    result = plan(_small_model(30), placements=("contiguous", "v"), time_limit=600, exact=False,
+                  progress=events.append)
+    counts = {e["scheduled"] for e in events}
+    assert set(range(1, result.partitions_scheduled + 1)) <= counts
+    elapsed = [e["elapsed"] for e in events]
+    assert elapsed == sorted(elapsed)
+    # each placement's own baselines are told as baselines, not under the phase before them
+    first_v = next(e for e in events if e.get("placement") == "v")
+    assert first_v["phase"] == "baselines"
+    assert events[-1]["phase"] == "done"

@@ -156,6 +156,7 @@ class _Search:
         self.tables: dict[str, SegmentBounds] = {}  # per placement with a segment bound
         # splits whose device relaxations ran with all their time (collide): not run again
         self.relaxed: set[tuple[str, tuple[int, ...]]] = set()
+        self.phase = "baselines"  # the last phase told: each split scheduled is told under it
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.began
@@ -164,6 +165,7 @@ class _Search:
         return self.deadline - time.perf_counter()
 
     def tell(self, phase: str, **fields) -> None:
+        self.phase = phase
         if self.progress is None:
             return
         incumbent = self.best.span if self.best is not None else None
@@ -205,6 +207,9 @@ class _Search:
             split = Split(placement, tuple(sizes), best, value)
         self.cache[key] = split
         self.offer(split)
+        # a split takes a second or more on large pipelines: every one is told (the command
+        # line shows at most one line a second per phase)
+        self.tell(self.phase, placement=placement)
         return split
 
     def offer(self, split: Split) -> None:
@@ -216,6 +221,7 @@ class _Search:
         neighbour whose bound is already at the current span is not scheduled)."""
         current = start
         table = self.tables.get(placement)
+        self.phase = "local search"
         while time.perf_counter() < budget_end:
             moved = False
             for neighbour in _neighbours(current.sizes):
@@ -241,6 +247,7 @@ class _Search:
             now = time.perf_counter()
             if now >= budget_end:
                 return
+            self.tell("local search", placement=split.placement, sizes=list(split.sizes))
             better = polish(split.result, now + (budget_end - now) / (len(splits) - index))
             if better is not None:
                 updated = replace(split, result=better)
@@ -267,6 +274,7 @@ class _Search:
             if now >= budget_end:
                 return
             split = self.cache[(split.placement, split.sizes)]
+            self.tell("policy search", placement=split.placement, sizes=list(split.sizes))
             better = policy_search(split.result, now + (budget_end - now) / (len(chosen) - index))
             if better is not None and better.span < split.span * (1 - TOLERANCE):
                 updated = replace(split, result=better)
@@ -295,6 +303,7 @@ class _Search:
             cached = self.cache.get(key)
             upper = cached.span if cached is not None else math.inf
             share = (budget_end - now) / (len(open_) - index)
+            self.tell("relaxation bounds", sizes=list(split.sizes))
             value = relaxation_bound(instance, now + share / 2)
             if share / 2 >= DEVICE_LIMIT * instance.devices:  # each device had all its time
                 self.relaxed.add(key)
@@ -424,6 +433,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     for index, placement in enumerate(placements):
         placed = search.placed(placement)
         budget_end = search.began + time_limit * share * (index + 1)
+        search.phase = "baselines"
         starts = [rule(placed) for rule in BASELINES.values()]
         if placement == "contiguous":
             table = segment_bounds(placed)
@@ -467,6 +477,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         listed.sort(key=lbs.__getitem__)
         pruned += _count_all(table) - len(listed)
         search.tell("pruned", placement=placement, listed=len(listed), candidates=total)
+        search.phase = "scheduling"
         splits = []
         for sizes in listed:
             lb = lbs[sizes]
@@ -478,8 +489,6 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             elif time.perf_counter() < budget_end:
                 split = search.schedule(placement, sizes, lb)
                 splits.append(replace(split, bound=max(split.bound, lb)))
-                if len(search.cache) % 25 == 0:
-                    search.tell("scheduling", placement=placement)
             else:
                 splits.append(Split(placement, sizes, None, lb))
         # partitions not listed all have a bound >= listed_below
