@@ -3,7 +3,7 @@
 One process per device (pid = device), one thread for its compute, every pass a complete ("X")
 event with the evaluator's start and duration, blocks (fused backward, overlapped F&B) as an
 enclosing event with their passes nested inside, and a counter ("C") track with the device's
-activation memory. Open it in https://ui.perfetto.dev or chrome://tracing.
+activation memory. Perfetto UI and chrome://tracing open it (`zbopt export` prints where).
 
 Trace timestamps are microseconds; the instance's time unit is converted when it is a known
 one (ns, us, ms, s), otherwise one instance unit is drawn as one microsecond (and said so in the
