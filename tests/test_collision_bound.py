@@ -278,7 +278,6 @@ def test_shared_waits_reach_the_exact_forward_backward_relaxation():
         assert abs(shared - exact) <= slack, (m, shared, exact)
 
 
-
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 4), st.integers(0, 700), st.integers(1, 6), st.integers(0, 2**32 - 1))
 def test_pareto_keeps_each_undominated_row_once(cols, count, high, seed):

@@ -156,7 +156,6 @@ class _Search:
         self.tables: dict[str, SegmentBounds] = {}  # per placement with a segment bound
         # splits whose device relaxations ran with all their time (collide): not run again
         self.relaxed: set[tuple[str, tuple[int, ...]]] = set()
-        self.phase = "baselines"  # the last phase told: each split scheduled is told under it
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.began
@@ -165,7 +164,6 @@ class _Search:
         return self.deadline - time.perf_counter()
 
     def tell(self, phase: str, **fields) -> None:
-        self.phase = phase
         if self.progress is None:
             return
         incumbent = self.best.span if self.best is not None else None
@@ -188,8 +186,10 @@ class _Search:
         except ZboptError:  # the cap cannot hold this split's static memory and one activation
             return None
 
-    def schedule(self, placement: str, sizes: Sequence[int], bound: Optional[float] = None) -> Split:
-        """The best registered schedule of one partition (cached)."""
+    def schedule(self, placement: str, sizes: Sequence[int], bound: Optional[float] = None,
+                 phase: str = "scheduling") -> Split:
+        """The best registered schedule of one partition (cached), told under `phase` when it
+        is new."""
         key = (placement, tuple(sizes))
         if key in self.cache:
             return self.cache[key]
@@ -209,7 +209,7 @@ class _Search:
         self.offer(split)
         # a split takes a second or more on large pipelines: every one is told (the command
         # line shows at most one line a second per phase)
-        self.tell(self.phase, placement=placement)
+        self.tell(phase, placement=placement)
         return split
 
     def offer(self, split: Split) -> None:
@@ -221,7 +221,6 @@ class _Search:
         neighbour whose bound is already at the current span is not scheduled)."""
         current = start
         table = self.tables.get(placement)
-        self.phase = "local search"
         while time.perf_counter() < budget_end:
             moved = False
             for neighbour in _neighbours(current.sizes):
@@ -230,7 +229,7 @@ class _Search:
                 if table is not None and (placement, neighbour) not in self.cache and \
                         table.full_bound(neighbour) >= current.span * (1 - TOLERANCE):
                     continue
-                candidate = self.schedule(placement, neighbour)
+                candidate = self.schedule(placement, neighbour, phase="local search")
                 if candidate.span < current.span * (1 - TOLERANCE):
                     current, moved = candidate, True
                     self.tell("local search", placement=placement)
@@ -433,7 +432,6 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     for index, placement in enumerate(placements):
         placed = search.placed(placement)
         budget_end = search.began + time_limit * share * (index + 1)
-        search.phase = "baselines"
         starts = [rule(placed) for rule in BASELINES.values()]
         if placement == "contiguous":
             table = segment_bounds(placed)
@@ -450,7 +448,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         search.bound = min([*bounds.values(), floor])
         for sizes in starts:
             if sizes is not None:
-                search.schedule(placement, sizes)
+                search.schedule(placement, sizes, phase="baselines")
         search.tell("baselines", placement=placement)
         local = [s for (pl, _), s in search.cache.items() if pl == placement and s.result]
         if search.best is not None and search.best.span <= floor * (1 + TOLERANCE):
@@ -477,7 +475,6 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         listed.sort(key=lbs.__getitem__)
         pruned += _count_all(table) - len(listed)
         search.tell("pruned", placement=placement, listed=len(listed), candidates=total)
-        search.phase = "scheduling"
         splits = []
         for sizes in listed:
             lb = lbs[sizes]
