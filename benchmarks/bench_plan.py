@@ -24,14 +24,19 @@ Parts:
              collision) against the same run without them (the backend's own bound), on the
              split of least segment bound: 8 blocks on p=4, m=8 and 32 blocks on p=8, m=32, tight
              and mid caps
+- solvers:   (only when named in --only) plan() with each solver of --solvers (cpsat and
+             cpsat-lns by default) for its exact phase, --reps runs each, on the estimated models'
+             tight and mid caps (--filter as for estimated): which solver plan should default to
 Caps: c_min is the least cap any split admits (static memory plus one micro-batch's activations,
 from the segment DP), c_1f1b what 1F1B needs on the even split (static plus p-d micro-batches on
 device d); "tight" = c_min + 25% of the difference, "mid" = c_min + 60%, "1f1b" = c_1f1b,
-"none" = uncapped. All plans use CP-SAT with 2 threads and the span objective.
+"none" = uncapped. All plans use 2 threads, the span objective and plan's default solver (auto:
+cpsat-lns on splits of 750 passes or more, the estimated models' here; cpsat on the others),
+except the solvers part.
 
 Usage:
-  python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve]
-                                  [--time-limit S]
+  python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,solvers]
+                                  [--time-limit S] [--solvers A,B] [--reps N]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
 Sections of the parts not run are kept from the previous results/plan.md, and so are the
@@ -475,9 +480,54 @@ def part_solve(args) -> list[str]:
     return lines
 
 
+def part_solvers(args) -> list[str]:
+    """plan() with each solver of --solvers on the capped estimated rows, --reps runs each."""
+    solvers = [x for x in args.solvers.split(",") if x]
+    lines = [f"`plan()` with each solver for its exact phase (the rest of the search the same), "
+             f"{args.reps} run(s) each, the solvers taking turns within each repetition, on the "
+             f"estimated models' tight and mid caps (the rows where the solver runs). Spans and "
+             f"gaps are medians over the runs; `span / first` is the median span over the median "
+             f"span of the first solver ({solvers[0]}) on the same row.", "",
+             "| model | p | m | cap | solver | spans | median span | median gap | span / first |",
+             _rule("|" * 10)]
+    ratios: dict[str, list[float]] = {name: [] for name in solvers}
+    for shape, p, m, limit in ((LLAMA3_8B, 8, 32, args.time_limit),
+                               (LLAMA2_70B, 16, 64, args.time_limit_p16)):
+        for vocab in (32000, 128256):
+            model = estimated(shape, vocab, p, m)
+            if args.filter and args.filter not in model.name:
+                continue
+            levels = cap_levels(model)
+            for cap_name in ("tight", "mid"):
+                capped = model.with_settings(memory_cap=levels[cap_name])
+                spans: dict[str, list[float]] = {name: [] for name in solvers}
+                gaps: dict[str, list[float]] = {name: [] for name in solvers}
+                for rep in range(args.reps):
+                    for name in solvers:
+                        print(f"[bench_plan] solvers {model.name} cap {cap_name} {name} run "
+                              f"{rep + 1}/{args.reps}", file=sys.stderr, flush=True)
+                        r = plan(capped, time_limit=limit, solver=name).result
+                        spans[name].append(r.span)
+                        gaps[name].append(r.gap)
+                first = statistics.median(spans[solvers[0]])
+                for name in solvers:
+                    ratio = statistics.median(spans[name]) / first
+                    ratios[name].append(ratio)
+                    lines.append(f"| {model.name} | {p} | {m} | {cap_name} | {name} | "
+                                 f"{', '.join(_fmt(x) for x in spans[name])} | "
+                                 f"{_fmt(statistics.median(spans[name]))} | "
+                                 f"{_pct(statistics.median(gaps[name]))} | {ratio:.4f} |")
+                    print(lines[-1], file=sys.stderr, flush=True)
+    if ratios[solvers[0]]:
+        lines += [""] + [f"{name}: span / {solvers[0]} median {statistics.median(r):.4f}, min "
+                         f"{min(r):.4f}, max {max(r):.4f} over {len(r)} rows."
+                         for name, r in ratios.items() if name != solvers[0]]
+    return lines
+
+
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
-         "solve": part_solve}
+         "solve": part_solve, "solvers": part_solvers}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -488,7 +538,7 @@ def _sections(text: str) -> dict[str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
-                        help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve only "
+                        help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, solvers only "
                              f"when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
@@ -497,6 +547,9 @@ def main() -> int:
                         help="solve() seconds per run in the solve part")
     parser.add_argument("--time-limit-p16", type=float, default=120.0)
     parser.add_argument("--filter", default="")
+    parser.add_argument("--solvers", default="cpsat,cpsat-lns",
+                        help="solvers the solvers part compares, the first the reference")
+    parser.add_argument("--reps", type=int, default=2, help="runs per solver in the solvers part")
     parser.add_argument("--out", default=str(ROOT / "results" / "plan.md"))
     args = parser.parse_args()
     out = Path(args.out)

@@ -371,11 +371,36 @@ def test_plan_file_is_a_schedule_file_with_the_partition(tmp_path, capsys):
     (["--mem", "1p"], "absolute"),
     (["--devices", "30"], "stages but only 18 layers"),
     (["--time-limit", "0"], "time limit"),
+    (["--solver", "gurobi"], "unknown solver 'gurobi'"),
 ])
 def test_bad_plan_arguments(capsys, argv, fragment):
     assert main(["plan", str(EXAMPLE), "--quiet", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert fragment in err and "\n" not in err
+
+
+def test_auto_solver_is_lns_on_large_splits_only(monkeypatch):
+    """plan's default solver: cpsat below LNS_FROM_PASSES passes, cpsat-lns from there on, a
+    name given is kept; and the solver phase runs the one resolved for the split it solves."""
+    from zbopt.plan import search as plan_search
+    model = load_model(EXAMPLE)
+    small = model.instance(even_split(model))
+    assert small.num_passes < plan_search.LNS_FROM_PASSES
+    large = model.with_settings(microbatches=plan_search.LNS_FROM_PASSES).instance(
+        even_split(model))
+    assert plan_search.plan_solver("auto", small) == "cpsat"
+    assert plan_search.plan_solver("auto", large) == "cpsat-lns"
+    assert plan_search.plan_solver("cpsat", large) == "cpsat"
+    asked = []
+    real = plan_search.plan_solver
+    monkeypatch.setattr(plan_search, "plan_solver",
+                        lambda name, instance: asked.append(real(name, instance)) or asked[-1])
+    monkeypatch.setattr(plan_search, "LNS_FROM_PASSES", 1)
+    tight = llama_model(128256, 8, 0.25)
+    result = plan(tight, time_limit=4)
+    assert result.solver_runs >= 1 and set(asked) == {"cpsat-lns"}
+    with pytest.raises(ZboptError, match="unknown solver"):
+        plan(tight, time_limit=4, solver="gurobi")
 
 
 def _greedy_on_tight_splits(rng: random.Random, models: int, devices: tuple[int, int],

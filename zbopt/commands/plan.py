@@ -7,7 +7,7 @@ import sys
 import time
 
 from ..errors import ZboptError
-from ._common import console, fmt, parse_cap, print_json, refuse_overwrite
+from ._common import check_solver, console, fmt, parse_cap, print_json, refuse_overwrite
 
 
 def register(sub) -> None:
@@ -25,7 +25,9 @@ def register(sub) -> None:
                              "one per device separated by commas, or 'none'")
     parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                         help="seconds for the whole search (default 60)")
-    parser.add_argument("--solver", default="cpsat", help="exact solver (default cpsat)")
+    parser.add_argument("--solver", default="auto",
+                        help="exact solver: auto (default: cpsat-lns on splits of 750 passes or "
+                             "more, else cpsat) or a name `zbopt methods` lists")
     parser.add_argument("--threads", type=int, default=2, help="solver threads (default 2)")
     parser.add_argument("--max-partitions", type=int, default=2000,
                         help="most splits listed for scheduling (default 2000)")
@@ -121,8 +123,7 @@ def compact(names: list[str]) -> str:
 
 def run(args) -> int:
     from ..plan import plan
-    from ..registry import get_method
-    get_method(args.solver, "solver")
+    check_solver(args.solver)
     model = load_model(args)
     placements = _placements(args, model)
     if args.out:
