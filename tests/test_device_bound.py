@@ -163,3 +163,99 @@ def test_plan_raises_an_open_splits_bound_with_the_relaxation():
     opened = replace(split, bound=pipeline_bound(instance))
     raised = search.collide([opened], time.perf_counter() + 30)
     assert relaxed - 1e-6 <= raised[0].bound <= split.span + 1e-6
+
+
+def test_relaxation_bound_goes_on_where_an_earlier_call_stopped(monkeypatch):
+    """With a memo, calls too short to finish a device's passes add up: a pass of LABELS that
+    finished is never run again, a complete device not at all, and the calls end at the value
+    one long call gives."""
+    import zbopt.plan.device_bound as device_bound
+
+    instance = _llama_32_blocks(128256, "tight", (3, 4, 4, 4, 4, 5, 5, 5))
+    whole = device_bound.relaxation_bound(instance, time.perf_counter() + 120)
+    runs = []
+    original = device_bound._Rules.least_span
+
+    def least_span(rules, limit, deadline):
+        value, exact = original(rules, limit, deadline)
+        runs.append((len(rules.downs), limit, value is not None))  # devices after e: p - 1 - e
+        return value, exact
+
+    monkeypatch.setattr(device_bound._Rules, "least_span", least_span)
+    memo, seconds, value = {}, 0.05, 0.0
+    while not (len(memo) == instance.devices and all(done for _, _, done in memo.values())):
+        value = device_bound.relaxation_bound(instance, time.perf_counter() + seconds, memo)
+        seconds *= 2
+        assert seconds < 1000
+    assert seconds > 0.1  # the first call did not finish everything
+    assert value == whole
+    finished = [(e, limit) for e, limit, done in runs if done]
+    assert len(finished) == len(set(finished))
+    runs.clear()
+    assert device_bound.relaxation_bound(instance, time.perf_counter() + 10, memo) == whole
+    assert runs == []
+
+
+def test_relaxation_bound_does_not_hand_a_devices_spare_time_to_the_next(monkeypatch):
+    """The first sweep gives every device the same share (what the devices before it leave
+    over would otherwise pile up on the last ones, which hold the most activations and raise
+    the bound least); the devices cut short then get what is left, in the same order."""
+    import zbopt.plan.device_bound as device_bound
+
+    instance = _llama_32_blocks(128256, "tight", (3, 4, 4, 4, 4, 5, 5, 5))
+    given = []
+
+    def device_pass(instance, device, seconds, memo=None):
+        given.append((device, seconds))
+        if device == 7:  # quick and complete
+            return 1.0, False
+        time.sleep(min(seconds, 0.05))
+        return 2.0, True
+
+    monkeypatch.setattr(device_bound, "_device_pass", device_pass)
+    budget = 2.0
+    value = device_bound.relaxation_bound(instance, time.perf_counter() + budget)
+    assert value == 2.0
+    first = given[:instance.devices]
+    assert sorted(d for d, _ in first) == list(range(instance.devices))
+    assert first[0][0] == 7  # the device holding the fewest activations first
+    assert all(seconds <= budget / instance.devices + 1e-9 for _, seconds in first)
+    # then the seven cut short again, in the same order, the first with most of what is left
+    again = given[instance.devices:]
+    assert [d for d, _ in again[:3]] == [d for d, _ in first[1:4]]
+    assert again[0][1] > budget / instance.devices
+
+
+def test_collide_spends_nothing_above_the_least_bound_it_cannot_raise(monkeypatch):
+    """The bound over all splits is the least of theirs: when the split of least bound cannot
+    be raised, no other split's relaxations can raise that least, and collide stops there;
+    when it is raised above the others, they get theirs in order of bound."""
+    from test_plan import llama_model
+
+    import zbopt.plan.search as search_module
+
+    model = llama_model(128256, 6, 0.6)
+    search = _Search(model, 60.0, None, "cpsat", 1)
+    splits = [search.schedule("contiguous", sizes) for sizes in ((2, 3, 3, 2), (3, 3, 2, 2), (2, 2, 3, 3))]
+    splits = [s for s in splits if s.result is not None]
+    assert len(splits) >= 2
+    best = min(splits, key=lambda s: s.span)
+    search.best = best
+    pending = [replace(s, bound=best.span * (0.5 + 0.1 * i)) for i, s in enumerate(splits)]
+    for raise_to in (0.0, 10 * best.span):
+        calls = []
+
+        def relax(instance, deadline, memo=None, raise_to=raise_to, calls=calls):
+            calls.append(instance)
+            return raise_to
+
+        monkeypatch.setattr(search_module, "relaxation_bound", relax)
+        monkeypatch.setattr(search_module, "window_bound", lambda instance, deadline: 0.0)
+        monkeypatch.setattr(search_module, "collision_bound", lambda *args: 0.0)
+        out = search.collide(pending, time.perf_counter() + 30)
+        if raise_to == 0.0:
+            assert len(calls) == 1 and calls[0] == search.instance("contiguous", pending[0].sizes)
+            assert [s.bound for s in out] == [s.bound for s in pending]
+        else:
+            assert len(calls) == len(pending)
+            assert all(s.bound == raise_to for s in out)

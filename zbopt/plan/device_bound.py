@@ -65,12 +65,29 @@ def device_relaxation(instance: Instance, device: int, time_limit: float) -> flo
     return _device_pass(instance, device, time_limit)[0]
 
 
-def _device_pass(instance: Instance, device: int, time_limit: float) -> tuple[float, bool]:
-    """(device_relaxation, whether the time limit cut it short)."""
+def _device_pass(instance: Instance, device: int, time_limit: float,
+                 memo: Optional[dict] = None) -> tuple[float, bool]:
+    """(device_relaxation, whether the time limit cut it short). `memo` (device -> (value,
+    label passes done, complete)) carries what earlier calls on the same instance finished: a
+    complete device is not run again, a cut one goes on from its next pass of LABELS."""
     if not applies(instance) or time_limit <= 0:
         return 0.0, False
-    return passes_bound(_Rules(instance, device).least_span, LABELS,
-                        time.perf_counter() + time_limit)
+    done, start, complete = memo.get(device, (0.0, 0, False)) if memo is not None else (0.0, 0, False)
+    if complete:
+        return done, False
+    rules, finished = _Rules(instance, device), []
+
+    def least_span(limit: int, deadline: float):
+        value, exact = rules.least_span(limit, deadline)
+        if value is not None:
+            finished.append(limit)
+        return value, exact
+
+    value, short = passes_bound(least_span, LABELS[start:], time.perf_counter() + time_limit)
+    value = max(value, done)
+    if memo is not None:
+        memo[device] = (value, start + len(finished), not short)
+    return value, short
 
 
 def passes_bound(least_span, labels: tuple[int, ...], deadline: float) -> tuple[float, bool]:
@@ -237,17 +254,24 @@ def _earliest(a, b):
 DEVICE_LIMIT = 2.0
 
 
-def relaxation_bound(instance: Instance, deadline: float) -> float:
+def relaxation_bound(instance: Instance, deadline: float, memo: Optional[dict] = None) -> float:
     """The largest device relaxation bound found before `deadline` (perf_counter); devices that
     hold the fewest activations first, deeper first among equals (the first device, which holds
-    the most, is rarely the highest), each given an even share of what is left, at most
-    DEVICE_LIMIT seconds, and then those that limit cut short again (sweep)."""
+    the most, is rarely the highest), each given an even share of the time (at most
+    DEVICE_LIMIT seconds; what a device leaves over is not handed to the next, which would give
+    most to the last devices, the least likely to raise the bound), and then with what is left
+    those cut short, in the same order (sweep). `memo`, a dict kept
+    by the caller for this instance (_device_pass): a later call goes on where this one stopped
+    (within a call too, a device the sweep runs again goes on from its next pass)."""
     if not applies(instance):
         return 0.0
+    memo = {} if memo is None else memo
     held = held_counts(instance)
     order = sorted(range(instance.devices), key=lambda d: (held[d], -d))
-    return sweep(order, deadline, lambda left, remaining: min(DEVICE_LIMIT, left / remaining),
-                 lambda device, seconds: _device_pass(instance, device, seconds))[0]
+    base = min(DEVICE_LIMIT, (deadline - time.perf_counter()) / len(order))
+    best = sweep(order, deadline, lambda left, remaining: min(base, left / remaining),
+                 lambda device, seconds: _device_pass(instance, device, seconds, memo))[0]
+    return max([best, *(value for value, _, _ in memo.values())])
 
 
 def sweep(items, deadline: float, share, relax) -> tuple[float, object]:
