@@ -72,7 +72,8 @@ def _device_pass(instance: Instance, device: int, time_limit: float,
     complete device is not run again, a cut one goes on from its next pass of LABELS."""
     if not applies(instance) or time_limit <= 0:
         return 0.0, False
-    done, start, complete = memo.get(device, (0.0, 0, False)) if memo is not None else (0.0, 0, False)
+    memo = {} if memo is None else memo
+    done, start, complete = memo.get(device, (0.0, 0, False))
     if complete:
         return done, False
     rules, finished = _Rules(instance, device), []
@@ -84,10 +85,8 @@ def _device_pass(instance: Instance, device: int, time_limit: float,
         return value, exact
 
     value, short = passes_bound(least_span, LABELS[start:], time.perf_counter() + time_limit)
-    value = max(value, done)
-    if memo is not None:
-        memo[device] = (value, start + len(finished), not short)
-    return value, short
+    memo[device] = (max(value, done), start + len(finished), not short)
+    return memo[device][0], short
 
 
 def passes_bound(least_span, labels: tuple[int, ...], deadline: float) -> tuple[float, bool]:
