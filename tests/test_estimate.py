@@ -82,8 +82,14 @@ def test_model_carries_comm_and_cap(tmp_path):
     ({"model_type": "bert", "hidden_size": 64, "num_attention_heads": 4}, "not a decoder-only"),
     ({"model_type": "t5"}, "not a decoder-only"),
     ({"hidden_size": 64}, "no model_type"),
+    ({"model_type": "no-such-model"}, "does not know model_type"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 12},
+     "rejects this config: The hidden size"),
+    ({"model_type": "llama", "hidden_size": 4096, "intermediate_size": -64},
+     "intermediate_size must be a positive integer"),
+    ({"model_type": "gpt2", "n_embd": 30, "n_head": 4}, "not a multiple of the 4 heads"),
 ])
-def test_not_a_decoder_config(tmp_path, data, fragment):
+def test_bad_configs_say_what_to_change(tmp_path, data, fragment):
     with pytest.raises(ZboptError, match=fragment):
         shape_from_config(_config(tmp_path, **data))
 

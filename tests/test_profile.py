@@ -241,10 +241,21 @@ def test_module_that_does_not_import_or_return_layers_exits_2(user_module, capsy
 
 
 @pytest.mark.parametrize("config, message", [
-    ({"model_type": "t5"}, "not a decoder model"),
-    ({"model_type": "bert"}, "knows decoders shaped like llama"),
-    ({"vocab_size": 10}, "needs a model_type"),
-    ({"model_type": "no-such-model"}, "cannot build config"),
+    ({"model_type": "t5"}, "'t5' is not a decoder-only"),
+    ({"model_type": "bert", "hidden_size": 64}, "'bert' is not a decoder-only"),
+    ({"model_type": "gpt_neox", "hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 1,
+      "intermediate_size": 64, "vocab_size": 64}, "knows decoders shaped like llama"),
+    ({"vocab_size": 10}, "no model_type"),
+    ({"model_type": "no-such-model"}, "does not know model_type 'no-such-model'"),
+    # transformers' own validation, reduced to its cause
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 12},
+     "rejects this config: The hidden size (64) is not a multiple"),
+    ({"model_type": "llama", "hidden_size": -64}, "hidden_size must be a positive integer, got -64"),
+    ({"model_type": "llama", "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": -64},
+     "intermediate_size must be a positive integer"),
+    # a config transformers accepts but cannot build a model from
+    ({"model_type": "gpt2", "n_embd": 30, "n_head": 4, "n_layer": 1, "vocab_size": 64,
+      "n_positions": 16}, "cannot build a 'gpt2' model from this config: `embed_dim` must be divisible"),
 ])
 def test_non_decoder_config_exits_2(tmp_path, capsys, config, message):
     path = tmp_path / "config.json"

@@ -17,13 +17,12 @@ Layer names follow torchtitan's module names: "tok_embeddings", "layers.<i>", "n
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .errors import ZboptError
+from .hf_config import read_config
 from .layers import Layer, LayeredModel
 
 OPTIMIZER_BYTES = 16
@@ -76,39 +75,11 @@ class DecoderShape:
 
 
 def shape_from_config(path: str | Path) -> DecoderShape:
-    """The decoder shape of a transformers config.json (read locally, nothing downloaded)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ZboptError(f"config file {path} not found: give a transformers config.json")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ZboptError(f"{path}: not a JSON config ({err})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
-        raise ZboptError(f"{path}: no model_type: give a transformers config.json of a decoder model")
-    from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-    kind = data["model_type"]
-    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
-        raise ZboptError(f"{path}: model_type {kind!r} is not a decoder-only language model: give "
-                         f"the config of a causal LM (llama, gpt2, mistral, qwen2, ...)")
-    settings = {k: v for k, v in data.items() if k != "model_type"}
-    try:
-        config = AutoConfig.for_model(kind, **settings)
-    except Exception as err:  # noqa: BLE001  transformers validates with many exception types
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ZboptError(f"{path}: transformers rejects this config: {first}") from None
-    if getattr(config, "is_encoder_decoder", False):
-        raise ZboptError(f"{path}: {kind!r} is an encoder-decoder model: give a decoder-only config")
-    hidden = _positive(config, "hidden_size", path)
-    heads = _positive(config, "num_attention_heads", path)
-    layers = _positive(config, "num_hidden_layers", path)
-    vocab = _positive(config, "vocab_size", path)
+    """The decoder shape of a transformers config (read locally, nothing downloaded)."""
+    config = read_config(path)
+    kind = config.model_type
+    hidden, heads = config.hidden_size, config.num_attention_heads
+    layers, vocab = config.num_hidden_layers, config.vocab_size
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     ffn = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
     gated = getattr(config, "hidden_act", "") in ("silu", "swiglu")
@@ -118,13 +89,6 @@ def shape_from_config(path: str | Path) -> DecoderShape:
     return DecoderShape(hidden=hidden, heads=heads, kv_heads=int(kv_heads), layers=layers,
                         ffn=int(ffn), vocab=vocab, gated_mlp=bool(gated), positions=int(positions),
                         model_type=kind)
-
-
-def _positive(config: Any, key: str, path: Path) -> int:
-    value = getattr(config, key, None)
-    if not isinstance(value, int) or value < 1:
-        raise ZboptError(f"{path}: {key} must be a positive integer, got {value!r}")
-    return value
 
 
 def block_activation_bytes(hidden: int, heads: int, sequence: int) -> tuple[float, float]:

@@ -15,15 +15,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import json
 import os
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import ZboptError
+from ..hf_config import read_config, reason, require_transformers
 
 PRESETS = {
     "llama-tiny": "torchtitan",  # preset -> the layer naming it uses by default
@@ -59,44 +58,6 @@ def preset_path(name: str) -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "models" / f"{name}.toml"
 
 
-def read_config(path: str | Path):
-    """A transformers config from a config.json (or a directory holding one) or a TOML file
-    with the same keys; nothing is downloaded."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ZboptError(f"config file {path} not found")
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ZboptError(f"{path}: not a readable config ({str(err).splitlines()[0]})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
-        raise ZboptError(f"{path}: a transformers config needs a model_type key")
-    _transformers()
-    from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    model_type = data.pop("model_type")
-    try:
-        config = AutoConfig.for_model(model_type, **data)
-    except (ValueError, KeyError, TypeError) as err:
-        raise ZboptError(f"{path}: transformers cannot build config {model_type!r}: "
-                         f"{str(err).splitlines()[0]}") from None
-    if getattr(config, "is_encoder_decoder", False) or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise ZboptError(f"{path}: {model_type!r} is not a decoder model (no causal-LM class in "
-                         f"transformers): give a decoder-only config such as llama or gpt2")
-    return config
-
-
-def _transformers() -> None:
-    try:
-        import transformers
-    except ImportError:
-        raise ZboptError("--hf-config and --preset need transformers: pip install 'zbopt[hf]'") from None
-    transformers.logging.set_verbosity_error()
-
-
 def _available_bytes() -> int | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -111,7 +72,7 @@ def hf_model(config, microbatch_size: int, seq_len: int, dtype, device, naming: 
              name: str = "", source: str = "config") -> ModelSpec:
     """The embedding, every decoder block and the final norm + output layer + loss of a
     transformers causal LM with random weights."""
-    _transformers()
+    require_transformers()
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -121,7 +82,7 @@ def hf_model(config, microbatch_size: int, seq_len: int, dtype, device, naming: 
         raise ZboptError(f"unknown naming {naming!r}: choose {' or '.join(NAMINGS)}")
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     with torch.device("meta"):  # shapes only: refuse a model that cannot fit before building it
-        skeleton = _build(AutoModelForCausalLM, config)
+        skeleton = _build(AutoModelForCausalLM, config, source)
     count = sum(p.numel() for p in skeleton.parameters())
     need = count * torch.tensor([], dtype=dtype).element_size() * 2  # weights and gradients
     free = _available_bytes()
@@ -141,7 +102,7 @@ def hf_model(config, microbatch_size: int, seq_len: int, dtype, device, naming: 
         raise ZboptError(f"{source}: torchtitan naming is for llama-shaped models; use --naming hf")
     del skeleton
     torch.manual_seed(0)
-    model = _build(AutoModelForCausalLM, config).to(device=device, dtype=dtype)
+    model = _build(AutoModelForCausalLM, config, source).to(device=device, dtype=dtype)
     model.train()
     base = model.base_model
     prefix = model.base_model_prefix
@@ -179,11 +140,22 @@ def hf_model(config, microbatch_size: int, seq_len: int, dtype, device, naming: 
                      naming=naming, settings=_settings(microbatch_size, seq_len, dtype))
 
 
-def _build(auto, config):
+def _build(auto, config, source: str):
+    """The model of `config`; a config transformers cannot build a model from is the user's to
+    fix (one line naming its cause)."""
     try:
         return auto.from_config(config, attn_implementation="sdpa")
-    except (ValueError, ImportError):  # a model without an SDPA path
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001  a model without an SDPA path, or a config it rejects
+        pass
+    try:
         return auto.from_config(config)
+    except MemoryError:
+        raise
+    except Exception as err:  # noqa: BLE001  transformers fails on bad values in many ways
+        raise ZboptError(f"{source}: transformers cannot build a {config.model_type!r} model "
+                         f"from this config: {reason(err)}") from None
 
 
 def _shape(base) -> str | None:

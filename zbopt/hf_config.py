@@ -1,0 +1,82 @@
+"""Transformers configs read from local files: one reader for `zbopt estimate` and `zbopt profile`.
+
+A config is a config.json, a directory holding one, or a TOML file with the same keys; nothing
+is downloaded. Only decoder-only language models pass (a causal-LM class in transformers, no
+masked-LM class, not encoder-decoder) with positive sizes.
+Every rejection is one ZboptError line naming the file and what to change; transformers' own
+validation errors are reduced to their innermost cause's first line.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .errors import ZboptError
+
+# sizes every decoder config has (gpt2's n_embd, n_head, n_layer answer to these names too)
+POSITIVE = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
+# sizes some configs leave unset (None: derived from the others)
+OPTIONAL = ("intermediate_size", "n_inner", "num_key_value_heads", "head_dim")
+
+
+def require_transformers() -> None:
+    try:
+        import transformers
+    except ImportError:
+        raise ZboptError("transformers configs need transformers: pip install 'zbopt[hf]'") from None
+    transformers.logging.set_verbosity_error()
+
+
+def reason(err: BaseException) -> str:
+    """The first line of the innermost cause of `err` (transformers wraps its validators'
+    errors), or the exception's type when it has no message."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def read_config(path: str | Path) -> Any:
+    """The transformers config of a decoder-only model (see the module doc)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ZboptError(f"config file {path} not found: give a transformers config.json")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ZboptError(f"{path}: not a readable config ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        raise ZboptError(f"{path}: no model_type: give a transformers config of a decoder-only "
+                         f"model")
+    require_transformers()
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+    kind = data["model_type"]
+    if kind not in CONFIG_MAPPING_NAMES:
+        raise ZboptError(f"{path}: transformers does not know model_type {kind!r}: check its "
+                         f"spelling (llama, gpt2, mistral, qwen2, ...)")
+    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        raise ZboptError(f"{path}: model_type {kind!r} is not a decoder-only language model: give "
+                         f"the config of a causal LM (llama, gpt2, mistral, qwen2, ...)")
+    settings = {k: v for k, v in data.items() if k != "model_type"}
+    try:
+        config = AutoConfig.for_model(kind, **settings)
+    except Exception as err:  # noqa: BLE001  transformers validates with many exception types
+        raise ZboptError(f"{path}: transformers rejects this config: {reason(err)}") from None
+    if getattr(config, "is_encoder_decoder", False):
+        raise ZboptError(f"{path}: {kind!r} is an encoder-decoder model: give a decoder-only config")
+    for key in (*POSITIVE, *(k for k in OPTIONAL if getattr(config, k, None) is not None)):
+        value = getattr(config, key, None)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ZboptError(f"{path}: {key} must be a positive integer, got {value!r}")
+    return config
