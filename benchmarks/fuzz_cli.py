@@ -86,6 +86,10 @@ TARGETS = [
     Target("plan", "model.toml", ("plan", "{in}", "--time-limit", "2", "--quiet"), mine=False,
            weight=0.5),
     Target("estimate", "config.json", ("estimate", "{in}"), mine=False),
+    Target("profile --hf-config", "tiny.json", ("profile", "--hf-config", "{in}", "--seq-len", "8",
+                                                "--devices", "2", "--microbatches", "2", "--warmup",
+                                                "0", "--repeat", "1", "--out", "{out}.toml"),
+           mine=False, weight=0.3),
 ]
 
 
@@ -121,6 +125,11 @@ def make_seeds(folder: Path) -> dict[str, Path]:
         "intermediate_size": 688, "num_attention_heads": 8, "num_key_value_heads": 8,
         "num_hidden_layers": 8, "vocab_size": 1000, "max_position_embeddings": 512,
         "torch_dtype": "bfloat16"}, indent=1))
+    seeds["tiny.json"] = folder / "tiny.json"  # small enough to profile in a second
+    seeds["tiny.json"].write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
+        "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 2,
+        "vocab_size": 64, "max_position_embeddings": 64}, indent=1))
     return {k: v for k, v in seeds.items() if v.exists()}
 
 

@@ -276,6 +276,31 @@ def test_other_bad_sources_exit_2(tmp_path, capsys):
     assert "llama-shaped" in capsys.readouterr().err
 
 
+def test_configs_too_big_to_build_are_refused_unbuilt(tmp_path, monkeypatch, capsys):
+    """A config with more blocks than profile builds, or whose embedding and norms alone would
+    not fit, is refused before transformers builds anything (even shapes only, a huge config
+    took minutes)."""
+    import zbopt.profile.models as models
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built a model for a config refused by its numbers")
+
+    monkeypatch.setattr(models, "_build", no_build)
+    base = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 2,
+            "intermediate_size": 64, "vocab_size": 64}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**base, "num_hidden_layers": models.MAX_BLOCKS + 1}))
+    assert main(["profile", "--hf-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{models.MAX_BLOCKS + 1:,} blocks" in err and err.count("\n") == 1
+    # 1 GiB available; the embedding alone holds 2**27 float32 parameters (1 GiB with gradients)
+    monkeypatch.setattr(models, "_available_bytes", lambda: 2**30)
+    path.write_text(json.dumps({**base, "num_hidden_layers": 2, "vocab_size": 2**22}))
+    assert main(["profile", "--hf-config", str(path), "--dtype", "float32"]) == 2
+    err = capsys.readouterr().err
+    assert "at least 134,217,792 parameters need 1.0 GiB" in err and err.count("\n") == 1
+
+
 def test_library_refuses_bad_repeat():
     from zbopt.profile import profile
     from zbopt.profile.models import LayerSpec, ModelSpec

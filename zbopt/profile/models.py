@@ -29,6 +29,8 @@ PRESETS = {
     "gpt2-tiny": "hf",
 }
 NAMINGS = ("hf", "torchtitan")
+# blocks a config may have (the largest public decoders have under 200): each is built and timed
+MAX_BLOCKS = 1_000
 # torchtitan's llama3 module names (torchtitan >= 0.3 calls the output layer lm_head; 0.2.x output)
 TORCHTITAN_NAMES = {"embedding": "tok_embeddings", "blocks": "layers", "head": "norm+lm_head"}
 
@@ -81,15 +83,18 @@ def hf_model(config, microbatch_size: int, seq_len: int, dtype, device, naming: 
     if naming not in NAMINGS:
         raise ZboptError(f"unknown naming {naming!r}: choose {' or '.join(NAMINGS)}")
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    blocks = config.num_hidden_layers
+    if blocks > MAX_BLOCKS:  # checked before building: a huge count took minutes even unweighted
+        raise ZboptError(f"{source}: {blocks:,} blocks; zbopt profile builds and times every "
+                         f"block, at most {MAX_BLOCKS:,}: profile fewer (the blocks of a model "
+                         f"are alike) or use zbopt estimate")
+    element = torch.tensor([], dtype=dtype).element_size()
+    # the embedding and a norm per block at least: a config far too big is refused unbuilt
+    _refuse_if_too_big(config.vocab_size * config.hidden_size + blocks * config.hidden_size,
+                       element, device, source, "at least ")
     with torch.device("meta"):  # shapes only: refuse a model that cannot fit before building it
         skeleton = _build(AutoModelForCausalLM, config, source)
-    count = sum(p.numel() for p in skeleton.parameters())
-    need = count * torch.tensor([], dtype=dtype).element_size() * 2  # weights and gradients
-    free = _available_bytes()
-    if device.type == "cpu" and free is not None and need > 0.8 * free:
-        raise ZboptError(f"{source}: {count:,} parameters need {need / 2**30:.1f} GiB with their "
-                         f"gradients; {free / 2**30:.1f} GiB is available: profile a smaller "
-                         f"config")
+    _refuse_if_too_big(sum(p.numel() for p in skeleton.parameters()), element, device, source)
     shape = _shape(skeleton.base_model)
     if shape is None:
         kids = ", ".join(n for n, _ in skeleton.base_model.named_children())
@@ -138,6 +143,17 @@ def hf_model(config, microbatch_size: int, seq_len: int, dtype, device, naming: 
     layers.append(LayerSpec(names["head"], Head(norm, head_module, labels)))
     return ModelSpec(layers=tuple(layers), make_input=lambda: ids, name=name or config.model_type,
                      naming=naming, settings=_settings(microbatch_size, seq_len, dtype))
+
+
+def _refuse_if_too_big(count: int, element: int, device, source: str, least: str = "") -> None:
+    """ZboptError when `count` parameters with their gradients would not fit in the memory
+    available on the CPU."""
+    need = count * element * 2  # weights and gradients
+    free = _available_bytes()
+    if device.type == "cpu" and free is not None and need > 0.8 * free:
+        raise ZboptError(f"{source}: {least}{count:,} parameters need {need / 2**30:.1f} GiB with "
+                         f"their gradients; {free / 2**30:.1f} GiB is available: profile a "
+                         f"smaller config")
 
 
 def _build(auto, config, source: str):
