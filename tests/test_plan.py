@@ -379,6 +379,13 @@ def test_bad_plan_arguments(capsys, argv, fragment):
     assert fragment in err and "\n" not in err
 
 
+def test_plan_of_a_per_stage_instance_says_where_layered_files_come_from(capsys):
+    unit = EXAMPLE.parents[1] / "unit" / "unit-p4-m8.toml"
+    assert main(["plan", str(unit), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no [[layers]] array" in err and "zbopt estimate" in err and "\n" not in err
+
+
 def test_auto_solver_is_lns_on_large_splits_only(monkeypatch):
     """plan's default solver: cpsat below LNS_FROM_PASSES passes, cpsat-lns from there on, a
     name given is kept; and the solver phase runs the one resolved for the split it solves."""

@@ -292,7 +292,9 @@ def load_model(path: str | Path) -> LayeredModel:
     data = read_table(path)
     if not is_layered(data):
         raise ZboptError(f"{path}: no [[layers]] array: this is a per-stage instance, not a "
-                         f"layered model")
+                         f"layered model; give a file with [[layers]] (zbopt estimate or zbopt "
+                         f"profile writes one; see instances/models/), or solve or compare this one "
+                         f"as it is")
     return LayeredModel.from_dict(data, source=str(path))
 
 
