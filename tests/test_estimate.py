@@ -94,6 +94,15 @@ def test_bad_configs_say_what_to_change(tmp_path, data, fragment):
         shape_from_config(_config(tmp_path, **data))
 
 
+def test_a_toml_config_gives_the_shape_of_its_json_twin(tmp_path):
+    """estimate and profile share one config reader: the TOML form of a config is read too."""
+    keys = {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 6, "vocab_size": 8192}
+    toml = tmp_path / "config.toml"
+    toml.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items()))
+    assert shape_from_config(toml) == shape_from_config(_config(tmp_path, **keys))
+    assert shape_from_config(toml).hidden == 256
+
+
 def test_bad_accelerator_figures():
     with pytest.raises(ZboptError, match="efficiency"):
         Accelerator(efficiency=1.5)

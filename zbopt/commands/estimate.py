@@ -8,7 +8,7 @@ from ._common import print_json, refuse_overwrite
 def register(sub) -> None:
     parser = sub.add_parser("estimate", help="estimate a layered model from a transformers "
                                              "config.json (no hardware, nothing downloaded)")
-    parser.add_argument("config", help="a transformers config.json (or its directory)")
+    parser.add_argument("config", help="a transformers config.json, its directory, or a .toml with the same keys")
     parser.add_argument("--microbatch-size", type=int, default=1, metavar="B",
                         help="sequences per micro-batch (default 1)")
     parser.add_argument("--seq-len", type=int, default=4096, metavar="S",
