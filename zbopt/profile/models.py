@@ -83,14 +83,16 @@ def hf_model(config, microbatch_size: int, seq_len: int, dtype, device, naming: 
     if naming not in NAMINGS:
         raise ZboptError(f"unknown naming {naming!r}: choose {' or '.join(NAMINGS)}")
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    blocks = config.num_hidden_layers
+    # a config built by hand (not by read_config) may lack a size: what it lacks counts as 0
+    blocks = getattr(config, "num_hidden_layers", None) or 0
+    hidden = getattr(config, "hidden_size", None) or 0
     if blocks > MAX_BLOCKS:  # checked before building: a huge count took minutes even unweighted
         raise ZboptError(f"{source}: {blocks:,} blocks; zbopt profile builds and times every "
                          f"block, at most {MAX_BLOCKS:,}: profile fewer (the blocks of a model "
                          f"are alike) or use zbopt estimate")
     element = torch.tensor([], dtype=dtype).element_size()
     # the embedding and a norm per block at least: a config far too big is refused unbuilt
-    _refuse_if_too_big(config.vocab_size * config.hidden_size + blocks * config.hidden_size,
+    _refuse_if_too_big(((getattr(config, "vocab_size", None) or 0) + blocks) * hidden,
                        element, device, source, "at least ")
     with torch.device("meta"):  # shapes only: refuse a model that cannot fit before building it
         skeleton = _build(AutoModelForCausalLM, config, source)
