@@ -398,3 +398,25 @@ def test_report_progress_names_each_chart(capsys, tmp_path):
     assert code == 0 and "wrote" in out
     assert "report: chart 1/3: all methods stacked" in err
     assert "chart 2/3: " in err and "chart 3/3: " in err
+
+
+@pytest.mark.parametrize("err, line, why, shown", [
+    (RuntimeError(), "", "RuntimeError", "RuntimeError"),
+    (RuntimeError("  \n\n  disk full  \nmore"), "disk full", "disk full", "RuntimeError: disk full"),
+    (KeyError("x"), "'x'", "'x'", "KeyError: 'x'"),
+    (ValueError(" \n "), "", "ValueError", "ValueError"),
+])
+def test_another_librarys_exception_is_shown_by_its_first_non_blank_line(err, line, why, shown):
+    from zbopt.errors import described, first_line, reason
+    assert (first_line(err), reason(err), described(err)) == (line, why, shown)
+
+
+def test_a_wrapped_config_error_is_shown_by_its_innermost_cause():
+    from zbopt.hf_config import innermost_reason
+    try:
+        try:
+            raise ValueError("\nhead_dim must divide hidden_size")
+        except ValueError as inner:
+            raise RuntimeError("validation failed") from inner
+    except RuntimeError as outer:
+        assert innermost_reason(outer) == "head_dim must divide hidden_size"

@@ -341,3 +341,15 @@ def test_hf_config_as_a_directory_or_toml(tmp_path, capsys):
         doc = json.loads(capsys.readouterr().out)
         assert [x["name"] for x in doc["model"]["layers"]] == [
             "transformer.wte+transformer.wpe", "transformer.h.0", "transformer.ln_f+lm_head"]
+
+
+@pytest.mark.parametrize("source, message", [
+    ("raise ImportError()\n", "mod_blank.py (ImportError)"),
+    ("def layers():\n    raise ValueError('\\n\\nno GPU here\\ntrace')\n", "layers() raised ValueError: no GPU here"),
+])
+def test_a_module_failing_without_a_usable_first_line_is_one_line(tmp_path, capsys, source, message):
+    path = tmp_path / "mod_blank.py"
+    path.write_text(source)
+    assert main(["profile", "--module", f"{path}:layers"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .errors import ZboptError
+from .errors import ZboptError, reason
 
 # sizes every decoder config has (gpt2's n_embd, n_head, n_layer answer to these names too)
 POSITIVE = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
@@ -30,13 +30,12 @@ def require_transformers() -> None:
     transformers.logging.set_verbosity_error()
 
 
-def reason(err: BaseException) -> str:
-    """The first line of the innermost cause of `err` (transformers wraps its validators'
-    errors), or the exception's type when it has no message."""
+def innermost_reason(err: BaseException) -> str:
+    """zbopt.errors.reason of the innermost cause of `err` (transformers wraps its validators'
+    errors)."""
     while err.__cause__ is not None:
         err = err.__cause__
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    return reason(err)
 
 
 def read_config(path: str | Path) -> Any:
@@ -50,7 +49,7 @@ def read_config(path: str | Path) -> Any:
         text = path.read_text(encoding="utf-8")
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ZboptError(f"{path}: not a readable config ({str(err).splitlines()[0]})") from None
+        raise ZboptError(f"{path}: not a readable config ({reason(err)})") from None
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
         raise ZboptError(f"{path}: no model_type: give a transformers config of a decoder-only "
                          f"model")
@@ -72,7 +71,7 @@ def read_config(path: str | Path) -> Any:
     try:
         config = AutoConfig.for_model(kind, **settings)
     except Exception as err:  # noqa: BLE001  transformers validates with many exception types
-        raise ZboptError(f"{path}: transformers rejects this config: {reason(err)}") from None
+        raise ZboptError(f"{path}: transformers rejects this config: {innermost_reason(err)}") from None
     if getattr(config, "is_encoder_decoder", False):
         raise ZboptError(f"{path}: {kind!r} is an encoder-decoder model: give a decoder-only config")
     for key in (*POSITIVE, *(k for k in OPTIONAL if getattr(config, k, None) is not None)):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import ZboptError
+from .errors import ZboptError, reason
 
 PLACEMENTS = ("contiguous", "interleaved", "v", "dualpipe")
 KINDS = ("F", "B", "W")
@@ -405,7 +405,7 @@ def read_table(path: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError) as err:
-        raise ZboptError(f"{path}: not valid {kind}: {str(err).splitlines()[0]}") from None
+        raise ZboptError(f"{path}: not valid {kind}: {reason(err)}") from None
     if not isinstance(data, dict):
         raise ZboptError(f"{path}: expected a table of keys, got {type(data).__name__}")
     return data

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..dag import Pass
-from ..errors import ZboptError
+from ..errors import ZboptError, reason
 from ..instance import Instance
 from ..schedule import Item, Schedule, format_item, structure_problems
 
@@ -284,5 +284,4 @@ def torch_check(rows: Sequence[Sequence[str]], num_stages: int, microbatches: in
         ts._add_send_recv(compute, stage_to_rank=lambda s: stage_to_rank[s],
                           num_stages=num_stages)
     except (AssertionError, RuntimeError, KeyError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ZboptError(f"torch rejects the schedule: {first}") from None
+        raise ZboptError(f"torch rejects the schedule: {reason(err)}") from None

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ZboptError
+from ..errors import ZboptError, reason
 from ..instance import Instance
 from ..schedule import Schedule
 from .torch_csv import csv_text, torch_check, torch_rows
@@ -200,7 +200,7 @@ def _run_processes(world: int, args: tuple, timeout: float, worker=None) -> str:
         lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
         return "a rank raised: " + (lines[-1].strip() if lines else "unknown error")
     except Exception as err:  # a rank exited with a signal or a non-zero code
-        return f"a rank failed: {str(err).strip().splitlines()[0] if str(err).strip() else err}"
+        return f"a rank failed: {reason(err)}"
     finally:
         for process in context.processes:
             if process.is_alive():  # only the ranks we started, after a hang

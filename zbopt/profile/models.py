@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import ZboptError
-from ..hf_config import read_config, reason, require_transformers
+from ..errors import ZboptError, described
+from ..hf_config import innermost_reason, read_config, require_transformers
 
 PRESETS = {
     "llama-tiny": "torchtitan",  # preset -> the layer naming it uses by default
@@ -173,7 +173,7 @@ def _build(auto, config, source: str):
         raise
     except Exception as err:  # noqa: BLE001  transformers fails on bad values in many ways
         raise ZboptError(f"{source}: transformers cannot build a {config.model_type!r} model "
-                         f"from this config: {reason(err)}") from None
+                         f"from this config: {innermost_reason(err)}") from None
 
 
 def _shape(base) -> str | None:
@@ -201,8 +201,7 @@ def function_model(spec: str, microbatch_size: int, seq_len: int, dtype, device)
     try:
         module = _import(target)
     except Exception as err:  # noqa: BLE001 - any import failure is the user's to fix
-        raise ZboptError(f"--module {spec}: cannot import {target} ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+        raise ZboptError(f"--module {spec}: cannot import {target} ({described(err)})") from None
     func = getattr(module, func_name, None)
     if not callable(func):
         raise ZboptError(f"--module {spec}: {target} has no function {func_name!r}")
@@ -213,8 +212,7 @@ def function_model(spec: str, microbatch_size: int, seq_len: int, dtype, device)
             wanted = {k: v for k, v in wanted.items() if k in params}
         result = func(**wanted)
     except Exception as err:  # noqa: BLE001 - the user's function failed
-        raise ZboptError(f"--module {spec}: {func_name}() raised {type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''}") from None
+        raise ZboptError(f"--module {spec}: {func_name}() raised {described(err)}") from None
     model = _as_model_spec(result, spec)
     for layer in model.layers:
         layer.module.to(device=device, dtype=dtype).train()

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from ..errors import ZboptError
+from ..errors import ZboptError, described, reason
 from ..layers import Layer, LayeredModel
 from .measure import CLOCKS, Clock, LayerTimes, Repetition, iqr, median, memory, to_times
 from .models import ModelSpec
@@ -142,7 +142,7 @@ def layer_inputs(model: ModelSpec) -> list[Any]:
                 x = layer.module(x)
             except Exception as err:  # noqa: BLE001 - a user's layer may fail in any way
                 raise ZboptError(f"layer {layer.name!r} failed on its input "
-                                 f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+                                 f"({described(err)})"
                                  ) from None
             if not isinstance(x, torch.Tensor):
                 raise ZboptError(f"layer {layer.name!r} returned {type(x).__name__}: every layer "
@@ -189,7 +189,7 @@ def profile(model: ModelSpec, warmup: int = 2, repeat: int = 10, device=None, th
                         progress(layer.name, done, total)
         except (TypeError, RuntimeError) as err:
             raise ZboptError(f"layer {current!r} cannot be measured "
-                             f"({str(err).strip().splitlines()[0]})") from None
+                             f"({reason(err)})") from None
         finally:
             for layer in model.layers:
                 for p in layer.module.parameters():

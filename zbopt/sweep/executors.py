@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Iterator, Sequence
 
-from ..errors import ZboptError
+from ..errors import ZboptError, described
 from .job import error_record, run_job
 from .spec import Job
 
@@ -227,8 +227,7 @@ class RayExecutor:
                     try:
                         record = ray.get(ref)
                     except ray.exceptions.RayError as err:
-                        error = (f"Ray task failed: {type(err).__name__}: "
-                                 f"{str(err).splitlines()[0] if str(err) else ''}")
+                        error = f"Ray task failed: {described(err)}"
                         if lost.get(job.key, 0) >= NODE_LOSS_RETRIES:
                             yield job, error_record(job, error, time.monotonic() - t0)
                         else:
