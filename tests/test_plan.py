@@ -30,7 +30,7 @@ from zbopt.plan.bound import (
 from zbopt.plan.device_bound import device_relaxation, relaxation_bound
 from zbopt.plan.memory_bound import pipeline_bound, start_chain
 from zbopt.plan.polish import polish
-from zbopt.plan.search import schedule_methods
+from zbopt.plan.search import _has_blocks, _overlap_floor, _total_load, schedule_methods
 from zbopt.registry import get_method, run
 from zbopt.result import Result
 from zbopt.schedule import Schedule, evaluate, validate
@@ -331,6 +331,49 @@ def test_v_placement_plan_has_valid_bound():
     assert result.result.lower_bound <= result.result.span + 1e-9
     total = sum(x.t_f + x.t_b + x.t_w for x in model.expanded) * model.microbatches
     assert result.result.lower_bound >= total / model.devices - 1e-9
+
+
+def test_overlap_floor_is_below_every_schedule_with_overlapped_blocks():
+    # DualPipe's and DualPipeV's F&B blocks last less than their passes: the floor must still
+    # be below every schedule of every split, blocks or not
+    rng = random.Random(5)
+    checked = blocked = 0
+    for _ in range(40):
+        model = _random_model(rng)
+        model = model.with_settings(overlap=rng.choice([0.25, 0.5, 1.0]),
+                                    microbatches=2 * model.microbatches)  # dualpipe: even
+        floor = _overlap_floor(model)
+        for placement in ("dualpipe", "v"):
+            try:
+                placed = model.with_settings(placement=placement)
+            except ZboptError:  # fewer layers than the placement's stages
+                continue
+            for sizes in itertools.islice(_partitions(placed.num_layers, placed.num_parts), 6):
+                try:
+                    instance = placed.instance(sizes)
+                except ZboptError:
+                    continue
+                for name in schedule_methods(placement):
+                    row = run(name, instance)
+                    if row.timeline is not None:
+                        checked += 1
+                        blocked += _has_blocks(row)
+                        assert floor <= row.span + 1e-9, (name, sizes, model)
+    assert checked > 50 and blocked > 10
+
+
+def test_a_plan_with_overlapped_blocks_claims_only_what_covers_them():
+    # the single-pass bounds do not hold for overlapped F&B blocks: DualPipe at overlap 0.5
+    # beats the total load over p (209,000 here), which once made the plan call itself optimal
+    model = load_model(EXAMPLE).with_settings(overlap=0.5)
+    result = plan(model, placements=("dualpipe",), time_limit=5)
+    assert _has_blocks(result.result)
+    assert result.result.span < _total_load(model) / model.devices
+    assert "overlapped F&B blocks" in result.scope and "overlapped F&B blocks" in result.result.message
+    assert result.result.lower_bound == pytest.approx(_overlap_floor(model))
+    assert result.result.status == "feasible"
+    plain = plan(load_model(EXAMPLE), placements=("dualpipe",), time_limit=5)
+    assert not _has_blocks(plain.result) and "single passes on" in plain.scope
 
 
 def test_infeasible_cap_names_device_and_shortfall(capsys):
