@@ -20,7 +20,8 @@ before anything is scheduled. The search then
 The bound over all partitions is the least of: the bound of every partition not listed (all at
 or above the listing threshold), and the proven bound of every partition listed (its own bound,
 or the solver's). Other placements: the same steps 1 and 6 around the baselines and a
-load-balanced split, with a weaker bound over all partitions (the total load over p).
+load-balanced split, with a weaker bound over all partitions (the total load over p; on V the
+least over partitions of each device's earliest start plus load, zbopt.plan.v_bound).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from .collision_bound import collision_bound
 from .device_bound import DEVICE_LIMIT, relaxation_bound
 from .memory_bound import pipeline_bound
 from .polish import polish
+from .v_bound import v_floor
 from .window_bound import window_bound
 
 Progress = Callable[[dict], None]
@@ -482,6 +484,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             table, best = None, None
             starts.append(_balanced(placed))
             floor = _total_load(placed) / placed.devices
+            if placement == "v":
+                floor = max(floor, v_floor(placed) or 0.0)  # inf: no V split fits the cap
         search.bound = min([*bounds.values(), floor])
         for sizes in starts:
             if sizes is not None:
