@@ -534,8 +534,9 @@ def part_vfloor(args) -> list[str]:
     """The V placement's bound over all partitions (zbopt.plan.v_bound) against the total load
     over p it replaced, and plan(placements=contiguous,v) with each: the p=8 estimated models."""
     import zbopt.plan.search as search_module
-    lines = [f"The V placement's bound over all partitions: `v_floor` (the least largest device "
-             f"load over partitions that fit) against the total load over p, on every estimated "
+    lines = [f"The V placement's bound over all partitions: `v_floor` (the least, over partitions "
+             f"that fit, of the largest device bound from its load and the memory throughput of "
+             f"its two stages) against the total load over p, on every estimated "
              f"model and cap; and on the p=8 models `plan(placements=(contiguous, v))` for "
              f"{args.time_limit:g} s twice, one after the other: with `v_floor` and with it "
              f"switched off (the peer, bound = the total load over p as before). The bound over "

@@ -21,7 +21,7 @@ The bound over all partitions is the least of: the bound of every partition not 
 or above the listing threshold), and the proven bound of every partition listed (its own bound,
 or the solver's). Other placements: the same steps 1 and 6 around the baselines and a
 load-balanced split, with a weaker bound over all partitions (the total load over p; on V the
-least over partitions of each device's earliest start plus load, zbopt.plan.v_bound).
+least over partitions of the largest device bound from its load and memory, zbopt.plan.v_bound).
 """
 
 from __future__ import annotations
