@@ -438,6 +438,35 @@ def test_v_floor_is_the_least_device_bound_over_every_v_partition():
     assert compared >= 20 and schedules >= 100 and raised >= 10 and capped >= 2 and paths >= 2
 
 
+def test_with_several_placements_the_bound_names_its_placement(capsys):
+    from argparse import Namespace
+
+    from zbopt.commands.plan import _print
+    # 8 Llama blocks on p=4, 128k vocabulary: at the mid cap V's bound over all partitions is
+    # below the contiguous one and is the plan's; at the tight cap a contiguous split's is
+    mid = llama_model(128256, 8, 0.6)
+    both = plan(mid, placements=("contiguous", "v"), time_limit=4, exact=False)
+    alone = plan(mid, placements=("contiguous",), time_limit=4, exact=False)
+    assert both.result.status == "feasible" and both.bound_placement == "v"
+    assert both.result.lower_bound < alone.result.lower_bound
+    assert both.to_dict()["bound_placement"] == "v" and alone.bound_placement is None
+    _print(both, mid, Namespace(model="mid.toml", out=None))
+    assert "the least is the v placement's" in capsys.readouterr().out
+    tight = plan(llama_model(128256, 8, 0.25), placements=("contiguous", "v"), time_limit=4,
+                 exact=False)
+    assert tight.result.status == "feasible" and tight.bound_placement == "contiguous"
+    assert tight.bound_split is not None and len(tight.bound_split) == 4
+
+
+def test_the_least_placement_is_the_one_whose_bound_is_the_plans():
+    from zbopt.plan.search import Split, _least_placement
+    listed = [Split("v", (1,) * 8, None, 90.0), Split("contiguous", (2, 2, 2, 2), None, 120.0)]
+    assert _least_placement(("contiguous", "v"), {"contiguous": 100.0, "v": 95.0}, listed, 90.0) == "v"
+    assert _least_placement(("contiguous", "v"), {"contiguous": 80.0, "v": 95.0}, listed, 80.0) == "contiguous"
+    # the overlap floor (below every placement's) is no placement's
+    assert _least_placement(("contiguous", "v"), {"contiguous": 80.0, "v": 95.0}, listed, 70.0) is None
+
+
 def test_infeasible_cap_names_device_and_shortfall(capsys):
     assert main(["plan", str(EXAMPLE), "--mem", "6000", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()

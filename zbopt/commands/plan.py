@@ -163,9 +163,11 @@ def _print(result, model, args) -> None:
     gap = "-" if r.gap is None else f"{r.gap:.2%}"
     out.print(f"status      {r.status} ({result.scope})")
     out.print(f"span        {fmt(r.span)}{unit} ({r.method})")
-    weakest = "" if result.bound_split is None else \
-        f"; the least proven bound is split {'+'.join(str(n) for n in result.bound_split)}'s"
-    out.print(f"lower bound {fmt(r.lower_bound)}{unit} (over all partitions{weakest})")
+    where = [] if result.bound_placement is None else \
+        [f"the least is the {result.bound_placement} placement's"]
+    if result.bound_split is not None:
+        where.append(f"the least proven bound is split {'+'.join(str(n) for n in result.bound_split)}'s")
+    out.print(f"lower bound {fmt(r.lower_bound)}{unit} (over all partitions{''.join('; ' + x for x in where)})")
     out.print(f"gap         {gap}")
     out.print(f"searched    {result.partitions_scheduled} splits scheduled, "
               f"{result.partitions_pruned:,} pruned by their bound, {result.solver_runs} solver "

@@ -105,6 +105,9 @@ class Plan:
     # the split whose proven bound is the bound over all partitions (None: the splits left
     # unlisted, or the plan's own span)
     bound_split: Optional[tuple[int, ...]] = None
+    # with several placements, the one whose bound is the bound over all partitions (None: one
+    # placement, an optimal plan, or the overlap floor)
+    bound_placement: Optional[str] = None
 
     @property
     def stages(self) -> list[list[str]]:
@@ -142,7 +145,8 @@ class Plan:
                 "baselines": baselines, "gain": self.gain(), "scope": self.scope,
                 "partitions_scheduled": self.partitions_scheduled,
                 "partitions_pruned": self.partitions_pruned, "solver_runs": self.solver_runs,
-                "bound_split": list(self.bound_split) if self.bound_split else None}
+                "bound_split": list(self.bound_split) if self.bound_split else None,
+                "bound_placement": self.bound_placement}
 
 
 def schedule_methods(placement: str) -> list[str]:
@@ -603,8 +607,22 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     weakest = min(pending, key=lambda s: s.bound, default=None)
     bound_split = weakest.sizes if weakest is not None and weakest.bound <= lower and \
         lower < chosen.span * (1 - TOLERANCE) else None
+    bound_placement = None
+    if len(placements) > 1 and lower < chosen.span * (1 - TOLERANCE):
+        bound_placement = _least_placement(placements, bounds, pending, lower)
     return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs,
-                bound_split)
+                bound_split, bound_placement)
+
+
+def _least_placement(placements: Sequence[str], unlisted: dict[str, float],
+                     listed: list[Split], lower: float) -> Optional[str]:
+    """The placement whose bound (its unlisted splits' or a listed split's) is `lower`, the
+    bound over all partitions; None when it is none of theirs (the overlap floor)."""
+    least = {placement: unlisted.get(placement, math.inf) for placement in placements}
+    for split in listed:
+        least[split.placement] = min(least[split.placement], split.bound)
+    placement = min(placements, key=least.__getitem__)
+    return placement if least[placement] <= lower * (1 + 1e-12) else None
 
 
 def _refreshed(split: Split, cache: dict) -> Split:
