@@ -24,9 +24,10 @@ Parts:
              collision) against the same run without them (the backend's own bound), on the
              split of least segment bound: 8 blocks on p=4, m=8 and 32 blocks on p=8, m=32, tight
              and mid caps
-- vfloor:    (only when named in --only) the V placement's bound over all partitions against
-             the total load over p, on every estimated model and cap, and plan() with the
-             contiguous and V placements with and without it on the p=8 models
+- vfloor, ifloor: (only when named in --only) the V (interleaved) placement's bound over all
+             partitions against the total load over p, on every estimated model and cap, and
+             plan() with the contiguous and V (interleaved) placements with and without it on the
+             p=8 models
 - solvers:   (only when named in --only) plan() with each solver of --solvers (cpsat and
              cpsat-lns by default) for its exact phase, --reps runs each, on the estimated models'
              tight and mid caps (--filter as for estimated): which solver plan should default to
@@ -39,7 +40,7 @@ except the solvers part.
 
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
-                                          solvers,vfloor]
+                                          solvers,vfloor,ifloor]
                                   [--time-limit S] [--solvers A,B] [--reps N]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
@@ -73,7 +74,6 @@ from zbopt.plan.collision_bound import collision_bound
 from zbopt.plan.device_bound import relaxation_bound
 from zbopt.plan.memory_bound import pipeline_bound
 from zbopt.plan.search import schedule_methods
-from zbopt.plan.v_bound import v_floor
 from zbopt.plan.window_bound import best_window
 from zbopt.registry import run
 from zbopt.solvers.api import solve
@@ -531,17 +531,30 @@ def part_solvers(args) -> list[str]:
 
 
 def part_vfloor(args) -> list[str]:
-    """The V placement's bound over all partitions (zbopt.plan.v_bound) against the total load
-    over p it replaced, and plan(placements=contiguous,v) with each: the p=8 estimated models."""
+    """The V placement's bound over all partitions against the total load over p it replaced."""
+    return _part_paired(args, "V", "v", "v_floor")
+
+
+def part_ifloor(args) -> list[str]:
+    """The same for the interleaved placement (two chunks)."""
+    return _part_paired(args, "interleaved (two chunks)", "interleaved", "interleaved_floor")
+
+
+def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
+    """A placement's bound over all partitions (zbopt.plan.paired_bound) against the total load
+    over p it replaced, and plan(placements=contiguous,<placement>) with each: p=8 models."""
+    import zbopt.plan.paired_bound as paired_module
     import zbopt.plan.search as search_module
-    lines = [f"The V placement's bound over all partitions: `v_floor` (the least, over partitions "
-             f"that fit, of the largest device bound from its load and the memory throughput of "
-             f"its two stages) against the total load over p, on every estimated "
-             f"model and cap; and on the p=8 models `plan(placements=(contiguous, v))` for "
-             f"{args.time_limit:g} s twice, one after the other: with `v_floor` and with it "
+    floor_of = getattr(paired_module, name)
+    lines = [f"The {label} placement's bound over all partitions: `{name}` (the least, over "
+             f"partitions that fit, of the largest device bound from its load and the memory "
+             f"throughput of its two stages) against the total load over p, on every estimated "
+             f"model and cap (- where the programme is too large and the plan keeps the total "
+             f"load over p); and on the p=8 models `plan(placements=(contiguous, {placement}))` "
+             f"for {args.time_limit:g} s twice, one after the other: with `{name}` and with it "
              f"switched off (the peer, bound = the total load over p as before). The bound over "
              f"all partitions is the least of the two placements'.", "",
-             "| model | p | m | cap | total load / p | v_floor | v_floor s | ratio | "
+             f"| model | p | m | cap | total load / p | {name} | {name} s | ratio | "
              "plan span (peer) | plan bound (peer) | gap (peer) | plan span | plan bound | gap |",
              _rule("|" * 15)]
     ratios, gaps = [], []
@@ -553,47 +566,49 @@ def part_vfloor(args) -> list[str]:
             levels = cap_levels(model)
             for cap_name in ("tight", "mid", "1f1b", "none"):
                 capped = model.with_settings(memory_cap=levels[cap_name])
-                placed = capped.with_settings(placement="v")
+                placed = capped.with_settings(placement=placement)
                 began = time.perf_counter()
-                floor = v_floor(placed)
+                floor = floor_of(placed)
                 seconds = time.perf_counter() - began
                 total = sum(x.t_f + x.t_b + x.t_w for x in placed.expanded) * m / p
-                ratios.append(floor / total)
+                if floor is not None:
+                    ratios.append(floor / total)
                 cells = ["-"] * 6
                 if p == 8:
                     runs = []
                     for use in (False, True):
-                        print(f"[bench_plan] vfloor {model.name} cap {cap_name} "
-                              f"{'with' if use else 'without'} v_floor", file=sys.stderr, flush=True)
+                        print(f"[bench_plan] {name} {model.name} cap {cap_name} "
+                              f"{'with' if use else 'without'} it", file=sys.stderr, flush=True)
                         if not use:
-                            search_module.v_floor = lambda model: None
+                            setattr(search_module, name, lambda model: None)
                         try:
-                            r = plan(capped, placements=("contiguous", "v"),
+                            r = plan(capped, placements=("contiguous", placement),
                                      time_limit=args.time_limit).result
                         finally:
-                            search_module.v_floor = v_floor
+                            setattr(search_module, name, floor_of)
                         runs += [_fmt(r.span), _fmt(r.lower_bound), _pct(r.gap)]
                         gaps.append((use, r.gap))
                     cells = runs
+                ratio = "-" if floor is None else f"{floor / total:.3f}"
                 lines.append(f"| {model.name} | {p} | {m} | {cap_name} | {_fmt(total)} | "
-                             f"{_fmt(floor)} | {seconds:.2f} | {floor / total:.3f} | "
-                             + " | ".join(cells) + " |")
+                             f"{_fmt(floor)} | {seconds:.2f} | {ratio} | " + " | ".join(cells) + " |")
                 print(lines[-1], file=sys.stderr, flush=True)
     if ratios:
-        lines += ["", f"v_floor / (total load / p): median {statistics.median(ratios):.3f}, "
+        lines += ["", f"{name} / (total load / p): median {statistics.median(ratios):.3f}, "
                       f"min {min(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)} rows."]
     peer = [g for use, g in gaps if not use]
     mine = [g for use, g in gaps if use]
     if mine:
-        lines.append(f"plan with contiguous and v, certified gap: median {_pct(statistics.median(mine))} "
-                     f"(max {_pct(max(mine))}) with v_floor, median {_pct(statistics.median(peer))} "
-                     f"(max {_pct(max(peer))}) without, over {len(mine)} rows.")
+        lines.append(f"plan with contiguous and {placement}, certified gap: median "
+                     f"{_pct(statistics.median(mine))} (max {_pct(max(mine))}) with {name}, median "
+                     f"{_pct(statistics.median(peer))} (max {_pct(max(peer))}) without, over "
+                     f"{len(mine)} rows.")
     return lines
 
 
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
-         "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor}
+         "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -605,7 +620,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, solvers, "
-                             f"vfloor only when named)")
+                             f"vfloor, ifloor only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)

@@ -29,9 +29,9 @@ from zbopt.plan.bound import (
 )
 from zbopt.plan.device_bound import device_relaxation, relaxation_bound
 from zbopt.plan.memory_bound import pipeline_bound, start_chain
+from zbopt.plan.paired_bound import interleaved_floor, v_floor
 from zbopt.plan.polish import polish
 from zbopt.plan.search import _has_blocks, _overlap_floor, _total_load, schedule_methods
-from zbopt.plan.v_bound import v_floor
 from zbopt.registry import get_method, run
 from zbopt.result import Result
 from zbopt.schedule import Schedule, evaluate, validate
@@ -377,15 +377,15 @@ def test_a_plan_with_overlapped_blocks_claims_only_what_covers_them():
     assert not _has_blocks(plain.result) and "single passes on" in plain.scope
 
 
-def _v_device_bounds(instance, caps, throughput: bool = True) -> list[float]:
-    """Per device of a V instance: the largest of its load and, for each of its two stages,
-    ceil(m / k) round trips from the stage to the end and back plus its t_w, k the activations
-    of the stage its free memory holds (inf where its static memory and one micro-batch's two
-    activations exceed `caps`)."""
-    p, m, n = instance.devices, instance.microbatches, instance.num_stages
+def _paired_device_bounds(instance, caps, throughput: bool = True) -> list[float]:
+    """Per device of an instance with two stages per device (V, interleaved): the largest of its
+    load and, for each of its stages, ceil(m / k) round trips from the stage to the end and back
+    plus its t_w, k the activations of the stage its free memory holds (inf where its static
+    memory and one micro-batch's two activations exceed `caps`)."""
+    m, n = instance.microbatches, instance.num_stages
     out = []
-    for d in range(p):
-        mine = (d, n - 1 - d)
+    for d in range(instance.devices):
+        mine = instance.stages_of(d)
         value = m * sum(instance.t_f[s] + instance.t_b[s] + instance.t_w[s] for s in mine)
         free = INF if caps is None else caps - instance.static_memory[d]
         for s in mine:
@@ -402,40 +402,41 @@ def _v_device_bounds(instance, caps, throughput: bool = True) -> list[float]:
     return out
 
 
-def test_v_floor_is_the_least_device_bound_over_every_v_partition():
-    # the bound of each partition written out plainly; every registered V schedule within the
-    # cap is at least it
+@pytest.mark.parametrize("placement, floor_of", [("v", v_floor), ("interleaved", interleaved_floor)])
+def test_paired_floor_is_the_least_device_bound_over_every_partition(placement, floor_of):
+    # the bound of each partition written out plainly; every registered schedule of the
+    # placement within the cap is at least it
     rng = random.Random(17)
     compared = schedules = raised = capped = paths = 0
-    for _ in range(60):
+    for _ in range(120):
         model = _random_model(rng)
-        if model.num_layers < 2 * model.devices:
+        if model.num_layers < 2 * model.devices or model.devices < 2:
             continue
-        model = model.with_settings(placement="v")
+        model = model.with_settings(placement=placement)
         least = uncapped = loads_only = INF
         for sizes in _partitions(model.num_layers, model.num_parts):
             free = model.with_settings(memory_cap=None).instance(sizes)
-            value = max(_v_device_bounds(free, model.memory_cap))
-            least = min(least, value)
-            uncapped = min(uncapped, max(_v_device_bounds(free, None)))
-            loads_only = min(loads_only, max(_v_device_bounds(free, model.memory_cap, False)))
+            least = min(least, max(_paired_device_bounds(free, model.memory_cap)))
+            uncapped = min(uncapped, max(_paired_device_bounds(free, None)))
+            loads_only = min(loads_only, max(_paired_device_bounds(free, model.memory_cap, False)))
             try:
                 instance = model.instance(sizes)
             except ZboptError:  # does not fit the cap: no schedule to compare
                 continue
-            for name in schedule_methods("v"):
+            value = max(_paired_device_bounds(instance, model.memory_cap))
+            for name in schedule_methods(placement):
                 row = run(name, instance)
                 if row.timeline is not None and row.status != "infeasible" and row.fits_cap:
                     schedules += 1
                     assert value <= row.span + 1e-9, (name, sizes)
-        floor = v_floor(model)
+        floor = floor_of(model)
         assert floor == pytest.approx(least, rel=1e-12, abs=1e-9)
         compared += 1
         raised += floor > _total_load(model) / model.devices + 1e-9
         capped += floor > uncapped + 1e-9
         paths += floor > loads_only + 1e-9
     # it is above the total load over p, and the cap and the round trips raise it, on some
-    assert compared >= 20 and schedules >= 100 and raised >= 10 and capped >= 2 and paths >= 2
+    assert compared >= 20 and schedules >= 150 and raised >= 15 and capped >= 4 and paths >= 2
 
 
 def test_with_several_placements_the_bound_names_its_placement(capsys):

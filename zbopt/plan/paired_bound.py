@@ -1,0 +1,143 @@
+"""Lower bounds over every partition of a layered model on the placements that give each
+device two stages: V (stages d and 2p-1-d) and interleaved with two chunks (d and d+p).
+
+A device's bound then depends on two segments that are not neighbours, and the dynamic
+programme of zbopt.plan.bound (one segment per device) does not apply. What holds for every
+schedule of single passes and every partition, the span being at least each device's busy window
+(docs/model.md):
+- load: the window holds m times the t_f + t_b + t_w of both its stages;
+- memory throughput (as zbopt.plan.bound's for one stage): a micro-batch holds stage s's m_b on
+  its device from the start of F(s) to the end of B(s), at least the forward and backward path
+  from s to the model's end and back (the t_f and t_b of every layer from s's first on, and
+  comm on each hop between devices); at most k = floor((cap - static) / m_b(s)) are held at
+  once, so ceil(m / k) of those intervals are disjoint, and the W of the last of them follows:
+  the window is at least ceil(m / k) times that path plus t_w(s), for each of the device's two
+  stages (at least one round with no cap);
+- fit: a partition no schedule runs (a device whose static memory and the two activations of one
+  micro-batch, held together from the F of its later stage to the B of its earlier one, exceed
+  its cap) is not a partition to bound.
+
+`v_floor` and `interleaved_floor` are the least over all fitting partitions of the largest device
+bound, by dynamic programmes whose state is the two cuts where the next device's segments start;
+every path depends on a segment's first layer alone, so each device bound is known when its two
+segments are. V goes from the outside in (device d takes the segment right after stages 0..d-1
+and the one right before stages 2p-d..2p-1; the last device's two stages meet). Interleaved goes
+along both chunks at once (device d takes the segment after stage d-1 and the one after stage
+p+d-1), for every cut where the second chunk starts. Both are never below the total load over p,
+the average of the loads, and are higher when whole layers cannot share the load evenly (a heavy
+output layer, few layers per stage) or the cap holds few micro-batches.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import accumulate
+from typing import Optional
+
+import numpy as np
+
+from ..instance import within_cap
+from ..layers import LayeredModel
+from .bound import _caps
+
+# p * n**4 / 4 element operations: 82 layers on p = 16 (1.8e8) take about 3.5 s on this
+# project's 2-core machine; past this the plan would spend too much of its time here
+BUDGET = 4e8
+
+
+def v_floor(model: LayeredModel) -> Optional[float]:
+    """The least over V partitions that fit the cap of the largest device bound (see the module
+    doc); inf when no partition fits the cap; None when the programme is too large (BUDGET)."""
+    n, p = model.num_layers, model.devices
+    if 2 * p > n or p * n ** 4 / 4 > BUDGET:
+        return None
+    costs = _Costs(model)
+    cut = np.arange(n + 1)
+    a, b = cut[:, None], cut[None, :]  # device d holds layers [i, a) and [b, j)
+    after = np.full((n + 1, n + 1), math.inf)
+    np.fill_diagonal(after, 0.0)  # past the last device the two stages have met
+    for d in range(p - 1, -1, -1):
+        middle = 2 * (p - 1 - d)  # layers the devices after d need between its two segments
+        now = np.full((n + 1, n + 1), math.inf)
+        for i in range(d, n - d - 1):
+            js = np.arange(i + 2 + middle, n - d + 1)
+            if not len(js):
+                continue
+            j = js[:, None, None]
+            ok = (a > i) & (b < j) & (b - a >= middle)
+            # stage d's path runs 2p-2-d hops each way (p-1 and p share a device), 2p-1-d's d
+            cost = costs.device(d, (i, a, 2 * p - 2 - d), (b, j, d))
+            value = np.where(ok, np.maximum(cost, after[None, :, :]), math.inf)
+            now[i, js] = value.reshape(len(js), -1).min(axis=1)
+        after = now
+    return float(after[0, n])
+
+
+def interleaved_floor(model: LayeredModel) -> Optional[float]:
+    """The least over interleaved partitions (two chunks) that fit the cap of the largest device
+    bound (see the module doc); inf when none fits; None for other chunk counts, one device, or
+    when the programme is too large (BUDGET)."""
+    n, p = model.num_layers, model.devices
+    if model.num_stages != 2 * p or p < 2 or 2 * p > n or p * n ** 5 / 30 > BUDGET:
+        return None
+    costs = _Costs(model)
+    best = math.inf
+    for start in range(p, n - p + 1):  # the second chunk's first layer
+        first, second = np.arange(start + 1)[:, None], np.arange(start, n + 1)[None, :]
+        # after[a, b - start]: the devices after d from stage d+1 at layer a and p+d+1 at b
+        after = np.full((start + 1, n - start + 1), math.inf)
+        after[start, n - start] = 0.0
+        for d in range(p - 1, -1, -1):
+            left = p - 1 - d  # stages after d in each chunk
+            now = np.full((start + 1, n - start + 1), math.inf)
+            for i in range(d, start - left):
+                js = np.arange(start + d, n - left)
+                j = js[:, None, None]
+                ok = (first > i) & (first <= start - left) & (second > j) & (second <= n - left)
+                # every hop is between devices: stage d runs 2p-1-d to the end, p+d runs p-1-d
+                cost = costs.device(d, (i, first, 2 * p - 1 - d), (j, second, p - 1 - d))
+                value = np.where(ok, np.maximum(cost, after[None, :, :]), math.inf)
+                now[i, js - start] = value.reshape(len(js), -1).min(axis=1)
+            after = now
+        best = min(best, float(after[0, 0]))
+    return best
+
+
+class _Costs:
+    """The device bound of the module doc for two segments of a model's layers, on arrays."""
+
+    def __init__(self, model: LayeredModel):
+        layers = model.expanded
+        n = len(layers)
+
+        def prefix(key: str) -> np.ndarray:
+            return np.array((0.0, *accumulate(getattr(x, key) for x in layers)))
+
+        self.m, self.comm, self.caps = model.microbatches, model.comm, _caps(model)
+        tf, tb, self.tw, self.mb, self.st = (prefix(k) for k in ("t_f", "t_b", "t_w", "m_b", "static"))
+        self.load = self.m * (tf + tb + self.tw)
+        self.trip = (tf[n] - tf) + (tb[n] - tb)  # from a layer to the model's end and back
+
+    def device(self, d: int, one: tuple, two: tuple) -> np.ndarray:
+        """Device d's bound holding layers [start, end) of each of `one` and `two`, given as
+        (start, end, hops from that stage to the last), the ends broadcasting (inf where the
+        static memory and one micro-batch's two activations exceed the cap)."""
+        segments = [(start, end, hops) for start, end, hops in (one, two)]
+        cost = sum(self.load[end] - self.load[start] for start, end, _ in segments)
+        static = sum(self.st[end] - self.st[start] for start, end, _ in segments)
+        held = [self.mb[end] - self.mb[start] for start, end, _ in segments]
+        room = math.inf if self.caps is None else self.caps[d] - static
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for (start, end, hops), mb in zip(segments, held):
+                path = self.trip[start] + 2 * hops * self.comm
+                cost = np.maximum(cost, _rounds(self.m, room, mb) * path +
+                                  (self.tw[end] - self.tw[start]))
+        if self.caps is not None:  # elementwise on the arrays
+            cost = np.where(within_cap(static + held[0] + held[1], self.caps[d]), cost, math.inf)
+        return cost
+
+
+def _rounds(m: int, room, held) -> np.ndarray:
+    """ceil(m / k), k = floor(room / held) activations held at once (at least 1 round)."""
+    slots = np.floor(np.where(held > 0, room / np.where(held > 0, held, 1.0), math.inf) + 1e-9)
+    return np.where(np.isfinite(slots) & (slots >= 1), np.ceil(m / np.maximum(slots, 1.0)), 1.0)
