@@ -40,8 +40,9 @@ from ..instance import within_cap
 from ..layers import LayeredModel
 from .bound import _caps
 
-# p * n**4 / 4 element operations: 82 layers on p = 16 (1.8e8) take about 3.5 s on this
-# project's 2-core machine; past this the plan would spend too much of its time here
+# element operations of a programme (V: p n^4 / 4, interleaved: p n^5 / 30): V on 82 layers at
+# p = 16 (1.8e8) takes about 3.5 s on this project's 2-core machine; past this budget the plan
+# would spend too much of its time here and keeps the total load over p
 BUDGET = 4e8
 
 
@@ -122,7 +123,7 @@ class _Costs:
         """Device d's bound holding layers [start, end) of each of `one` and `two`, given as
         (start, end, hops from that stage to the last), the ends broadcasting (inf where the
         static memory and one micro-batch's two activations exceed the cap)."""
-        segments = [(start, end, hops) for start, end, hops in (one, two)]
+        segments = (one, two)
         cost = sum(self.load[end] - self.load[start] for start, end, _ in segments)
         static = sum(self.st[end] - self.st[start] for start, end, _ in segments)
         held = [self.mb[end] - self.mb[start] for start, end, _ in segments]
