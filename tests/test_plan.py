@@ -439,6 +439,18 @@ def test_paired_floor_is_the_least_device_bound_over_every_partition(placement, 
     assert compared >= 20 and schedules >= 150 and raised >= 15 and capped >= 4 and paths >= 2
 
 
+def test_the_example_is_proven_optimal_over_three_placements():
+    # V's and interleaved's bounds over all partitions (224,000, their least largest device
+    # load) meet the contiguous plan's span; the total load over p (209,000) left 6.7% open
+    model = load_model(EXAMPLE)
+    result = plan(model, placements=("contiguous", "v", "interleaved"), time_limit=60)
+    assert v_floor(model.with_settings(placement="v")) == pytest.approx(224000)
+    assert interleaved_floor(model.with_settings(placement="interleaved", chunks=2)) == \
+        pytest.approx(224000)
+    assert _total_load(model) / model.devices == pytest.approx(209000)
+    assert result.result.status == "optimal" and result.result.span == pytest.approx(224000)
+
+
 def test_with_several_placements_the_bound_names_its_placement(capsys):
     from argparse import Namespace
 
