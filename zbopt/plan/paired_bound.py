@@ -1,5 +1,6 @@
 """Lower bounds over every partition of a layered model on the placements that give each
-device two stages: V (stages d and 2p-1-d) and interleaved with two chunks (d and d+p).
+device two stages: V (stages d and 2p-1-d), interleaved with two chunks (d and d+p) and
+dualpipe (model part d forwards and part p-1-d backwards, half the micro-batches each).
 
 A device's bound then depends on two segments that are not neighbours, and the dynamic
 programme of zbopt.plan.bound (one segment per device) does not apply. What holds for every
@@ -15,15 +16,18 @@ schedule of single passes and every partition, the span being at least each devi
   stages (at least one round with no cap);
 - fit: a partition no schedule runs (a device whose static memory and the two activations of one
   micro-batch, held together from the F of its later stage to the B of its earlier one, exceed
-  its cap) is not a partition to bound.
+  its cap; on dualpipe, where no micro-batch runs through both, the larger of the two) is not a
+  partition to bound.
 
 `v_floor` and `interleaved_floor` are the least over all fitting partitions of the largest device
 bound, by dynamic programmes whose state is the two cuts where the next device's segments start;
 every path depends on a segment's first layer alone, so each device bound is known when its two
 segments are. V goes from the outside in (device d takes the segment right after stages 0..d-1
-and the one right before stages 2p-d..2p-1; the last device's two stages meet). Interleaved goes
-along both chunks at once (device d takes the segment after stage d-1 and the one after stage
-p+d-1), for every cut where the second chunk starts. Both are never below the total load over p,
+and the one right before stages 2p-d..2p-1; the last device's two stages meet), and so does
+dualpipe over its p parts (devices q and p-1-q both hold parts q and p-1-q; with p odd the middle
+part runs both directions on the middle device). Interleaved goes along both chunks at once
+(device d takes the segment after stage d-1 and the one after stage p+d-1), for every cut where
+the second chunk starts. Both are never below the total load over p,
 the average of the loads, and are higher when whole layers cannot share the load evenly (a heavy
 output layer, few layers per stage) or the cap holds few micro-batches.
 """
@@ -40,7 +44,7 @@ from ..instance import within_cap
 from ..layers import LayeredModel
 from .bound import _caps
 
-# element operations of a programme (V: p n^4 / 4, interleaved: p n^5 / 30): V on 82 layers at
+# element operations of a programme (V, dualpipe: p n^4 / 4, interleaved: p n^5 / 30): V on 82 layers at
 # p = 16 (1.8e8) takes about 3.5 s on this project's 2-core machine; past this budget the plan
 # would spend too much of its time here and keeps the total load over p
 BUDGET = 4e8
@@ -104,6 +108,45 @@ def interleaved_floor(model: LayeredModel) -> Optional[float]:
     return best
 
 
+def dualpipe_floor(model: LayeredModel) -> Optional[float]:
+    """The least over dualpipe partitions that fit the cap of the largest device bound (see the
+    module doc); inf when none fits; None with one device or when the programme is too large
+    (BUDGET)."""
+    n, p, m = model.num_layers, model.devices, model.microbatches
+    if p < 2 or p > n or p * n ** 4 / 4 > BUDGET:
+        return None
+    costs = _Costs(model)
+    half = m // 2
+    cut = np.arange(n + 1)
+    a, b = cut[:, None], cut[None, :]  # devices q and p-1-q hold layers [i, a) and [b, j)
+    after = np.full((n + 1, n + 1), math.inf)
+    if p % 2:
+        c = p // 2  # the middle part runs both directions on device c, m micro-batches
+        for i in range(c, n - c):
+            for j in range(i + 1, n - c + 1):
+                after[i, j] = float(costs.device(c, (i, j, c), (i, j, c), runs=half,
+                                                 together=False))
+    else:
+        np.fill_diagonal(after, 0.0)  # the two middle parts meet
+    for q in range(p // 2 - 1, -1, -1):
+        middle = p - 2 * q - 2  # layers the parts between q and p-1-q need
+        now = np.full((n + 1, n + 1), math.inf)
+        for i in range(q, n - q - 1):
+            js = np.arange(i + 2 + middle, n - q + 1)
+            if not len(js):
+                continue
+            j = js[:, None, None]
+            ok = (a > i) & (b < j) & (b - a >= middle)
+            # device q runs part q forwards (p-1-q hops to the chain's end) and part p-1-q
+            # backwards (q hops); device p-1-q the same two, so the same bound but its own cap
+            cost = np.maximum(*(costs.device(e, (i, a, p - 1 - q), (b, j, q), runs=half,
+                                             together=False) for e in (q, p - 1 - q)))
+            value = np.where(ok, np.maximum(cost, after[None, :, :]), math.inf)
+            now[i, js] = value.reshape(len(js), -1).min(axis=1)
+        after = now
+    return float(after[0, n])
+
+
 class _Costs:
     """The device bound of the module doc for two segments of a model's layers, on arrays."""
 
@@ -116,25 +159,30 @@ class _Costs:
 
         self.m, self.comm, self.caps = model.microbatches, model.comm, _caps(model)
         tf, tb, self.tw, self.mb, self.st = (prefix(k) for k in ("t_f", "t_b", "t_w", "m_b", "static"))
-        self.load = self.m * (tf + tb + self.tw)
+        self.work = tf + tb + self.tw  # one micro-batch's passes over the layers before a cut
         self.trip = (tf[n] - tf) + (tb[n] - tb)  # from a layer to the model's end and back
 
-    def device(self, d: int, one: tuple, two: tuple) -> np.ndarray:
+    def device(self, d: int, one: tuple, two: tuple, runs: Optional[int] = None,
+               together: bool = True) -> np.ndarray:
         """Device d's bound holding layers [start, end) of each of `one` and `two`, given as
-        (start, end, hops from that stage to the last), the ends broadcasting (inf where the
-        static memory and one micro-batch's two activations exceed the cap)."""
+        (start, end, hops from that stage to the last of its chain), the ends broadcasting;
+        `runs` micro-batches through each (default m); inf where the static memory and one
+        micro-batch's activations exceed the cap: both of them when one micro-batch runs
+        through both segments (`together`), else the larger."""
+        runs = self.m if runs is None else runs
         segments = (one, two)
-        cost = sum(self.load[end] - self.load[start] for start, end, _ in segments)
+        cost = runs * sum(self.work[end] - self.work[start] for start, end, _ in segments)
         static = sum(self.st[end] - self.st[start] for start, end, _ in segments)
         held = [self.mb[end] - self.mb[start] for start, end, _ in segments]
         room = math.inf if self.caps is None else self.caps[d] - static
         with np.errstate(divide="ignore", invalid="ignore"):
             for (start, end, hops), mb in zip(segments, held):
                 path = self.trip[start] + 2 * hops * self.comm
-                cost = np.maximum(cost, _rounds(self.m, room, mb) * path +
+                cost = np.maximum(cost, _rounds(runs, room, mb) * path +
                                   (self.tw[end] - self.tw[start]))
         if self.caps is not None:  # elementwise on the arrays
-            cost = np.where(within_cap(static + held[0] + held[1], self.caps[d]), cost, math.inf)
+            need = held[0] + held[1] if together else np.maximum(held[0], held[1])
+            cost = np.where(within_cap(static + need, self.caps[d]), cost, math.inf)
         return cost
 
 

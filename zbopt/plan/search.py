@@ -20,9 +20,9 @@ before anything is scheduled. The search then
 The bound over all partitions is the least of: the bound of every partition not listed (all at
 or above the listing threshold), and the proven bound of every partition listed (its own bound,
 or the solver's). Other placements: the same steps 1 and 6 around the baselines and a
-load-balanced split, with a weaker bound over all partitions (the total load over p; on V and
-two-chunk interleaved the least over partitions of the largest device bound from its load and
-memory, zbopt.plan.paired_bound).
+load-balanced split, with a weaker bound over all partitions (the least over partitions of the
+largest device bound from its load and memory, zbopt.plan.paired_bound, on V, dualpipe and
+two-chunk interleaved; the total load over p otherwise).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from .bound import (
 from .collision_bound import collision_bound
 from .device_bound import DEVICE_LIMIT, relaxation_bound
 from .memory_bound import pipeline_bound
-from .paired_bound import interleaved_floor, v_floor
+from .paired_bound import dualpipe_floor, interleaved_floor, v_floor
 from .polish import polish
 from .window_bound import window_bound
 
@@ -489,7 +489,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             table, best = None, None
             starts.append(_balanced(placed))
             floor = _total_load(placed) / placed.devices
-            paired = {"v": v_floor, "interleaved": interleaved_floor}.get(placement)
+            paired = {"v": v_floor, "interleaved": interleaved_floor,
+                      "dualpipe": dualpipe_floor}.get(placement)
             if paired is not None:
                 floor = max(floor, paired(placed) or 0.0)  # inf: no split fits the cap
         search.bound = min([*bounds.values(), floor])
