@@ -24,10 +24,10 @@ Parts:
              collision) against the same run without them (the backend's own bound), on the
              split of least segment bound: 8 blocks on p=4, m=8 and 32 blocks on p=8, m=32, tight
              and mid caps
-- vfloor, ifloor: (only when named in --only) the V (interleaved) placement's bound over all
-             partitions against the total load over p, on every estimated model and cap, and
-             plan() with the contiguous and V (interleaved) placements with and without it on the
-             p=8 models
+- vfloor, ifloor, dfloor: (only when named in --only) the V (interleaved, dualpipe)
+             placement's bound over all partitions against the total load over p, on every
+             estimated model and cap, and plan() with the contiguous and V (interleaved,
+             dualpipe) placements with and without it on the p=8 models
 - solvers:   (only when named in --only) plan() with each solver of --solvers (cpsat and
              cpsat-lns by default) for its exact phase, --reps runs each, on the estimated models'
              tight and mid caps (--filter as for estimated): which solver plan should default to
@@ -40,7 +40,7 @@ except the solvers part.
 
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
-                                          solvers,vfloor,ifloor]
+                                          solvers,vfloor,ifloor,dfloor]
                                   [--time-limit S] [--solvers A,B] [--reps N]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
@@ -540,6 +540,11 @@ def part_ifloor(args) -> list[str]:
     return _part_paired(args, "interleaved (two chunks)", "interleaved", "interleaved_floor")
 
 
+def part_dfloor(args) -> list[str]:
+    """The same for the dualpipe placement."""
+    return _part_paired(args, "dualpipe", "dualpipe", "dualpipe_floor")
+
+
 def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
     """A placement's bound over all partitions (zbopt.plan.paired_bound) against the total load
     over p it replaced, and plan(placements=contiguous,<placement>) with each: p=8 models."""
@@ -608,7 +613,8 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
 
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
-         "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor}
+         "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
+         "dfloor": part_dfloor}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -620,7 +626,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, solvers, "
-                             f"vfloor, ifloor only when named)")
+                             f"vfloor, ifloor, dfloor only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)
