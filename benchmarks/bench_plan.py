@@ -576,7 +576,7 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
                 floor = floor_of(placed)
                 seconds = time.perf_counter() - began
                 total = sum(x.t_f + x.t_b + x.t_w for x in placed.expanded) * m / p
-                if floor is not None:
+                if floor is not None and math.isfinite(floor):
                     ratios.append(floor / total)
                 cells = ["-"] * 6
                 if p == 8:
@@ -594,13 +594,16 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
                         runs += [_fmt(r.span), _fmt(r.lower_bound), _pct(r.gap)]
                         gaps.append((use, r.gap))
                     cells = runs
-                ratio = "-" if floor is None else f"{floor / total:.3f}"
+                fits = floor is None or math.isfinite(floor)
+                ratio = f"{floor / total:.3f}" if floor is not None and fits else "-"
                 lines.append(f"| {model.name} | {p} | {m} | {cap_name} | {_fmt(total)} | "
-                             f"{_fmt(floor)} | {seconds:.2f} | {ratio} | " + " | ".join(cells) + " |")
+                             f"{_fmt(floor) if fits else 'no split fits'} | {seconds:.2f} | "
+                             f"{ratio} | " + " | ".join(cells) + " |")
                 print(lines[-1], file=sys.stderr, flush=True)
     if ratios:
         lines += ["", f"{name} / (total load / p): median {statistics.median(ratios):.3f}, "
-                      f"min {min(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)} rows."]
+                      f"min {min(ratios):.3f}, max {max(ratios):.3f} over the {len(ratios)} rows where "
+                      f"it ran and a split fits."]
     peer = [g for use, g in gaps if not use]
     mine = [g for use, g in gaps if use]
     if mine:
