@@ -451,7 +451,7 @@ def test_paired_floor_is_the_least_device_bound_over_every_partition(placement, 
         and paths >= least_paths
 
 
-def test_the_example_is_proven_optimal_over_three_placements():
+def test_the_example_is_proven_optimal_over_the_placements():
     # V's and interleaved's bounds over all partitions (224,000, their least largest device
     # load) meet the contiguous plan's span; the total load over p (209,000) left 6.7% open
     model = load_model(EXAMPLE)
@@ -461,6 +461,10 @@ def test_the_example_is_proven_optimal_over_three_placements():
         pytest.approx(224000)
     assert _total_load(model) / model.devices == pytest.approx(209000)
     assert result.result.status == "optimal" and result.result.span == pytest.approx(224000)
+    # dualpipe: half the micro-batches through each of a device's two parts; DualPipe meets it
+    dual = plan(model, placements=("dualpipe",), time_limit=60)
+    assert dualpipe_floor(model.with_settings(placement="dualpipe")) == pytest.approx(216400)
+    assert dual.result.status == "optimal" and dual.result.span == pytest.approx(216400)
 
 
 def test_with_several_placements_the_bound_names_its_placement(capsys):
