@@ -57,25 +57,12 @@ def v_floor(model: LayeredModel) -> Optional[float]:
     if 2 * p > n or p * n ** 4 / 4 > BUDGET:
         return None
     costs = _Costs(model)
-    cut = np.arange(n + 1)
-    a, b = cut[:, None], cut[None, :]  # device d holds layers [i, a) and [b, j)
     after = np.full((n + 1, n + 1), math.inf)
     np.fill_diagonal(after, 0.0)  # past the last device the two stages have met
-    for d in range(p - 1, -1, -1):
-        middle = 2 * (p - 1 - d)  # layers the devices after d need between its two segments
-        now = np.full((n + 1, n + 1), math.inf)
-        for i in range(d, n - d - 1):
-            js = np.arange(i + 2 + middle, n - d + 1)
-            if not len(js):
-                continue
-            j = js[:, None, None]
-            ok = (a > i) & (b < j) & (b - a >= middle)
-            # stage d's path runs 2p-2-d hops each way (p-1 and p share a device), 2p-1-d's d
-            cost = costs.device(d, (i, a, 2 * p - 2 - d), (b, j, d))
-            value = np.where(ok, np.maximum(cost, after[None, :, :]), math.inf)
-            now[i, js] = value.reshape(len(js), -1).min(axis=1)
-        after = now
-    return float(after[0, n])
+    # device d: stage d's path runs 2p-2-d hops each way (p-1 and p share a device), 2p-1-d's d;
+    # the devices after d need 2(p-1-d) layers between its two segments
+    return _outside_in(n, p, after, lambda d: 2 * (p - 1 - d),
+                       lambda d, i, a, b, j: costs.device(d, (i, a, 2 * p - 2 - d), (b, j, d)))
 
 
 def interleaved_floor(model: LayeredModel) -> Optional[float]:
@@ -117,8 +104,6 @@ def dualpipe_floor(model: LayeredModel) -> Optional[float]:
         return None
     costs = _Costs(model)
     half = m // 2
-    cut = np.arange(n + 1)
-    a, b = cut[:, None], cut[None, :]  # devices q and p-1-q hold layers [i, a) and [b, j)
     after = np.full((n + 1, n + 1), math.inf)
     if p % 2:
         c = p // 2  # the middle part runs both directions on device c, m micro-batches
@@ -128,20 +113,33 @@ def dualpipe_floor(model: LayeredModel) -> Optional[float]:
                                                  together=False))
     else:
         np.fill_diagonal(after, 0.0)  # the two middle parts meet
-    for q in range(p // 2 - 1, -1, -1):
-        middle = p - 2 * q - 2  # layers the parts between q and p-1-q need
+
+    def pair(q, i, a, b, j):
+        # device q runs part q forwards (p-1-q hops to the chain's end) and part p-1-q
+        # backwards (q hops); device p-1-q the same two, so the same bound but its own cap
+        return np.maximum(*(costs.device(e, (i, a, p - 1 - q), (b, j, q), runs=half,
+                                         together=False) for e in (q, p - 1 - q)))
+    # the parts between q and p-1-q need p-2q-2 layers
+    return _outside_in(n, p // 2, after, lambda q: p - 2 * q - 2, pair)
+
+
+def _outside_in(n: int, levels: int, after: np.ndarray, middle, cost) -> float:
+    """The programme from the outside in: level l (from the last) takes layers [i, a) after the
+    l outer segments on the left and [b, j) before the l on the right, leaving [a, b) with at
+    least middle(l) layers for the levels inside, whose least bound from (a, b) is `after`;
+    cost(l, i, a, b, j) is level l's bound, the ends a, b and j as broadcasting arrays."""
+    cut = np.arange(n + 1)
+    a, b = cut[:, None], cut[None, :]
+    for level in range(levels - 1, -1, -1):
+        gap = middle(level)
         now = np.full((n + 1, n + 1), math.inf)
-        for i in range(q, n - q - 1):
-            js = np.arange(i + 2 + middle, n - q + 1)
+        for i in range(level, n - level - 1):
+            js = np.arange(i + 2 + gap, n - level + 1)
             if not len(js):
                 continue
-            j = js[:, None, None]
-            ok = (a > i) & (b < j) & (b - a >= middle)
-            # device q runs part q forwards (p-1-q hops to the chain's end) and part p-1-q
-            # backwards (q hops); device p-1-q the same two, so the same bound but its own cap
-            cost = np.maximum(*(costs.device(e, (i, a, p - 1 - q), (b, j, q), runs=half,
-                                             together=False) for e in (q, p - 1 - q)))
-            value = np.where(ok, np.maximum(cost, after[None, :, :]), math.inf)
+            j = js[:, None, None]  # every j at once on axis 0
+            ok = (a > i) & (b < j) & (b - a >= gap)
+            value = np.where(ok, np.maximum(cost(level, i, a, b, j), after[None, :, :]), math.inf)
             now[i, js] = value.reshape(len(js), -1).min(axis=1)
         after = now
     return float(after[0, n])
