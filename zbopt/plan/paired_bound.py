@@ -6,30 +6,31 @@ A device's bound then depends on two segments that are not neighbours, and the d
 programme of zbopt.plan.bound (one segment per device) does not apply. What holds for every
 schedule of single passes and every partition, the span being at least each device's busy window
 (docs/model.md):
-- load: the window holds m times the t_f + t_b + t_w of both its stages;
+- load: the window holds r times the t_f + t_b + t_w of each of its two stages, r the
+  micro-batches through the stage (m; m/2 on dualpipe, each direction taking half);
 - memory throughput (as zbopt.plan.bound's for one stage): a micro-batch holds stage s's m_b on
   its device from the start of F(s) to the end of B(s), at least the forward and backward path
-  from s to the model's end and back (the t_f and t_b of every layer from s's first on, and
+  from s to its chain's end and back (the t_f and t_b of every layer from s's first on, and
   comm on each hop between devices); at most k = floor((cap - static) / m_b(s)) are held at
-  once, so ceil(m / k) of those intervals are disjoint, and the W of the last of them follows:
-  the window is at least ceil(m / k) times that path plus t_w(s), for each of the device's two
+  once, so ceil(r / k) of those intervals are disjoint, and the W of the last of them follows:
+  the window is at least ceil(r / k) times that path plus t_w(s), for each of the device's two
   stages (at least one round with no cap);
 - fit: a partition no schedule runs (a device whose static memory and the two activations of one
   micro-batch, held together from the F of its later stage to the B of its earlier one, exceed
   its cap; on dualpipe, where no micro-batch runs through both, the larger of the two) is not a
   partition to bound.
 
-`v_floor` and `interleaved_floor` are the least over all fitting partitions of the largest device
-bound, by dynamic programmes whose state is the two cuts where the next device's segments start;
-every path depends on a segment's first layer alone, so each device bound is known when its two
-segments are. V goes from the outside in (device d takes the segment right after stages 0..d-1
-and the one right before stages 2p-d..2p-1; the last device's two stages meet), and so does
-dualpipe over its p parts (devices q and p-1-q both hold parts q and p-1-q; with p odd the middle
-part runs both directions on the middle device). Interleaved goes along both chunks at once
-(device d takes the segment after stage d-1 and the one after stage p+d-1), for every cut where
-the second chunk starts. Both are never below the total load over p,
-the average of the loads, and are higher when whole layers cannot share the load evenly (a heavy
-output layer, few layers per stage) or the cap holds few micro-batches.
+`v_floor`, `interleaved_floor` and `dualpipe_floor` are the least over all fitting partitions of
+the largest device bound, by dynamic programmes whose state is the two cuts where the next
+device's segments start; every path depends on a segment's first layer alone, so each device
+bound is known when its two segments are. V goes from the outside in (device d takes the segment
+right after stages 0..d-1 and the one right before stages 2p-d..2p-1; the last device's two
+stages meet), and so does dualpipe over its p parts (devices q and p-1-q both hold parts q and
+p-1-q; with p odd the middle part runs both directions on the middle device). Interleaved goes
+along both chunks at once (device d takes the segment after stage d-1 and the one after stage
+p+d-1), for every cut where the second chunk starts. None is below the total load over p, the
+average of the device loads, and they are higher when whole layers cannot share the load evenly
+(a heavy output layer, few layers per stage) or the cap holds few micro-batches.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ from ..instance import within_cap
 from ..layers import LayeredModel
 from .bound import _caps
 
-# element operations of a programme (V, dualpipe: p n^4 / 4, interleaved: p n^5 / 30): V on 82 layers at
-# p = 16 (1.8e8) takes about 3.5 s on this project's 2-core machine; past this budget the plan
-# would spend too much of its time here and keeps the total load over p
+# element operations of a programme (V, dualpipe: p n^4 / 4, interleaved: p n^5 / 30): V on 82
+# layers at p = 16 (1.8e8) takes about 3.5 s on this project's 2-core machine; past this budget
+# the plan would spend too much of its time here and keeps the total load over p
 BUDGET = 4e8
 
 
