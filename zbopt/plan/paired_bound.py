@@ -83,10 +83,11 @@ def interleaved_floor(model: LayeredModel) -> Optional[float]:
         for d in range(p - 1, -1, -1):
             left = p - 1 - d  # stages after d in each chunk
             now = np.full((start + 1, n - start + 1), math.inf)
+            js = np.arange(start + d, n - left)  # where stage p+d may start, whatever i is
+            j = js[:, None, None]
+            room = (first <= start - left) & (second > j) & (second <= n - left)
             for i in range(d, start - left):
-                js = np.arange(start + d, n - left)
-                j = js[:, None, None]
-                ok = (first > i) & (first <= start - left) & (second > j) & (second <= n - left)
+                ok = room & (first > i)
                 # every hop is between devices: stage d runs 2p-1-d to the end, p+d runs p-1-d
                 cost = costs.device(d, (i, first, 2 * p - 1 - d), (j, second, p - 1 - d))
                 value = np.where(ok, np.maximum(cost, after[None, :, :]), math.inf)
