@@ -491,7 +491,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             floor = _total_load(placed) / placed.devices
             paired = {"v": v_floor, "interleaved": interleaved_floor,
                       "dualpipe": dualpipe_floor}.get(placement)
-            if paired is not None:
+            if paired is not None:  # up to seconds on large models: say what runs
+                search.tell("bounds")
                 floor = max(floor, paired(placed) or 0.0)  # inf: no split fits the cap
         search.bound = min([*bounds.values(), floor])
         for sizes in starts:
