@@ -28,6 +28,11 @@ Parts:
              placement's bound over all partitions against the total load over p, on every
              estimated model and cap, and plan() with the contiguous and V (interleaved,
              dualpipe) placements with and without it on the p=8 models
+- headroom:  (only when named in --only) where the 128k tight row's gap sits: on its split of
+             least bound, cpsat-lns for --analogue-limit seconds with the cap as it is (run first
+             and last, as the peer) and with one device at a time given room for one more
+             pending W (its cap raised by its m_w): a device whose extra room shortens the span
+             well below the peer's is the one whose memory loop the schedule waits on
 - solvers:   (only when named in --only) plan() with each solver of --solvers (cpsat and
              cpsat-lns by default) for its exact phase, --reps runs each, on the estimated models'
              tight and mid caps (--filter as for estimated): which solver plan should default to
@@ -40,7 +45,7 @@ except the solvers part.
 
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
-                                          solvers,vfloor,ifloor,dfloor]
+                                          solvers,vfloor,ifloor,dfloor,headroom]
                                   [--time-limit S] [--solvers A,B] [--reps N]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
@@ -530,6 +535,49 @@ def part_solvers(args) -> list[str]:
     return lines
 
 
+def part_headroom(args) -> list[str]:
+    """cpsat-lns on the 128k tight row's split of least bound, its cap as is and each device's
+    raised by that device's m_w (room for one more pending W)."""
+    limit = args.analogue_limit
+    model = estimated(LLAMA3_8B, 128256, 8, 32)
+    capped = model.with_settings(memory_cap=cap_levels(model)["tight"])
+    sizes = argmin_partition(segment_bounds(capped))
+    instance = capped.instance(sizes)
+    window, pair = best_window(instance, time.perf_counter() + 60)
+    where = f"window of devices {pair[0]}-{pair[0] + pair[1] - 1}" if pair else "zbopt.bounds"
+    bound = max(best_lower_bound(instance)[1], window)
+    lines = [f"{model.name}, p=8, m=32, tight cap, split {_sizes(sizes)} (the split of least "
+             f"bound): cpsat-lns, {limit:g} s and 2 threads a run, warm-started from the "
+             f"registered heuristics, relaxations skipped. `as is` runs first and last (the peer); "
+             f"`+ m_w on device d` gives device d room for one more pending W. The split's "
+             f"bound {_fmt(bound)} ({where}) is a bound of the problem as is only: "
+             f"raising a cap relaxes the problem, so its column says how far the bound is from "
+             f"what a little more memory on one device allows.", "",
+             "| run | span | span / as is (first) | (span - bound) / span |", _rule("|" * 5)]
+    runs = [("as is", None)] + [(f"+ m_w on device {d}", d) for d in range(instance.devices)] \
+        + [("as is (again)", None)]
+    first = None
+    spans = {}
+    for label, d in runs:
+        cap = list(instance.cap)
+        if d is not None:
+            cap[d] += instance.m_w[d]
+        relaxed = instance.with_cap(cap)
+        print(f"[bench_plan] headroom {label}", file=sys.stderr, flush=True)
+        r = solve(relaxed, solver="cpsat-lns", time_limit=limit, threads=2,
+                  known_bound=("none", 0.0))
+        first = first or r.span
+        spans[label] = r.span
+        lines.append(f"| {label} | {_fmt(r.span)} | "
+                     f"{r.span / first:.4f} | {_pct((r.span - bound) / r.span)} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    peer = statistics.median([spans["as is"], spans["as is (again)"]])
+    best = min((s, k) for k, s in spans.items() if k.startswith("+"))
+    lines += ["", f"Shortest with one device's extra room: {best[1]}, {_fmt(best[0])}, "
+                  f"{best[0] / peer:.4f} x the median of the two runs as is ({_fmt(peer)})."]
+    return lines
+
+
 def part_vfloor(args) -> list[str]:
     """The V placement's bound over all partitions against the total load over p it replaced."""
     return _part_paired(args, "V", "v", "v_floor")
@@ -617,7 +665,7 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
          "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
-         "dfloor": part_dfloor}
+         "dfloor": part_dfloor, "headroom": part_headroom}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -629,7 +677,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, solvers, "
-                             f"vfloor, ifloor, dfloor only when named)")
+                             f"vfloor, ifloor, dfloor, headroom only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)
