@@ -487,6 +487,50 @@ def test_with_several_placements_the_bound_names_its_placement(capsys):
     assert tight.bound_split is not None and len(tight.bound_split) == 4
 
 
+def test_other_placements_bounds_are_below_every_schedule_they_could_run():
+    # Plan.others gives, for each placement not planned over that holds the layers, a bound no
+    # schedule of that placement beats: planning over that placement alone never goes below it
+    rng = random.Random(23)
+    checked = 0
+    for _ in range(40):
+        model = _random_model(rng)
+        try:
+            mine = plan(model, time_limit=2, exact=False, others=True)
+        except ZboptError:
+            continue
+        assert set(mine.others) <= {"v", "interleaved", "dualpipe"}
+        for name, floor in mine.others.items():
+            try:
+                theirs = plan(model, placements=(name,), time_limit=2, exact=False)
+            except ZboptError:  # no registered schedule fits on that placement
+                continue
+            assert floor <= theirs.result.span * (1 + 1e-9), (name, model)
+            checked += 1
+        assert plan(model, time_limit=1, exact=False).others is None
+    assert checked >= 20
+
+
+def test_a_plan_says_which_other_placement_could_be_shorter(capsys):
+    # blocks16-p4 planned on its contiguous placement: 224,000, which V and interleaved cannot
+    # beat (their bound over all partitions is 224,000) while dualpipe's bound is 216,400 and
+    # DualPipe meets it (test_the_example_is_proven_optimal_over_the_placements)
+    assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "v: cannot be shorter (bound 224,000" in out
+    assert "interleaved: cannot be shorter" in out
+    assert "dualpipe: bound 216,400 us, 3.4% below this span; --placements contiguous,dualpipe" in out
+    assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "10", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["other_placements"]["dualpipe"] == {"lower_bound": pytest.approx(216400),
+                                                   "fits": True, "may_be_shorter": True}
+    assert data["other_placements"]["v"]["may_be_shorter"] is False
+    # asked for placements, the plan bounds no others
+    assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "10", "--placements",
+                 "contiguous,dualpipe", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["other_placements"] is None and data["span"] == pytest.approx(216400)
+
+
 def test_the_least_placement_is_the_one_whose_bound_is_the_plans():
     from zbopt.plan.search import Split, _least_placement
     listed = [Split("v", (1,) * 8, None, 90.0), Split("contiguous", (2, 2, 2, 2), None, 120.0)]

@@ -132,7 +132,7 @@ def run(args) -> int:
         raise ZboptError(f"--max-partitions must be >= 1, got {args.max_partitions}")
     result = plan(model, placements, time_limit=args.time_limit, solver=args.solver,
                   threads=args.threads, max_partitions=args.max_partitions,
-                  progress=_Progress(args.quiet))
+                  progress=_Progress(args.quiet), others=args.placements is None)
     data = result.to_dict()
     if args.out:
         from ..export.schedule_file import write_schedule_file
@@ -149,6 +149,27 @@ def run(args) -> int:
         return 0
     _print(result, model, args)
     return 0
+
+
+def _others(result) -> list[str]:
+    """One line per placement not planned over: whether its bound leaves room to beat the plan."""
+    others = result.other_placements()
+    if not others:
+        return []
+    span = result.result.span
+    unit = f" {result.result.instance.time_unit}" if result.result.instance.time_unit else ""
+    lines = ["other placements (bound over all their partitions, not planned over):"]
+    for name, verdict in others.items():
+        floor = verdict["lower_bound"]
+        if not verdict["fits"]:
+            lines.append(f"  {name}: no split fits the cap")
+        elif not verdict["may_be_shorter"]:
+            lines.append(f"  {name}: cannot be shorter (bound {fmt(floor)}{unit} >= this span)")
+        else:
+            lines.append(f"  {name}: bound {fmt(floor)}{unit}, {(span - floor) / span:.1%} below "
+                         f"this span; --placements {result.split.placement},{name} plans over "
+                         f"both")
+    return lines
 
 
 def _print(result, model, args) -> None:
@@ -193,5 +214,7 @@ def _print(result, model, args) -> None:
                      fmt(split.span) if split.result else "-",
                      "-" if gain is None else f"{gain:.2%}")
     out.print(base)
+    for line in _others(result):
+        out.print(line)
     if args.out:
         out.print(f"wrote {args.out}")

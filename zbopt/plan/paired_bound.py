@@ -51,11 +51,11 @@ from .bound import _caps
 BUDGET = 4e8
 
 
-def v_floor(model: LayeredModel) -> Optional[float]:
+def v_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
     """The least over V partitions that fit the cap of the largest device bound (see the module
     doc); inf when no partition fits the cap; None when the programme is too large (BUDGET)."""
     n, p = model.num_layers, model.devices
-    if 2 * p > n or p * n ** 4 / 4 > BUDGET:
+    if 2 * p > n or p * n ** 4 / 4 > budget:
         return None
     costs = _Costs(model)
     after = np.full((n + 1, n + 1), math.inf)
@@ -66,12 +66,12 @@ def v_floor(model: LayeredModel) -> Optional[float]:
                        lambda d, i, a, b, j: costs.device(d, (i, a, 2 * p - 2 - d), (b, j, d)))
 
 
-def interleaved_floor(model: LayeredModel) -> Optional[float]:
+def interleaved_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
     """The least over interleaved partitions (two chunks) that fit the cap of the largest device
     bound (see the module doc); inf when none fits; None for other chunk counts, one device, or
     when the programme is too large (BUDGET)."""
     n, p = model.num_layers, model.devices
-    if model.num_stages != 2 * p or p < 2 or 2 * p > n or p * n ** 5 / 30 > BUDGET:
+    if model.num_stages != 2 * p or p < 2 or 2 * p > n or p * n ** 5 / 30 > budget:
         return None
     costs = _Costs(model)
     best = math.inf
@@ -97,12 +97,12 @@ def interleaved_floor(model: LayeredModel) -> Optional[float]:
     return best
 
 
-def dualpipe_floor(model: LayeredModel) -> Optional[float]:
+def dualpipe_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
     """The least over dualpipe partitions that fit the cap of the largest device bound (see the
     module doc); inf when none fits; None with one device or when the programme is too large
     (BUDGET)."""
     n, p, m = model.num_layers, model.devices, model.microbatches
-    if p < 2 or p > n or p * n ** 4 / 4 > BUDGET:
+    if p < 2 or p > n or p * n ** 4 / 4 > budget:
         return None
     costs = _Costs(model)
     half = m // 2

@@ -22,7 +22,9 @@ or above the listing threshold), and the proven bound of every partition listed 
 or the solver's). Other placements: the same steps 1 and 6 around the baselines and a
 load-balanced split, with a weaker bound over all partitions (the least over partitions of the
 largest device bound from its load and memory, zbopt.plan.paired_bound, on V, dualpipe and
-two-chunk interleaved; the total load over p otherwise).
+two-chunk interleaved; the total load over p otherwise). With others=True the plan also
+bounds the placements it was not asked to plan over (placement_floor), so that a plan over one
+placement can say whether another could be shorter.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from .bound import (
 from .collision_bound import collision_bound
 from .device_bound import DEVICE_LIMIT, relaxation_bound
 from .memory_bound import pipeline_bound
-from .paired_bound import dualpipe_floor, interleaved_floor, v_floor
+from .paired_bound import BUDGET, dualpipe_floor, interleaved_floor, v_floor
 from .polish import polish
 from .window_bound import window_bound
 
@@ -109,6 +111,9 @@ class Plan:
     # with several placements, the one whose bound is the bound over all partitions (None: one
     # placement, an optimal plan, or the overlap floor)
     bound_placement: Optional[str] = None
+    # plan(others=True): each placement not planned over that can hold the layers, and its
+    # bound over all partitions (inf: no split fits the cap), to tell whether it could be shorter
+    others: Optional[dict[str, float]] = None
 
     @property
     def stages(self) -> list[list[str]]:
@@ -147,7 +152,18 @@ class Plan:
                 "partitions_scheduled": self.partitions_scheduled,
                 "partitions_pruned": self.partitions_pruned, "solver_runs": self.solver_runs,
                 "bound_split": list(self.bound_split) if self.bound_split else None,
-                "bound_placement": self.bound_placement}
+                "bound_placement": self.bound_placement,
+                "other_placements": self.other_placements()}
+
+    def other_placements(self) -> Optional[dict]:
+        """Per placement not planned over (others=True): its bound over all partitions (None: no
+        split fits the cap), whether any split fits, and whether that bound is below the span."""
+        if self.others is None:
+            return None
+        return {name: {"lower_bound": floor if math.isfinite(floor) else None,
+                       "fits": math.isfinite(floor),
+                       "may_be_shorter": floor < self.result.span * (1 - TOLERANCE)}
+                for name, floor in self.others.items()}
 
 
 def schedule_methods(placement: str) -> list[str]:
@@ -194,10 +210,7 @@ class _Search:
                        "bound": bound, "gap": gap, "scheduled": len(self.cache), **fields})
 
     def placed(self, placement: str) -> LayeredModel:
-        if placement == self.model.placement:
-            return self.model
-        chunks = self.model.chunks if placement == "interleaved" else 0
-        return self.model.with_settings(placement=placement, chunks=chunks)
+        return placed(self.model, placement)
 
     def instance(self, placement: str, sizes: Sequence[int]) -> Optional[Instance]:
         try:
@@ -452,12 +465,13 @@ def _infeasible_message(model: LayeredModel) -> str:
 
 def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_limit: float = 60,
          solver: str = "auto", threads: int = 2, max_partitions: int = 2000,
-         exact: bool = True, progress: Optional[Progress] = None) -> Plan:
+         exact: bool = True, progress: Optional[Progress] = None, others: bool = False) -> Plan:
     """The partition and schedule with the least span under the cap (see the module doc).
 
     solver: a registered solver, or "auto" (LNS_FROM_PASSES) for each split the solver phase
     takes up. exact=False skips the solver phase: registered heuristics only, the bound stays
-    valid."""
+    valid. others: also bound every placement not in `placements` (Plan.others), within the
+    time limit, so a plan over one placement can say whether another could be shorter."""
     placements = tuple(dict.fromkeys(placements))
     if exact and solver != AUTO:
         get_method(solver, "solver")  # ZboptError now, not after the heuristics' time
@@ -469,6 +483,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     search = _Search(model, float(time_limit), progress, solver, threads)
     for placement in placements:
         search.placed(placement)  # ZboptError now if the placement cannot hold the layers
+    floors = _other_floors(search, placements) if others else None
     bounds: dict[str, float] = {}
     pending: list[Split] = []
     pruned = 0
@@ -488,12 +503,9 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         else:
             table, best = None, None
             starts.append(_balanced(placed))
-            floor = _total_load(placed) / placed.devices
-            paired = {"v": v_floor, "interleaved": interleaved_floor,
-                      "dualpipe": dualpipe_floor}.get(placement)
-            if paired is not None:  # up to seconds on large models: say what runs
+            if placement in PAIRED:  # up to seconds on large models: say what runs
                 search.tell("bounds")
-                floor = max(floor, paired(placed) or 0.0)  # inf: no split fits the cap
+            floor = placement_floor(placed)
         search.bound = min([*bounds.values(), floor])
         for sizes in starts:
             if sizes is not None:
@@ -615,7 +627,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     if len(placements) > 1 and lower < chosen.span * (1 - TOLERANCE):
         bound_placement = _least_placement(placements, bounds, pending, lower)
     return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs,
-                bound_split, bound_placement)
+                bound_split, bound_placement, floors)
 
 
 def _least_placement(placements: Sequence[str], unlisted: dict[str, float],
@@ -635,6 +647,53 @@ def _refreshed(split: Split, cache: dict) -> Split:
     if cached is None or cached.result is None or cached.span >= split.span:
         return split
     return replace(split, result=cached.result)
+
+
+PAIRED = {"v": v_floor, "interleaved": interleaved_floor, "dualpipe": dualpipe_floor}
+# the paired programmes' budget for placements not planned over (plan(others=True)): a tenth of
+# theirs, about a second at most each on this project's 2-core machine (V and dualpipe to about 56
+# layers at p = 16, interleaved to about 43 at p = 8), so the hint takes little of the search's
+# time; past it the total load over p stands in (weaker, still a bound)
+OTHERS_BUDGET = BUDGET / 10
+
+
+def placed(model: LayeredModel, placement: str) -> LayeredModel:
+    """The model on `placement` (ZboptError when it cannot hold the layers)."""
+    if placement == model.placement:
+        return model
+    chunks = model.chunks if placement == "interleaved" else 0
+    return model.with_settings(placement=placement, chunks=chunks)
+
+
+def placement_floor(model: LayeredModel, budget: float = BUDGET) -> float:
+    """A lower bound on the span of every schedule of single passes of every partition on the
+    model's placement (inf: no partition fits the cap): the segment programme's least bound on
+    contiguous; elsewhere the total load over p, raised by zbopt.plan.paired_bound's programme
+    where it applies and runs within `budget` (its element operations)."""
+    if model.placement == "contiguous":
+        return suffix_minmax(segment_bounds(model))[0][0]
+    floor = _total_load(model) / model.devices
+    paired = PAIRED.get(model.placement)
+    return max(floor, (paired(model, budget) or 0.0) if paired is not None else 0.0)
+
+
+def _other_floors(search: "_Search", placements: Sequence[str]) -> dict[str, float]:
+    """Plan.others: the bound over all partitions of each placement not planned over that can
+    hold the layers; with an overlap, no higher than what overlapped blocks allow."""
+    floors = {}
+    for placement in PLACEMENTS:
+        if placement in placements:
+            continue
+        try:
+            model = search.placed(placement)
+        except ZboptError:  # too few layers, or devices, for this placement
+            continue
+        search.tell("bounds", placement=placement)
+        floor = placement_floor(model, OTHERS_BUDGET)
+        if model.overlap:
+            floor = min(floor, _overlap_floor(model))
+        floors[placement] = floor
+    return floors
 
 
 def _total_load(model: LayeredModel) -> float:
