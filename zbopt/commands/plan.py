@@ -166,9 +166,9 @@ def _others(result) -> list[str]:
         elif not verdict["may_be_shorter"]:
             lines.append(f"  {name}: cannot be shorter (bound {fmt(floor)}{unit} >= this span)")
         else:
-            lines.append(f"  {name}: bound {fmt(floor)}{unit}, {(span - floor) / span:.1%} below "
-                         f"this span; --placements {result.split.placement},{name} plans over "
-                         f"both")
+            lines.append(f"  {name}: not ruled out (its bound {fmt(floor)}{unit} is "
+                         f"{(span - floor) / span:.1%} below this span); --placements "
+                         f"{result.split.placement},{name} plans over both")
     return lines
 
 
