@@ -53,7 +53,8 @@ BUDGET = 4e8
 
 def v_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
     """The least over V partitions that fit the cap of the largest device bound (see the module
-    doc); inf when no partition fits the cap; None when the programme is too large (BUDGET)."""
+    doc); inf when no partition fits the cap; None when the programme is larger than `budget`
+    element operations."""
     n, p = model.num_layers, model.devices
     if 2 * p > n or p * n ** 4 / 4 > budget:
         return None
@@ -69,7 +70,7 @@ def v_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
 def interleaved_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
     """The least over interleaved partitions (two chunks) that fit the cap of the largest device
     bound (see the module doc); inf when none fits; None for other chunk counts, one device, or
-    when the programme is too large (BUDGET)."""
+    when the programme is larger than `budget` element operations."""
     n, p = model.num_layers, model.devices
     if model.num_stages != 2 * p or p < 2 or 2 * p > n or p * n ** 5 / 30 > budget:
         return None
@@ -99,8 +100,8 @@ def interleaved_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[f
 
 def dualpipe_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
     """The least over dualpipe partitions that fit the cap of the largest device bound (see the
-    module doc); inf when none fits; None with one device or when the programme is too large
-    (BUDGET)."""
+    module doc); inf when none fits; None with one device or when the programme is larger than
+    `budget` element operations."""
     n, p, m = model.num_layers, model.devices, model.microbatches
     if p < 2 or p > n or p * n ** 4 / 4 > budget:
         return None
