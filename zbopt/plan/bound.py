@@ -106,7 +106,7 @@ def segment_bounds(model: LayeredModel) -> SegmentBounds:
         return (0.0, *accumulate(getattr(x, key) for x in layers))
 
     tf, tb, tw, mb, mw, st = (prefix(k) for k in ("t_f", "t_b", "t_w", "m_b", "m_w", "static"))
-    caps = _caps(model)
+    caps = device_caps(model)
     # device 0's span covers the path to stage d and back, d's window, and t_w of stage 0
     tw_first = tw[1] - tw[0]
     bound, excess, windows, helds, gaps = [], [], [], [], []
@@ -156,7 +156,8 @@ def segment_bounds(model: LayeredModel) -> SegmentBounds:
                          tuple(gaps), {"t_f": tf, "t_b": tb, "t_w": tw})
 
 
-def _caps(model: LayeredModel) -> tuple[float, ...] | None:
+def device_caps(model: LayeredModel) -> tuple[float, ...] | None:
+    """The model's memory cap per device (None: uncapped)."""
     cap = model.memory_cap
     if cap is None:
         return None

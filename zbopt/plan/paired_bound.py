@@ -43,7 +43,7 @@ import numpy as np
 
 from ..instance import within_cap
 from ..layers import LayeredModel
-from .bound import _caps
+from .bound import device_caps
 
 # element operations of a programme (V, dualpipe: p n^4 / 4, interleaved: p n^5 / 30): V on 82
 # layers at p = 16 (1.8e8) takes about 3.5 s on this project's 2-core machine; past this budget
@@ -158,7 +158,7 @@ class _Costs:
         def prefix(key: str) -> np.ndarray:
             return np.array((0.0, *accumulate(getattr(x, key) for x in layers)))
 
-        self.m, self.comm, self.caps = model.microbatches, model.comm, _caps(model)
+        self.m, self.comm, self.caps = model.microbatches, model.comm, device_caps(model)
         tf, tb, self.tw, self.mb, self.st = (prefix(k) for k in ("t_f", "t_b", "t_w", "m_b", "static"))
         self.work = tf + tb + self.tw  # one micro-batch's passes over the layers before a cut
         self.trip = (tf[n] - tf) + (tb[n] - tb)  # from a layer to the model's end and back
