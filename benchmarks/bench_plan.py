@@ -632,13 +632,13 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
                     for use in (False, True):
                         print(f"[bench_plan] {name} {model.name} cap {cap_name} "
                               f"{'with' if use else 'without'} it", file=sys.stderr, flush=True)
-                        if not use:
-                            setattr(search_module, name, lambda model: None)
+                        if not use:  # plan() looks its floors up in PAIRED
+                            search_module.PAIRED[placement] = lambda model, budget=None: None
                         try:
                             r = plan(capped, placements=("contiguous", placement),
                                      time_limit=args.time_limit).result
                         finally:
-                            setattr(search_module, name, floor_of)
+                            search_module.PAIRED[placement] = floor_of
                         runs += [_fmt(r.span), _fmt(r.lower_bound), _pct(r.gap)]
                         gaps.append((use, r.gap))
                     cells = runs

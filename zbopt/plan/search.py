@@ -48,6 +48,7 @@ from .bound import (
     SegmentBounds,
     argmin_partition,
     count_below,
+    least_bound,
     least_excess,
     partitions_below,
     segment_bounds,
@@ -470,8 +471,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
 
     solver: a registered solver, or "auto" (LNS_FROM_PASSES) for each split the solver phase
     takes up. exact=False skips the solver phase: registered heuristics only, the bound stays
-    valid. others: also bound every placement not in `placements` (Plan.others), within the
-    time limit, so a plan over one placement can say whether another could be shorter."""
+    valid. others: also bound every placement not in `placements` (Plan.others), taken out of
+    the time limit, so a plan over one placement can say whether another could be shorter."""
     placements = tuple(dict.fromkeys(placements))
     if exact and solver != AUTO:
         get_method(solver, "solver")  # ZboptError now, not after the heuristics' time
@@ -671,7 +672,7 @@ def placement_floor(model: LayeredModel, budget: float = BUDGET) -> float:
     contiguous; elsewhere the total load over p, raised by zbopt.plan.paired_bound's programme
     where it applies and runs within `budget` (its element operations)."""
     if model.placement == "contiguous":
-        return suffix_minmax(segment_bounds(model))[0][0]
+        return least_bound(segment_bounds(model))
     floor = _total_load(model) / model.devices
     paired = PAIRED.get(model.placement)
     return max(floor, (paired(model, budget) or 0.0) if paired is not None else 0.0)
