@@ -582,6 +582,9 @@ def test_plan_file_is_a_schedule_file_with_the_partition(tmp_path, capsys):
     loaded = read_schedule_file(out)
     assert loaded.meta["partition"]["sizes"] == data["partition"]["sizes"]
     assert loaded.meta["partition"]["stages"][0][0] == "tok_embeddings"
+    # the search's summary, the other placements' verdicts included
+    assert loaded.meta["plan"]["other_placements"] == data["other_placements"]
+    assert loaded.meta["plan"]["other_placements"]["dualpipe"]["may_be_shorter"] is True
     assert math.isclose(loaded.evaluate().span, data["span"])
     assert main(["evaluate", str(out)]) == 0
     capsys.readouterr()

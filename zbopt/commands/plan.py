@@ -139,7 +139,8 @@ def run(args) -> int:
         placed = model.with_settings(placement=result.split.placement,
                                      chunks=model.chunks if result.split.placement == "interleaved" else 0)
         verdict = {k: data[k] for k in ("status", "span", "lower_bound", "gap", "scope", "baselines",
-                                        "gain", "partitions_scheduled", "partitions_pruned")}
+                                        "gain", "partitions_scheduled", "partitions_pruned",
+                                        "other_placements")}
         write_schedule_file(args.out, result.result.timeline,
                             result=result.result if result.result.kind == "solver" else None,
                             force=args.force, partition=result.partition_dict(),
