@@ -41,7 +41,8 @@ solver's rate and the collision bound charges little, so neither rate says anyth
 
 Usage:
   python benchmarks/bench_steady.py [--probe-limit S] [--solve-limit S] [--window-limit S]
-                                    [--window-budget S] [--caps tight,mid] [--out results/steady.md]
+                                    [--window-budget S] [--caps tight,mid] [--models NAME,...]
+                                    [--out results/steady.md]
 """
 
 from __future__ import annotations
@@ -304,6 +305,8 @@ def main() -> int:
     parser.add_argument("--window-budget", type=float, default=300.0)
     parser.add_argument("--whole-limit", type=float, default=120.0,
                         help="CP-SAT seconds for the window of all m micro-batches")
+    parser.add_argument("--models", default="",
+                        help="comma-separated model names of results/plan.md to keep (all by default)")
     parser.add_argument("--out", default=str(ROOT / "results" / "steady.md"))
     args = parser.parse_args()
     caps = args.caps.split(",")
@@ -312,7 +315,8 @@ def main() -> int:
         print(f"error: --caps takes tight and/or mid (comma-separated), not {unknown[0]!r}",
               file=sys.stderr)
         return 2
-    rows = [row for row in _plan_rows() if row["cap"] in caps]
+    models = [name for name in args.models.split(",") if name]
+    rows = [row for row in _plan_rows() if row["cap"] in caps and (not models or row["model"] in models)]
     if not rows:
         print("error: no capped llama-32L rows in results/plan.md: run benchmarks/bench_plan.py "
               "--only estimated first", file=sys.stderr)
@@ -322,7 +326,9 @@ def main() -> int:
              f"Written by `benchmarks/bench_steady.py` (see its docstring). Command: `python "
              f"benchmarks/bench_steady.py --probe-limit {args.probe_limit:g} --solve-limit "
              f"{args.solve_limit:g} --window-limit {args.window_limit:g} --window-budget "
-             f"{args.window_budget:g} --whole-limit {args.whole_limit:g} --caps {args.caps}` "
+             f"{args.window_budget:g} --whole-limit {args.whole_limit:g} --caps {args.caps}"
+             f"{f' --models {args.models}' if models else ''}"
+             f"{'' if args.out == parser.get_default('out') else f' --out {args.out}'}` "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, "
              f"{os.cpu_count()} cores, load average {load:.1f} at the start; CP-SAT 2 threads).", "",
              "Splits, spans and bounds of the plan are those of results/plan.md. The periodic span "
