@@ -67,6 +67,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 from zbopt.bounds import best_lower_bound, lower_bounds
 from zbopt.compare import best_of
@@ -632,13 +633,11 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
                     for use in (False, True):
                         print(f"[bench_plan] {name} {model.name} cap {cap_name} "
                               f"{'with' if use else 'without'} it", file=sys.stderr, flush=True)
-                        if not use:  # plan() looks its floors up in PAIRED
-                            search_module.PAIRED[placement] = lambda model, budget=None: None
-                        try:
+                        # plan() looks its floors up in PAIRED; the peer switches this one off
+                        off = {} if use else {placement: lambda model, budget=None: None}
+                        with mock.patch.dict(search_module.PAIRED, off):
                             r = plan(capped, placements=("contiguous", placement),
                                      time_limit=args.time_limit).result
-                        finally:
-                            search_module.PAIRED[placement] = floor_of
                         runs += [_fmt(r.span), _fmt(r.lower_bound), _pct(r.gap)]
                         gaps.append((use, r.gap))
                     cells = runs

@@ -349,7 +349,8 @@ def main() -> int:
     for row in rows:
         vocab = 32000 if "v32k" in row["model"] else 128256
         model = estimated(LLAMA3_8B, vocab, 8, 32)
-        instance = model.with_settings(memory_cap=cap_levels(model)[row["cap"]]).instance(row["split"])
+        capped = model.with_settings(memory_cap=cap_levels(model)[row["cap"]])
+        instance = capped.instance(row["split"])
         counts = held_counts(instance)
         k = min(c for c in counts if c > 1)
         label = f"{row['model']} {row['cap']} {'-'.join(map(str, row['split']))}"
@@ -376,7 +377,7 @@ def main() -> int:
         print(f"[bench_steady]   the window of all {m} micro-batches, up to {args.whole_limit:g} s ...",
               file=sys.stderr, flush=True)
         whole = whole_bound(instance, pacing, known, args.whole_limit)
-        table = segment_bounds(model.with_settings(memory_cap=cap_levels(model)[row["cap"]]))
+        table = segment_bounds(capped)
         rivals = [table.full_bound(sizes) for sizes in partitions_below(table, whole)
                   if tuple(sizes) != row["split"]]
         rivals = [value for value in rivals if value < whole]
