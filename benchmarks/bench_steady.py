@@ -322,6 +322,10 @@ def main() -> int:
         return 2
     models = [name for name in args.models.split(",") if name]
     rows = [row for row in _plan_rows() if row["cap"] in caps and (not models or row["model"] in models)]
+    if not rows and models:
+        print(f"error: --models {args.models}: no capped row of results/plan.md has that model; "
+              f"name one of {sorted({row['model'] for row in _plan_rows()})}", file=sys.stderr)
+        return 2
     if not rows:
         print("error: no capped llama-32L rows in results/plan.md: run benchmarks/bench_plan.py "
               "--only estimated first", file=sys.stderr)

@@ -102,6 +102,17 @@ def test_unknown_cap_names_the_caps(capsys, monkeypatch):
     assert err.count("\n") == 1 and "'foo'" in err and "tight and/or mid" in err
 
 
+def test_unknown_model_names_the_models_and_writes_nothing(capsys, monkeypatch, tmp_path):
+    import bench_steady
+
+    out = tmp_path / "steady.md"
+    monkeypatch.setattr(sys, "argv", ["bench_steady.py", "--models", "nosuch", "--out", str(out)])
+    assert bench_steady.main() == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--models nosuch" in err and "llama-32L-v128k" in err
+    assert not out.exists()
+
+
 def test_window_of_one_micro_batch_is_the_round_trip():
     """One micro-batch alone crosses the pipeline and comes back with no wait: from F(e, 0)'s
     start to B(e, 0)'s end is the round trip from e."""
