@@ -38,6 +38,18 @@ def test_instance_sums_costs_per_stage_and_static_per_device():
     assert inst.static_memory == (10 + 2 * 5, 4 * 5 + 20)
 
 
+def test_prefix_sums_give_every_segment_the_instance_sums():
+    model = _model()
+    static = model.prefix_sums("static")
+    assert len(static) == model.num_layers + 1 and static[0] == 0
+    for sizes in ((1, 7), (3, 5), (7, 1)):
+        inst, cut = model.instance(sizes), sizes[0]
+        assert static[cut] - static[0] == inst.static_memory[0]
+        assert static[-1] - static[cut] == inst.static_memory[1]
+        t_b = model.prefix_sums("t_b")
+        assert (t_b[cut], t_b[-1] - t_b[cut]) == inst.t_b
+
+
 def test_v_and_interleaved_parts_land_on_their_devices():
     v = _model(placement="v")
     inst = v.instance((1, 2, 2, 3))  # device 0 holds parts 0 and 3, device 1 parts 1 and 2

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -167,6 +168,11 @@ class LayeredModel:
     @property
     def num_layers(self) -> int:
         return len(self.expanded)
+
+    def prefix_sums(self, key: str) -> tuple[float, ...]:
+        """`key` (t_f, m_b, static...) summed over the expanded layers before each cut: entry i
+        is layers 0..i-1's total, so a segment [i, j) has entry j minus entry i."""
+        return (0.0, *accumulate(getattr(x, key) for x in self.expanded))
 
     def with_settings(self, **changes) -> "LayeredModel":
         """The same layers with other pipeline settings (devices, microbatches, memory_cap...)."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Iterator, Optional
 
 from ..bounds import knapsack_max
@@ -99,13 +98,9 @@ def segment_bounds(model: LayeredModel) -> SegmentBounds:
     """The bound of every (stage, segment) of a contiguous placement (see the module doc)."""
     if model.placement != "contiguous":
         raise ValueError("segment bounds describe the contiguous placement")
-    layers = model.expanded
-    n, p, m, comm = len(layers), model.devices, model.microbatches, model.comm
-
-    def prefix(key):
-        return (0.0, *accumulate(getattr(x, key) for x in layers))
-
-    tf, tb, tw, mb, mw, st = (prefix(k) for k in ("t_f", "t_b", "t_w", "m_b", "m_w", "static"))
+    n, p, m, comm = model.num_layers, model.devices, model.microbatches, model.comm
+    tf, tb, tw, mb, mw, st = (model.prefix_sums(k)
+                              for k in ("t_f", "t_b", "t_w", "m_b", "m_w", "static"))
     caps = device_caps(model)
     # device 0's span covers the path to stage d and back, d's window, and t_w of stage 0
     tw_first = tw[1] - tw[0]

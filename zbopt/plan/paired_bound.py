@@ -36,7 +36,6 @@ average of the device loads, and they are higher when whole layers cannot share 
 from __future__ import annotations
 
 import math
-from itertools import accumulate
 from typing import Optional
 
 import numpy as np
@@ -152,11 +151,10 @@ class _Costs:
     """The device bound of the module doc for two segments of a model's layers, on arrays."""
 
     def __init__(self, model: LayeredModel):
-        layers = model.expanded
-        n = len(layers)
+        n = model.num_layers
 
         def prefix(key: str) -> np.ndarray:
-            return np.array((0.0, *accumulate(getattr(x, key) for x in layers)))
+            return np.array(model.prefix_sums(key))
 
         self.m, self.comm, self.caps = model.microbatches, model.comm, device_caps(model)
         tf, tb, self.tw, self.mb, self.st = (prefix(k) for k in ("t_f", "t_b", "t_w", "m_b", "static"))
