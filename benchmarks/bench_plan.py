@@ -624,7 +624,7 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
                 began = time.perf_counter()
                 floor = floor_of(placed)
                 seconds = time.perf_counter() - began
-                total = sum(x.t_f + x.t_b + x.t_w for x in placed.expanded) * m / p
+                total = search_module._total_load(placed) / p
                 if floor is not None and math.isfinite(floor):
                     ratios.append(floor / total)
                 cells = ["-"] * 6
