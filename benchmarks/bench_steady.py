@@ -33,7 +33,7 @@ holding K is the pacing device):
 - "F/B bound over all splits": the least of that bound and, for every other split whose own bound
   (zbopt.plan.bound's segment and pipeline bounds) lies below it, that split's bound, or the
   plan's bound over all splits where that is higher: a lower bound on the joint problem
-  (in-order schedules), and the plan's gap against it.
+  (in-order schedules), and the plan's gap against it ((span - bound) / span, as plan reports).
 A periodic schedule is one schedule among many, so its period is not a bound; but when the
 solver's schedules already run at it in their steady state while the bound charges less per
 period, the bound is the side to strengthen. The pattern expanded to m micro-batches (each
@@ -287,6 +287,11 @@ def whole_bound(instance: Instance, e: int, known: dict, time_limit: float) -> f
     return window + trips[0] - trips[e] + instance.t_w[0]
 
 
+def gap(span: float, bound: float) -> float:
+    """(span - bound) / span, as Result.gap and results/plan.md's gap column measure it."""
+    return (span - bound) / span
+
+
 def _plan_rows() -> list[dict]:
     """The capped p=8 rows of results/plan.md's estimated part: model, cap, split, span, bound."""
     text = (ROOT / "results" / "plan.md").read_text()
@@ -395,7 +400,7 @@ def main() -> int:
             f"{'-' if below is None else f'{below / SCALE:,.0f} (proven)'} | {increment:,.0f} | "
             f"{period / increment:.3f} | {proven + 1} | "
             f"{'-' if math.isnan(step) else f'{step:,.0f}'} | {whole:,.0f} | "
-            f"{len(rivals)} | {over_all:,.0f} | {100 * (row['span'] / over_all - 1):.2f}% | "
+            f"{len(rivals)} | {over_all:,.0f} | {100 * gap(row['span'], over_all):.2f}% | "
             f"{'-' if math.isnan(rate) else f'{rate:,.0f}'} | "
             f"{solved.span:,.0f} | {timeline.span:,.0f} | "
             f"{row['span']:,.0f} | "

@@ -152,3 +152,19 @@ def test_window_is_at_most_a_real_schedule(cap):
     assert known[m - 1] <= real
     plain = window_optimum(instance, 0, m - 1, 20, unit=1.0)
     assert plain == (True, known[m - 1])
+
+
+def test_gap_against_the_bound_is_measured_as_result_gap():
+    """The "plan gap against it" column and the plan's own gap column use one definition: the
+    result of a solve, with its span and bound, gives the same gap either way."""
+    import bench_steady
+
+    from zbopt.solvers import solve
+
+    instance = Instance(devices=3, microbatches=6, t_f=[1, 2, 1], t_b=[2, 1, 3], t_w=1, m_b=2,
+                        m_w=1, memory_cap=5.0)
+    result = solve(instance, "cpsat", time_limit=5, prove_with_bounds=False)
+    low = result.lower_bound * 0.9  # a weaker bound: the gap is not 0 either way
+    assert bench_steady.gap(result.span, result.lower_bound) == pytest.approx(result.gap)
+    # not span / bound - 1, which reads larger for the same two numbers
+    assert bench_steady.gap(result.span, low) < result.span / low - 1
