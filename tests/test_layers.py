@@ -40,13 +40,12 @@ def test_instance_sums_costs_per_stage_and_static_per_device():
 
 def test_prefix_sums_give_every_segment_the_instance_sums():
     model = _model()
-    static = model.prefix_sums("static")
+    static, t_b = model.prefix_sums("static"), model.prefix_sums("t_b")
     assert len(static) == model.num_layers + 1 and static[0] == 0
     for sizes in ((1, 7), (3, 5), (7, 1)):
         inst, cut = model.instance(sizes), sizes[0]
         assert static[cut] - static[0] == inst.static_memory[0]
         assert static[-1] - static[cut] == inst.static_memory[1]
-        t_b = model.prefix_sums("t_b")
         assert (t_b[cut], t_b[-1] - t_b[cut]) == inst.t_b
 
 
