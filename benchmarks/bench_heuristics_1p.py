@@ -78,7 +78,8 @@ def timed(method: str, instance: Instance, repeats: int, search: bool):
 
 
 def gap(span: float, bound: float) -> str:
-    return f"{100 * (span - bound) / bound:.2f}%" if bound > 0 else "-"
+    """(span - bound) / span, as Result.gap measures it."""
+    return f"{100 * (span - bound) / span:.2f}%" if bound > 0 else "-"
 
 
 def main() -> None:
@@ -128,7 +129,7 @@ def main() -> None:
         "`sink_placement.py`, then the local search of `local_search.py`; two rounds). Spans from "
         "`evaluate()`; every schedule is valid and within the cap. *bound*: the larger of "
         "`bounds.best_lower_bound` and CP-SAT's "
-        "own bound; gaps are to it. *CP-SAT*: `solve(time_limit, threads)` warm-started from the "
+        "own bound; gaps are (span - bound) / span. *CP-SAT*: `solve(time_limit, threads)` warm-started from the "
         "new heuristic, its span and status (optimal = proven by the solver or the bounds). "
         "Runtimes are medians, in seconds.",
         "",
