@@ -28,6 +28,7 @@ from zbopt import bounds
 from zbopt.heuristics import local_search
 from zbopt.instance import Instance
 from zbopt.registry import generate
+from zbopt.result import relative_gap
 from zbopt.schedule import evaluate, validate
 from zbopt.solvers.api import solve
 
@@ -78,8 +79,8 @@ def timed(method: str, instance: Instance, repeats: int, search: bool):
 
 
 def gap(span: float, bound: float) -> str:
-    """(span - bound) / span, as Result.gap measures it."""
-    return f"{100 * (span - bound) / span:.2f}%" if bound > 0 else "-"
+    """zbopt.result.relative_gap as a percentage."""
+    return f"{100 * relative_gap(span, bound):.2f}%" if bound > 0 else "-"
 
 
 def main() -> None:

@@ -70,6 +70,7 @@ from zbopt.instance import Instance  # noqa: E402
 from zbopt.plan.bound import partitions_below, segment_bounds  # noqa: E402
 from zbopt.plan.collision_bound import collision_bound  # noqa: E402
 from zbopt.plan.memory_bound import held_counts, release_gaps, round_trips  # noqa: E402
+from zbopt.result import relative_gap  # noqa: E402
 from zbopt.schedule import Schedule, evaluate, validate  # noqa: E402
 from zbopt.solvers.api import solve  # noqa: E402
 
@@ -287,11 +288,6 @@ def whole_bound(instance: Instance, e: int, known: dict, time_limit: float) -> f
     return window + trips[0] - trips[e] + instance.t_w[0]
 
 
-def gap(span: float, bound: float) -> float:
-    """(span - bound) / span, as Result.gap and results/plan.md's gap column measure it."""
-    return (span - bound) / span
-
-
 def _plan_rows() -> list[dict]:
     """The capped p=8 rows of results/plan.md's estimated part: model, cap, split, span, bound."""
     text = (ROOT / "results" / "plan.md").read_text()
@@ -326,10 +322,11 @@ def main() -> int:
               file=sys.stderr)
         return 2
     models = [name for name in args.models.split(",") if name]
-    rows = [row for row in _plan_rows() if row["cap"] in caps and (not models or row["model"] in models)]
+    plan_rows = _plan_rows()
+    rows = [row for row in plan_rows if row["cap"] in caps and (not models or row["model"] in models)]
     if not rows and models:
         print(f"error: --models {args.models}: no capped row of results/plan.md has that model; "
-              f"name one of {sorted({row['model'] for row in _plan_rows()})}", file=sys.stderr)
+              f"name one of {sorted({row['model'] for row in plan_rows})}", file=sys.stderr)
         return 2
     if not rows:
         print("error: no capped llama-32L rows in results/plan.md: run benchmarks/bench_plan.py "
@@ -400,7 +397,7 @@ def main() -> int:
             f"{'-' if below is None else f'{below / SCALE:,.0f} (proven)'} | {increment:,.0f} | "
             f"{period / increment:.3f} | {proven + 1} | "
             f"{'-' if math.isnan(step) else f'{step:,.0f}'} | {whole:,.0f} | "
-            f"{len(rivals)} | {over_all:,.0f} | {100 * gap(row['span'], over_all):.2f}% | "
+            f"{len(rivals)} | {over_all:,.0f} | {100 * relative_gap(row['span'], over_all):.2f}% | "
             f"{'-' if math.isnan(rate) else f'{rate:,.0f}'} | "
             f"{solved.span:,.0f} | {timeline.span:,.0f} | "
             f"{row['span']:,.0f} | "

@@ -20,6 +20,12 @@ STATUSES = ("optimal", "feasible", "heuristic", "infeasible", "not-applicable", 
 KINDS = ("handwritten", "heuristic", "solver")
 
 
+def relative_gap(value: float, bound: float) -> float:
+    """(value - bound) / value: how far above a lower bound a span is, as a share of the span;
+    the one definition of a gap (Result.gap, sweep reports, the benchmarks' tables)."""
+    return (value - bound) / value
+
+
 @dataclass(frozen=True)
 class Result:
     """One method on one instance. `instance` is the instance as placed for the method (its cap
@@ -101,7 +107,7 @@ class Result:
         value = self.objective
         if value is None or self.lower_bound is None or not value:
             return None
-        return max(0.0, (value - self.lower_bound) / value)
+        return max(0.0, relative_gap(value, self.lower_bound))
 
     def fits(self) -> bool:
         """A schedule that fits the cap."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ..errors import ZboptError
+from ..result import relative_gap
 from .store import ResultStore
 
 CSV_COLUMNS = (
@@ -129,7 +130,7 @@ class InstanceSummary:
         """(best span - lower bound) / best span; negative would expose a wrong bound."""
         if self.best_span is None or self.lower_bound is None or not self.best_span:
             return None
-        return (self.best_span - self.lower_bound) / self.best_span
+        return relative_gap(self.best_span, self.lower_bound)
 
 
 def group_by_instance(records: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
