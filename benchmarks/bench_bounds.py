@@ -39,6 +39,7 @@ from bench_solver import COSTS_15B, reach_runs  # noqa: E402
 
 from zbopt import bounds  # noqa: E402
 from zbopt.instance import Instance  # noqa: E402
+from zbopt.result import relative_gap  # noqa: E402
 from zbopt.solvers import api  # noqa: E402
 from zbopt.solvers.api import backend_inputs, run_backend, scaled_instance, solve  # noqa: E402
 from zbopt.solvers.backends import cpsat as cpsat_backend  # noqa: E402
@@ -193,7 +194,7 @@ def _weak_side(status, span, proven, hint, bound) -> str:
         return "open (not proven)" if proven <= bound + 1e-6 else "bound (solver proves more)"
     sides = []
     if bound < span - 1e-6:
-        sides.append(f"bound ({100 * (span - bound) / span:.2f}%)")
+        sides.append(f"bound ({100 * relative_gap(span, bound):.2f}%)")
     if hint > span + 1e-6:
         sides.append(f"heuristic ({100 * (hint - span) / span:.2f}%)")
     return ", ".join(sides) or "neither"

@@ -82,6 +82,7 @@ from zbopt.plan.memory_bound import pipeline_bound
 from zbopt.plan.search import schedule_methods
 from zbopt.plan.window_bound import best_window
 from zbopt.registry import run
+from zbopt.result import relative_gap
 from zbopt.solvers.api import solve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -570,7 +571,7 @@ def part_headroom(args) -> list[str]:
         first = first or r.span
         spans[label] = r.span
         lines.append(f"| {label} | {_fmt(r.span)} | "
-                     f"{r.span / first:.4f} | {_pct((r.span - bound) / r.span)} |")
+                     f"{r.span / first:.4f} | {_pct(relative_gap(r.span, bound))} |")
         print(lines[-1], file=sys.stderr, flush=True)
     peer = statistics.median([spans["as is"], spans["as is (again)"]])
     best = min((s, k) for k, s in spans.items() if k.startswith("+"))

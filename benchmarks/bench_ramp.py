@@ -50,6 +50,7 @@ from bench_solver import COSTS_15B, reach_runs  # noqa: E402
 from zbopt import bounds  # noqa: E402
 from zbopt.heuristics import _engine, interleaved_zb, policy_search  # noqa: E402
 from zbopt.instance import Instance  # noqa: E402
+from zbopt.result import relative_gap  # noqa: E402
 from zbopt.schedule import Schedule, Timeline, evaluate  # noqa: E402
 from zbopt.solvers.api import (  # noqa: E402
     POLICY_PATIENCE,
@@ -95,7 +96,7 @@ def phases(instance: Instance, timeline: Timeline, device: Optional[int] = None)
 
 def _row(label: str, parts: dict, bound: float) -> str:
     total = parts["ramp"] + parts["middle"] + parts["drain"]
-    gap = (parts["span"] - bound) / parts["span"]
+    gap = relative_gap(parts["span"], bound)
     return (f"| {label} | {parts['span']:,.1f} | {gap:.3%} | {parts['device']} | "
             f"{parts['ramp']:,.1f} | {parts['middle']:,.1f} | {parts['drain']:,.1f} | "
             f"{total:,.1f} | {parts['ahead']} |")

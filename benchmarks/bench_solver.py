@@ -43,6 +43,7 @@ from importlib import metadata
 from pathlib import Path
 
 from zbopt.instance import Instance, load_instance
+from zbopt.result import relative_gap
 from zbopt.solvers import default_solver, solve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -351,10 +352,10 @@ def _spread_table(rows: list[dict]) -> list[str]:
             continue
         bound = float(r["lower_bound"])
         median = statistics.median(spans)
-        within = sum(1 for x in spans if (x - bound) / x <= _reach_target(r["instance"]) + 1e-12)
+        within = sum(1 for x in spans if relative_gap(x, bound) <= _reach_target(r["instance"]) + 1e-12)
         out.append(f"| {r['instance']} | {r['cap']} | {r['solver']} | {len(spans)} "
                    f"| {', '.join(f'{x:,.1f}' for x in spans)} | {median:,.1f} | {bound:,.1f} "
-                   f"| {100 * (median - bound) / median:.3f}% | {within} of {len(spans)} "
+                   f"| {100 * relative_gap(median, bound):.3f}% | {within} of {len(spans)} "
                    f"| {max(walls):.1f} | {_num(r['time_limit'])} |")
     return out + [""]
 
