@@ -36,6 +36,9 @@ Parts:
 - solvers:   (only when named in --only) plan() with each solver of --solvers (cpsat and
              cpsat-lns by default) for its exact phase, --reps runs each, on the estimated models'
              tight and mid caps (--filter as for estimated): which solver plan should default to
+- limits:    (only when named in --only) plan() on the p=8 estimated models' tight and mid caps
+             (--filter as for estimated) at each time limit of --limits: how the certified gap
+             of the joint problem falls with the time given, span side and bound side apart
 Caps: c_min is the least cap any split admits (static memory plus one micro-batch's activations,
 from the segment DP), c_1f1b what 1F1B needs on the even split (static plus p-d micro-batches on
 device d); "tight" = c_min + 25% of the difference, "mid" = c_min + 60%, "1f1b" = c_1f1b,
@@ -45,8 +48,8 @@ except the solvers part.
 
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
-                                          solvers,vfloor,ifloor,dfloor,headroom]
-                                  [--time-limit S] [--solvers A,B] [--reps N]
+                                          solvers,vfloor,ifloor,dfloor,headroom,limits]
+                                  [--time-limit S] [--solvers A,B] [--reps N] [--limits S,S,...]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
 Sections of the parts not run are kept from the previous results/plan.md, and so are the
@@ -537,6 +540,41 @@ def part_solvers(args) -> list[str]:
     return lines
 
 
+def part_limits(args) -> list[str]:
+    """plan() on the p=8 estimated models' tight and mid caps at each time limit of --limits."""
+    limits = sorted(float(x) for x in args.limits.split(",") if x)
+    lines = [f"`plan()` on the p=8 estimated models (32 blocks, m=32) at each time limit, one run "
+             f"each, 2 threads, its default solver. Each run is separate: a longer run does not "
+             f"start from a shorter one's result, so spans and bounds need not fall or rise "
+             f"monotonically. `span / first` is the span over the span at the first limit "
+             f"({limits[0]:g} s) on the same row, `bound / first` the same for the bound over all "
+             f"splits; the gap is (span - bound) / span.", "",
+             "| model | cap | limit s | wall s | span | span / first | bound (all splits) | "
+             "bound / first | certified gap | status | split |", _rule("|" * 12)]
+    for vocab in (32000, 128256):
+        model = estimated(LLAMA3_8B, vocab, 8, 32)
+        if args.filter and args.filter not in model.name:
+            continue
+        levels = cap_levels(model)
+        for cap_name in ("tight", "mid"):
+            capped = model.with_settings(memory_cap=levels[cap_name])
+            first = None
+            for limit in limits:
+                print(f"[bench_plan] limits {model.name} cap {cap_name} {limit:g} s",
+                      file=sys.stderr, flush=True)
+                began = time.perf_counter()
+                done = plan(capped, time_limit=limit)
+                wall = time.perf_counter() - began
+                r = done.result
+                first = first or (r.span, r.lower_bound)
+                lines.append(f"| {model.name} | {cap_name} | {limit:g} | {wall:.1f} | "
+                             f"{_fmt(r.span)} | {r.span / first[0]:.4f} | {_fmt(r.lower_bound)} | "
+                             f"{r.lower_bound / first[1]:.4f} | "
+                             f"{_pct(relative_gap(r.span, r.lower_bound))} | {r.status} | "
+                             f"{_sizes(done.split.sizes)} |")
+                print(lines[-1], file=sys.stderr, flush=True)
+    return lines
+
 def part_headroom(args) -> list[str]:
     """cpsat-lns on the 128k tight row's split of least bound, its cap as is and each device's
     raised by that device's m_w (room for one more pending W)."""
@@ -665,7 +703,7 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
          "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
-         "dfloor": part_dfloor, "headroom": part_headroom}
+         "dfloor": part_dfloor, "headroom": part_headroom, "limits": part_limits}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -677,7 +715,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, solvers, "
-                             f"vfloor, ifloor, dfloor, headroom only when named)")
+                             f"vfloor, ifloor, dfloor, headroom, limits only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)
@@ -688,6 +726,8 @@ def main() -> int:
     parser.add_argument("--solvers", default="cpsat,cpsat-lns",
                         help="solvers the solvers part compares, the first the reference")
     parser.add_argument("--reps", type=int, default=2, help="runs per solver in the solvers part")
+    parser.add_argument("--limits", default="30,60,120,300",
+                        help="plan() time limits (seconds, comma-separated) in the limits part")
     parser.add_argument("--out", default=str(ROOT / "results" / "plan.md"))
     args = parser.parse_args()
     out = Path(args.out)
