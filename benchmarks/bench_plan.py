@@ -38,7 +38,7 @@ Parts:
              tight and mid caps (--filter as for estimated): which solver plan should default to
 - limits:    (only when named in --only) plan() on the p=8 estimated models' tight and mid caps
              (--filter as for estimated) at each time limit of --limits: how the certified gap
-             of the joint problem falls with the time given, span side and bound side apart
+             of the joint problem falls with the time given, the span and the bound apart
 Caps: c_min is the least cap any split admits (static memory plus one micro-batch's activations,
 from the segment DP), c_1f1b what 1F1B needs on the even split (static plus p-d micro-batches on
 device d); "tight" = c_min + 25% of the difference, "mid" = c_min + 60%, "1f1b" = c_1f1b,
@@ -574,6 +574,7 @@ def part_limits(args) -> list[str]:
                              f"{_sizes(done.split.sizes)} |")
                 print(lines[-1], file=sys.stderr, flush=True)
     return lines
+
 
 def part_headroom(args) -> list[str]:
     """cpsat-lns on the 128k tight row's split of least bound, its cap as is and each device's
