@@ -570,7 +570,7 @@ def part_limits(args) -> list[str]:
                 lines.append(f"| {model.name} | {cap_name} | {limit:g} | {wall:.1f} | "
                              f"{_fmt(r.span)} | {r.span / first[0]:.4f} | {_fmt(r.lower_bound)} | "
                              f"{r.lower_bound / first[1]:.4f} | "
-                             f"{_pct(relative_gap(r.span, r.lower_bound))} | {r.status} | "
+                             f"{_pct(r.gap)} | {r.status} | "
                              f"{_sizes(done.split.sizes)} |")
                 print(lines[-1], file=sys.stderr, flush=True)
     return lines
