@@ -542,7 +542,7 @@ def part_solvers(args) -> list[str]:
 
 def part_limits(args) -> list[str]:
     """plan() on the p=8 estimated models' tight and mid caps at each time limit of --limits."""
-    limits = sorted(float(x) for x in args.limits.split(",") if x)
+    limits = args.limits
     lines = [f"`plan()` on the p=8 estimated models (32 blocks, m=32) at each time limit, one run "
              f"each, 2 threads, its default solver. Each run is separate: a longer run does not "
              f"start from a shorter one's result, so spans and bounds need not fall or rise "
@@ -708,6 +708,18 @@ PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": par
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
+def _limits(text: str) -> list[float]:
+    """--limits: positive seconds, comma-separated, in increasing order."""
+    try:
+        limits = sorted(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        limits = []
+    if not limits or not all(math.isfinite(x) and x > 0 for x in limits):
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive seconds, comma-separated "
+                                         f"(e.g. 30,60,120)")
+    return limits
+
+
 def _sections(text: str) -> dict[str, str]:
     return dict(re.findall(r"<!-- part:(\w+) -->\n(.*?)<!-- /part -->", text, flags=re.S))
 
@@ -727,7 +739,7 @@ def main() -> int:
     parser.add_argument("--solvers", default="cpsat,cpsat-lns",
                         help="solvers the solvers part compares, the first the reference")
     parser.add_argument("--reps", type=int, default=2, help="runs per solver in the solvers part")
-    parser.add_argument("--limits", default="30,60,120,300",
+    parser.add_argument("--limits", type=_limits, default="30,60,120,300",
                         help="plan() time limits (seconds, comma-separated) in the limits part")
     parser.add_argument("--out", default=str(ROOT / "results" / "plan.md"))
     args = parser.parse_args()
