@@ -120,18 +120,20 @@ def test_it_sees_the_late_first_backward_the_counting_bounds_miss():
     assert value <= result.span + 1e-9
 
 
-@pytest.mark.slow  # a 60 s limit that the proof ends early
+@pytest.mark.slow  # a limit that the proof ends early
 def test_solve_proves_an_interleaved_optimum_the_analytic_bounds_leave_open():
     """Interleaved p=3, m=6 at 1p: the analytic bounds stop at 298,048 and CP-SAT alone does
     not close the gap; with the relaxation solve() proves its schedule optimal, names the
-    bound, and the backend stops once it meets it."""
+    bound, and the backend stops once it meets it. The relaxation's bound comes in under a
+    second; the search reaches the optimum after 5-28 s here (17 runs), once after more than
+    60 s on a CI machine, so the limit leaves room for that tail."""
     instance = Instance(devices=3, microbatches=6, **COSTS_15B).with_cap("1p") \
         .with_placement("interleaved", 2)
-    result = solve(instance, time_limit=60)
+    result = solve(instance, time_limit=240)
     assert result.status == "optimal" and result.bound_name == RELAXED
     assert result.lower_bound > bounds.best_lower_bound(instance)[1]
     assert result.span == result.lower_bound
-    assert result.runtime < 55  # stopped at the proof, not at the limit
+    assert result.runtime < 230  # stopped at the proof, not at the limit
 
 
 @pytest.mark.parametrize("name", ["cpsat", "highs"])
