@@ -125,6 +125,23 @@ def test_cli_writes_a_layered_file_and_refuses_to_overwrite(tmp_path, capsys):
     assert "not a decoder-only" in err and "\n" not in err
 
 
+def test_cli_takes_the_config_as_profile_does_and_once(tmp_path, capsys):
+    """`--hf-config FILE` (profile's flag) gives the same file as the positional CONFIG; neither
+    or both is one line and exit 2, and nothing is written."""
+    config = _config(tmp_path, model_type="gpt2", n_embd=256, n_head=4, n_layer=6)
+    by_flag, by_position = tmp_path / "flag.toml", tmp_path / "position.toml"
+    assert main(["estimate", "--hf-config", str(config), "--devices", "2", "--out",
+                 str(by_flag)]) == 0
+    assert main(["estimate", str(config), "--devices", "2", "--out", str(by_position)]) == 0
+    assert load_model(by_flag) == load_model(by_position)
+    capsys.readouterr()
+    for argv in (["estimate"], ["estimate", str(config), "--hf-config", str(config)]):
+        out = tmp_path / "none.toml"
+        assert main([*argv, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--hf-config" in err and "\n" not in err and not out.exists()
+
+
 @pytest.mark.parametrize("extra", [{"torch_dtype": "bfloatnan"}, {"num_attention_heads": 3}])
 def test_a_config_transformers_rejects_is_one_line(tmp_path, capsys, extra):
     config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,

@@ -8,7 +8,10 @@ from ._common import print_json, refuse_overwrite
 def register(sub) -> None:
     parser = sub.add_parser("estimate", help="estimate a layered model from a transformers "
                                              "config.json (no hardware, nothing downloaded)")
-    parser.add_argument("config", help="a transformers config.json, its directory, or a .toml with the same keys")
+    parser.add_argument("config", nargs="?",
+                        help="a transformers config.json, its directory, or a .toml with the same keys")
+    parser.add_argument("--hf-config", metavar="FILE",
+                        help="the same config given as `zbopt profile` takes it (instead of CONFIG)")
     parser.add_argument("--microbatch-size", type=int, default=1, metavar="B",
                         help="sequences per micro-batch (default 1)")
     parser.add_argument("--seq-len", type=int, default=4096, metavar="S",
@@ -37,13 +40,17 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..errors import ZboptError
     from ..estimate import Accelerator, estimate_model, shape_from_config
+    if (args.config is None) == (args.hf_config is None):
+        raise ZboptError("give the transformers config once: zbopt estimate config.json "
+                         "(or --hf-config config.json)")
+    config = args.config if args.config is not None else args.hf_config
     if args.out:
         refuse_overwrite(args.out, args.force)
         if not args.out.endswith((".toml", ".json")):
             raise ZboptError(f"--out {args.out}: name a .toml or .json file")
     accelerator = Accelerator(peak_flops=args.peak_flops, efficiency=args.efficiency,
                               hbm_bytes=args.hbm_bytes, link_bandwidth=args.link_bandwidth)
-    shape = shape_from_config(args.config)
+    shape = shape_from_config(config)
     model = estimate_model(shape, args.microbatch_size, args.seq_len, accelerator,
                            devices=args.devices, microbatches=args.microbatches,
                            optimizer_bytes=args.optimizer_bytes, name=args.name)
