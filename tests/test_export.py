@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -182,6 +183,19 @@ def test_malformed_schedule_files_fail_in_one_line(tmp_path, doc, message):
     text = str(err.value)
     assert message in text
     assert "\n" not in text and "bad.json" in text
+
+
+def test_an_instance_file_given_for_a_schedule_says_which_file_to_give(tmp_path):
+    """A .toml (an instance or a layered model) where a schedule file belongs: the line names
+    the file to give and the commands that write it, not a JSON parse position."""
+    path = tmp_path / "model.toml"
+    path.write_text((Path(__file__).parents[1] / "instances" / "models" / "blocks16-p4.toml")
+                    .read_text())
+    with pytest.raises(ZboptError) as err:
+        read_schedule_file(path)
+    text = str(err.value)
+    assert "schedule or plan file" in text and "--out" in text and "JSON" not in text
+    assert "\n" not in text
 
 
 def test_missing_file(tmp_path):

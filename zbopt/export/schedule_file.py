@@ -192,6 +192,10 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
     try:
         doc = json.loads(path.read_text())
     except json.JSONDecodeError as err:
+        if path.suffix.lower() == ".toml":
+            raise _fail(source, "this is an instance or model file; give a schedule or plan "
+                                "file (.json), which `zbopt solve`, `simulate` or `plan` "
+                                "write with --out") from None
         raise _fail(source, f"not valid JSON ({err.msg} at line {err.lineno} column "
                             f"{err.colno})") from None
     except (OSError, UnicodeDecodeError) as err:
