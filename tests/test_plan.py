@@ -475,6 +475,50 @@ def test_the_example_is_proven_optimal_over_the_placements():
     assert dual.result.status == "optimal" and dual.result.span == pytest.approx(216400)
 
 
+def test_a_split_keeps_the_name_of_the_bound_that_proved_it():
+    from zbopt.plan.search import SEGMENT, Split
+    split = Split("contiguous", (2, 2), None, 10.0)
+    assert split.bound_name == SEGMENT
+    higher = split.raised(12.0, "window relaxation")
+    assert (higher.bound, higher.bound_name) == (12.0, "window relaxation")
+    assert higher.raised(11.0, "device relaxation") == higher
+    assert higher.raised(12.0, "device relaxation") == higher  # a tie keeps the first proof
+
+
+@pytest.mark.slow  # an 8 s plan and the relaxation again
+def test_a_feasible_plan_names_the_proof_of_its_least_bound_and_it_holds(capsys):
+    """8 Llama blocks on p=4, m=8, 128k vocabulary at the mid cap: an 8 s plan is left with a
+    gap; the split whose bound is the plan's carries the name of the bound that proved it (in
+    the JSON and the text), and that bound, computed again on its own with time to spare,
+    reaches the plan's bound."""
+    from argparse import Namespace
+
+    from zbopt.commands.plan import _print
+    from zbopt.plan.collision_bound import collision_bound
+    from zbopt.plan.search import SEGMENT
+    from zbopt.plan.window_bound import window_bound
+    from zbopt.solvers.api import COLLISION, RELAXED, WINDOW
+
+    model = llama_model(128256, 8, 0.6)
+    result = plan(model, time_limit=8)
+    assert result.result.status == "feasible" and result.bound_split is not None
+    proof, floor = result.bound_split_proof, result.result.lower_bound
+    assert result.to_dict()["bound_split_proof"] == proof
+    instance = model.instance(result.bound_split)
+    again = {
+        SEGMENT: lambda: segment_bounds(model).full_bound(tuple(result.bound_split)),
+        "memory_pipeline": lambda: pipeline_bound(instance),
+        RELAXED: lambda: max(device_relaxation(instance, d, 30) for d in range(instance.devices)),
+        WINDOW: lambda: window_bound(instance, time.perf_counter() + 60),
+        COLLISION: lambda: collision_bound(instance, time.perf_counter() + 60, result.result.span),
+        **{name: (lambda value=value: value) for name, value in lower_bounds(instance).items()},
+    }
+    assert proof in again
+    assert again[proof]() >= floor * (1 - 1e-9)
+    _print(result, model, Namespace(model="m.toml", out=None))
+    assert f"its {proof})" in capsys.readouterr().out
+
+
 def test_with_several_placements_the_bound_names_its_placement(capsys):
     from argparse import Namespace
 

@@ -188,7 +188,8 @@ def _print(result, model, args) -> None:
     where = [] if result.bound_placement is None else \
         [f"the least is the {result.bound_placement} placement's"]
     if result.bound_split is not None:
-        where.append(f"the least proven bound is split {'+'.join(str(n) for n in result.bound_split)}'s")
+        where.append(f"the least proven bound is split {'+'.join(str(n) for n in result.bound_split)}'s, "
+                     f"its {result.bound_split_proof}")
     out.print(f"lower bound {fmt(r.lower_bound)}{unit} (over all partitions{''.join('; ' + x for x in where)})")
     out.print(f"gap         {gap}")
     out.print(f"searched    {result.partitions_scheduled} splits scheduled, "

@@ -43,6 +43,7 @@ from ..layers import LayeredModel
 from ..registry import get_method, methods, run
 from ..result import Result
 from ..solvers import AUTO
+from ..solvers.api import COLLISION, RELAXED, WINDOW
 from .baselines import BASELINES
 from .bound import (
     SegmentBounds,
@@ -80,6 +81,10 @@ TUNED = 2  # splits given the policy search, by shortest span and again by least
 LNS_FROM_PASSES = 750
 
 
+# the name of the bound of zbopt.plan.bound's segment table (segment and coupled bounds)
+SEGMENT = "segment bound"
+
+
 @dataclass(frozen=True)
 class Split:
     """A partition on one placement and the best schedule found for it."""
@@ -88,10 +93,15 @@ class Split:
     sizes: tuple[int, ...]
     result: Optional[Result]  # best schedule within the cap (None: nothing fits)
     bound: float  # proven lower bound on the span of any schedule of this partition
+    bound_name: str = SEGMENT  # which bound proved `bound` (solve()'s names, zbopt.bounds', SEGMENT)
 
     @property
     def span(self) -> float:
         return self.result.span if self.result is not None else math.inf
+
+    def raised(self, value: float, name: str) -> "Split":
+        """This split with `value` as its bound, proven by `name`, where it is higher."""
+        return replace(self, bound=value, bound_name=name) if value > self.bound else self
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,8 @@ class Plan:
     # plan(others=True): each placement not planned over that can hold the layers, and its
     # bound over all partitions (inf: no split fits the cap), to tell whether it could be shorter
     others: Optional[dict[str, float]] = None
+    # which bound proved bound_split's (Split.bound_name; None without bound_split)
+    bound_split_proof: Optional[str] = None
 
     @property
     def stages(self) -> list[list[str]]:
@@ -153,6 +165,7 @@ class Plan:
                 "partitions_scheduled": self.partitions_scheduled,
                 "partitions_pruned": self.partitions_pruned, "solver_runs": self.solver_runs,
                 "bound_split": list(self.bound_split) if self.bound_split else None,
+                "bound_split_proof": self.bound_split_proof,
                 "bound_placement": self.bound_placement,
                 "other_placements": self.other_placements()}
 
@@ -228,16 +241,19 @@ class _Search:
             return self.cache[key]
         instance = self.instance(placement, sizes)
         if instance is None:
-            split = Split(placement, tuple(sizes), None, math.inf)
+            split = Split(placement, tuple(sizes), None, math.inf, "cap")
         else:
             results = [run(name, instance) for name in schedule_methods(placement)]
             best = best_of(results)
             from ..registry import schedule_bound
             own = schedule_bound(instance)
-            value = max(bound or 0.0, own[1] if own else 0.0, pipeline_bound(instance))
+            candidates = [(bound or 0.0, SEGMENT), (pipeline_bound(instance), "memory_pipeline")]
+            if own:
+                candidates.append((own[1], own[0]))
             if placement in self.tables:
-                value = max(value, self.tables[placement].full_bound(tuple(sizes)))
-            split = Split(placement, tuple(sizes), best, value)
+                candidates.append((self.tables[placement].full_bound(tuple(sizes)), SEGMENT))
+            value, name = max(candidates, key=lambda c: c[0])
+            split = Split(placement, tuple(sizes), best, value, name)
         self.cache[key] = split
         self.offer(split)
         # a split takes a second or more on large pipelines: every one is told (the command
@@ -348,19 +364,22 @@ class _Search:
             share = max(share, min(left, SPLIT_FLOOR * instance.devices))
             self.tell("relaxation bounds", sizes=list(split.sizes))
             value = relaxation_bound(instance, now + share / 2, self.device_memo.setdefault(key, {}))
+            name = RELAXED
             if share / 2 >= DEVICE_LIMIT * instance.devices:  # each device had all its time
                 self.relaxed.add(key)
             if value < upper * (1 - TOLERANCE):
-                value = max(value, window_bound(instance, now + 3 * share / 4))
+                window = window_bound(instance, now + 3 * share / 4)
+                value, name = max((value, name), (window, WINDOW), key=lambda c: c[0])
             if value < upper * (1 - TOLERANCE):
-                value = max(value, collision_bound(instance, now + share, upper))
+                collision = collision_bound(instance, now + share, upper)
+                value, name = max((value, name), (collision, COLLISION), key=lambda c: c[0])
             level = min(level, max(value, split.bound))
             if value > split.bound:
-                raised[key] = value
+                raised[key] = (value, name)
                 if cached is not None:
-                    self.cache[key] = replace(cached, bound=max(cached.bound, value))
+                    self.cache[key] = cached.raised(value, name)
                 self.tell("relaxation bounds", sizes=list(split.sizes), relaxation_bound=value)
-        return [replace(s, bound=raised[(s.placement, s.sizes)])
+        return [s.raised(*raised[(s.placement, s.sizes)])
                 if (s.placement, s.sizes) in raised else s for s in pending]
 
     def solve(self, split: Split, time_limit: float) -> Split:
@@ -387,7 +406,7 @@ class _Search:
             relaxation_bound(instance, began + RELAX_SHARE * time_limit,
                              self.device_memo.setdefault(key, {}))
         if relaxed > split.bound:
-            split = replace(split, bound=relaxed)
+            split = split.raised(relaxed, RELAXED)
             self.cache[(split.placement, split.sizes)] = split
             self.tell("solver", relaxation_bound=relaxed, sizes=list(split.sizes))
         time_limit -= time.perf_counter() - began
@@ -400,11 +419,13 @@ class _Search:
                        threads=self.threads, warm_start=start, progress=forward,
                        known_bound=("split", split.bound))
         self.solver_runs += 1
-        bound = max(split.bound, result.lower_bound or 0.0)
         best = split.result
         if result.fits() and (best is None or result.span < best.span):
             best = result
-        updated = Split(split.placement, split.sizes, best, bound)
+        # the solver's floor was the split's bound (named "split" in its result, where it may
+        # come back rounded up to the solver's time grid): a higher one is the solver's own
+        name = split.bound_name if result.bound_name == "split" else result.bound_name or "solver"
+        updated = replace(split.raised(result.lower_bound or 0.0, name), result=best)
         self.cache[(split.placement, split.sizes)] = updated
         self.offer(updated)
         return updated
@@ -542,12 +563,12 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             lb = lbs[sizes]
             cached = search.cache.get((placement, sizes))
             if cached is not None:
-                splits.append(replace(cached, bound=max(cached.bound, lb)))
+                splits.append(cached.raised(lb, SEGMENT))
             elif search.best is not None and lb >= search.best.span * (1 - TOLERANCE):
                 splits.append(Split(placement, sizes, None, lb))
             elif time.perf_counter() < budget_end:
                 split = search.schedule(placement, sizes, lb)
-                splits.append(replace(split, bound=max(split.bound, lb)))
+                splits.append(split.raised(lb, SEGMENT))
             else:
                 splits.append(Split(placement, sizes, None, lb))
         # partitions not listed all have a bound >= listed_below
@@ -628,7 +649,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     if len(placements) > 1 and lower < chosen.span * (1 - TOLERANCE):
         bound_placement = _least_placement(placements, bounds, pending, lower)
     return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs,
-                bound_split, bound_placement, floors)
+                bound_split, bound_placement, floors,
+                weakest.bound_name if bound_split is not None else None)
 
 
 def _least_placement(placements: Sequence[str], unlisted: dict[str, float],
