@@ -247,7 +247,9 @@ class _Search:
             best = best_of(results)
             from ..registry import schedule_bound
             own = schedule_bound(instance)
-            candidates = [(bound or 0.0, SEGMENT), (pipeline_bound(instance), "memory_pipeline")]
+            candidates = [(0.0, "none"), (pipeline_bound(instance), "memory_pipeline")]
+            if bound is not None:  # the caller's, from the segment table
+                candidates.append((bound, SEGMENT))
             if own:
                 candidates.append((own[1], own[0]))
             if placement in self.tables:
