@@ -11,7 +11,7 @@ from zbopt.families import families, generate
 from zbopt.heuristics import _engine, _search
 from zbopt.heuristics import v_greedy as vg
 from zbopt.heuristics import zb_greedy as zb
-from zbopt.instance import Instance
+from zbopt.instance import Instance, load_instance
 from zbopt.schedule import Schedule, evaluate, validate
 
 GREEDY = ("zb-greedy", "zb-1p", "zb-2p", "v-greedy", "v-half", "v-min")
@@ -212,17 +212,24 @@ def test_registered_as_heuristics_and_listed_by_compare():
     assert all(not r.applies and "placement" in r.message for r in dual)
 
 
-def test_v_greedy_never_worse_than_zb_v_when_it_fits():
-    if "zb-v" not in families():
-        pytest.skip("zb-v is not registered")
-    for p, m in ((2, 4), (4, 8), (4, 12)):
-        instance = Instance(devices=p, microbatches=m, t_f=2, t_b=2, t_w=2, m_b=2, m_w=1,
-                            memory_cap="1p").with_placement("v")
-        handcrafted = evaluate(instance, generate("zb-v", instance))
-        greedy = evaluate(instance, generate("v-greedy", instance))
-        assert greedy.fits_cap
+V_CASES = [(Instance(devices=p, microbatches=m, t_f=2, t_b=2, t_w=2, m_b=2, m_w=1), cap)
+           for p, m in ((2, 4), (4, 8), (4, 12)) for cap in ("1p", "0.5p")]
+
+
+@pytest.mark.parametrize("instance, cap", V_CASES + [(load_instance("zb-1.5b-p8-m24"), "0.5p"),
+                                                     (load_instance("zb-6.2b-p8-m24"), "0.5p")])
+def test_v_greedy_never_worse_than_a_handwritten_v_order_that_fits(instance, cap):
+    # at half of 1F1B's memory on the paper's models only the V-Min block fits of the
+    # handwritten orders, and the greedy's grid alone was 2-5% longer than it
+    placed = instance.with_placement("v").with_cap(cap)
+    greedy = evaluate(placed, generate("v-greedy", placed))
+    assert greedy.fits_cap
+    names = [name for name, m in families().items() if m.placement == "v"]
+    assert {"zb-v", "v-min-block", "v-half-block"} <= set(names)
+    for name in names:
+        handcrafted = evaluate(placed, generate(name, placed))
         if handcrafted.fits_cap:
-            assert greedy.span <= handcrafted.span
+            assert greedy.span <= handcrafted.span + 1e-6, name
 
 
 def test_v_half_and_v_min_use_less_memory_than_v_greedy():

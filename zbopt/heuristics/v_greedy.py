@@ -5,9 +5,10 @@ that fits, else a W that fills a gap or frees memory. Each micro-batch's F on it
 reserves room for its F on the second chunk, so a started micro-batch can always finish its
 forward on that device and the greedy never deadlocks (a tighter variant keeps room for one
 micro-batch only). A grid over its choices (B or F first, how W fills, which chunk first, how
-much room) plus the handcrafted `zb-v` order when it is registered and fits is judged by
-evaluate(); the smallest span within the cap wins, then the improvement step of
-refine.py: its passes that nothing waits for re-placed, and a bounded local search.
+much room) plus every registered handwritten V order that fits (zb-v, the V-Min and V-Half
+blocks, DualPipeV's when it runs single passes) is judged by evaluate(); the smallest span
+within the cap wins, then the improvement step of refine.py: its passes that nothing waits for
+re-placed, and a bounded local search.
 
 Registered names: `v-greedy` (the instance's cap, unlimited if none), `v-half` and `v-min`
 (caps of about 1/2 and 1/3 of 1F1B's activation memory, like the V-Half / V-Min schedules).
@@ -71,13 +72,22 @@ def v_schedule(instance: Instance, method: str) -> Schedule:
     if len(policies) * instance.num_passes > SIMULATION_BUDGET:
         policies = policies[:max(MIN_POLICIES, SIMULATION_BUDGET // instance.num_passes)]
     candidates = [lambda pol=pol: _engine.run(instance, caps, pol, top) for pol in policies]
-    handcrafted = methods("schedule").get("zb-v")
-    # On large instances zb-v is its own compare row and warm start; generating it again
-    # here would double the time (the grid is already cut to its first points there).
-    if handcrafted is not None and handcrafted.placement == "v" and instance.num_passes <= LARGE:
-        # first: where it is the best (loose caps), its span prunes the grid's simulations early
-        candidates.insert(0, lambda: _replay_family(handcrafted, instance, caps, top))
+    # On large instances each handwritten order is its own compare row and warm start;
+    # generating them again here would double the time (the grid is already cut to its first
+    # points there).
+    if instance.num_passes <= LARGE:
+        # first: where one is the best (zb-v at loose caps, the V-Min block below half of
+        # 1F1B's memory), its span prunes the grid's simulations early
+        candidates[:0] = [lambda family=family: _replay_family(family, instance, caps, top)
+                          for family in handwritten_v()]
     return refine_best(instance, candidates, method, needed)
+
+
+def handwritten_v() -> list:
+    """The registered handwritten V orders (zb-v, the V-Min and V-Half blocks, DualPipeV), zb-v
+    first."""
+    found = [m for m in methods("handwritten").values() if m.placement == "v"]
+    return sorted(found, key=lambda m: m.name != "zb-v")
 
 
 def _replay_family(family, instance: Instance, caps, top) -> _engine.Outcome | None:
