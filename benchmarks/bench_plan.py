@@ -150,9 +150,9 @@ def _bound_from(result) -> str:
         return "-"
     if result.bound_split is None:
         return "unlisted splits"
-    if tuple(result.bound_split) == tuple(result.split.sizes):
-        return "plan split"
-    return _sizes(result.bound_split)
+    split = "plan split" if tuple(result.bound_split) == tuple(result.split.sizes) \
+        else _sizes(result.bound_split)
+    return f"{split} ({result.bound_split_proof})" if result.bound_split_proof else split
 
 
 def _pct(x) -> str:
@@ -181,7 +181,9 @@ def plan_row(label: str, model: LayeredModel, cap_name: str, cap, time_limit: fl
 
 def part_estimated(args) -> list[str]:
     lines = ["Models from `zbopt estimate`'s formulas (sequence 2048, micro-batch 1, A100 figures: "
-             "312 TFLOP/s at 50%, 100 GB/s links; times in us). Spans in us.", "", HEADER,
+             "312 TFLOP/s at 50%, 100 GB/s links; times in us). Spans in us. *bound from*: the split "
+             "whose proven bound is the bound over all splits (the plan's own or another) and, in "
+             "brackets, the bound that proved it.", "", HEADER,
              _rule(HEADER)]
     gaps, gains_even, gains_tt, walls = [], [], [], []
     kept = _previous_rows(args.previous.get("estimated", ""))
