@@ -515,8 +515,41 @@ def test_a_feasible_plan_names_the_proof_of_its_least_bound_and_it_holds(capsys)
     }
     assert proof in again
     assert again[proof]() >= floor * (1 - 1e-9)
+    assert result.optimal_proof is None and result.to_dict()["optimal_proof"] is None
     _print(result, model, Namespace(model="m.toml", out=None))
     assert f"its {proof})" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("vocab, share", [(32000, 0.25), (128256, 0.25), (128256, None)])
+def test_an_optimal_plan_names_the_bound_that_proves_it_and_it_holds(vocab, share, capsys):
+    """8 Llama blocks on p=4, m=8 (the bench's exhaustive models): plans that end optimal name
+    the bound that proves the chosen split cannot be shorter (the segment bound; at the 128k
+    tight cap the window relaxation), and that bound, computed again on its own, meets the span."""
+    from argparse import Namespace
+
+    from zbopt.commands.plan import _print
+    from zbopt.plan.search import SEGMENT
+    from zbopt.plan.window_bound import window_bound
+    from zbopt.solvers.api import WINDOW
+
+    model = llama_model(vocab, 8, share or 0.25)
+    if share is None:
+        model = model.with_settings(memory_cap=None)
+    result = plan(model, time_limit=20)
+    assert result.result.status == "optimal"
+    proof, span = result.optimal_proof, result.result.span
+    assert result.to_dict()["optimal_proof"] == proof and result.bound_split is None
+    instance = model.instance(result.split.sizes)
+    again = {
+        SEGMENT: lambda: segment_bounds(model).full_bound(tuple(result.split.sizes)),
+        "memory_pipeline": lambda: pipeline_bound(instance),
+        WINDOW: lambda: window_bound(instance, time.perf_counter() + 60),
+        **{name: (lambda value=value: value) for name, value in lower_bounds(instance).items()},
+    }
+    assert proof in again
+    assert again[proof]() >= span * (1 - 1e-9)
+    _print(result, model, Namespace(model="m.toml", out=None))
+    assert f"the chosen split's {proof} meets the span" in capsys.readouterr().out
 
 
 def test_with_several_placements_the_bound_names_its_placement(capsys):

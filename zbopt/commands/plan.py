@@ -175,6 +175,8 @@ def _others(result) -> list[str]:
 
 def _print(result, model, args) -> None:
     from rich.table import Table
+
+    from ..plan.search import OVERLAP_FLOOR
     out = console()
     r = result.result
     inst = r.instance
@@ -190,6 +192,11 @@ def _print(result, model, args) -> None:
     if result.bound_split is not None:
         where.append(f"the least proven bound is split {'+'.join(str(n) for n in result.bound_split)}'s, "
                      f"its {result.bound_split_proof}")
+    if result.optimal_proof == OVERLAP_FLOOR:
+        where.append("the overlap floor meets the span")
+    elif result.optimal_proof is not None:
+        where.append(f"the chosen split's {result.optimal_proof} meets the span, every other "
+                     f"split's bound is at least it")
     out.print(f"lower bound {fmt(r.lower_bound)}{unit} (over all partitions{''.join('; ' + x for x in where)})")
     out.print(f"gap         {gap}")
     out.print(f"searched    {result.partitions_scheduled} splits scheduled, "

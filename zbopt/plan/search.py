@@ -83,6 +83,7 @@ LNS_FROM_PASSES = 750
 
 # the name of the bound of zbopt.plan.bound's segment table (segment and coupled bounds)
 SEGMENT = "segment bound"
+OVERLAP_FLOOR = "overlap floor"  # _overlap_floor: every schedule, overlapped blocks or not
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,10 @@ class Plan:
     others: Optional[dict[str, float]] = None
     # which bound proved bound_split's (Split.bound_name; None without bound_split)
     bound_split_proof: Optional[str] = None
+    # an optimal plan: the bound that proves the chosen split cannot be shorter (its
+    # Split.bound_name, or OVERLAP_FLOOR where overlapped blocks make the single-pass bounds not
+    # apply); every other split's bound is at least the span too. None: not optimal
+    optimal_proof: Optional[str] = None
 
     @property
     def stages(self) -> list[list[str]]:
@@ -166,6 +171,7 @@ class Plan:
                 "partitions_pruned": self.partitions_pruned, "solver_runs": self.solver_runs,
                 "bound_split": list(self.bound_split) if self.bound_split else None,
                 "bound_split_proof": self.bound_split_proof,
+                "optimal_proof": self.optimal_proof,
                 "bound_placement": self.bound_placement,
                 "other_placements": self.other_placements()}
 
@@ -622,11 +628,17 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         search.bound = overall()
     lower = overall()
     chosen = search.best
+    chosen_key = (chosen.placement, chosen.sizes)
+    # the chosen split as its bounds left it (search.best keeps the bound it was scheduled with)
+    proven = min((s for s in pending if (s.placement, s.sizes) == chosen_key),
+                 key=lambda s: -s.bound, default=chosen)
+    proof = proven.bound_name if proven.bound >= chosen.span * (1 - TOLERANCE) else None
     kinds = ", ".join(placements)
     scope = f"among schedules of single passes on the {kinds} placement(s), over all partitions"
     if model.overlap and _has_blocks(chosen.result):
         # the bounds above hold for single passes only; overlapped F&B blocks can beat them
         lower = min(lower, _overlap_floor(model))
+        proof = OVERLAP_FLOOR
         scope = (f"among schedules of single passes or overlapped F&B blocks on the {kinds} "
                  f"placement(s), over all partitions")
     status = "optimal" if lower >= chosen.span * (1 - TOLERANCE) else "feasible"
@@ -652,7 +664,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         bound_placement = _least_placement(placements, bounds, pending, lower)
     return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs,
                 bound_split, bound_placement, floors,
-                weakest.bound_name if bound_split is not None else None)
+                weakest.bound_name if bound_split is not None else None,
+                proof if status == "optimal" else None)
 
 
 def _least_placement(placements: Sequence[str], unlisted: dict[str, float],
