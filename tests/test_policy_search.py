@@ -136,3 +136,22 @@ def test_more_patience_continues_the_same_search(simulations):
         spans.append(policy_search.improve(instance, math.inf, math.inf, patience=patience).span)
         calls.append(len(simulations))
     assert spans[1] <= spans[0] and calls[1] > calls[0]
+
+
+@pytest.mark.parametrize("placement", ["interleaved", "v"])
+def test_on_several_chunks_the_search_ends_with_its_base_heuristics_improvement_step(
+        placement, monkeypatch):
+    """p=4, m=12 at half of 1F1B's memory: with no deadline the search is deterministic; its
+    best schedule then goes through refine.py's step (as v-greedy's and interleaved-zb's own
+    do), which makes it shorter than the search alone finds (here the search alone finds
+    nothing shorter than the greedy), valid and within the cap."""
+    base = Instance(devices=4, microbatches=12, t_f=3, t_b=4, t_w=2, comm=1, m_b=2, m_w=1)
+    instance = (base.with_placement("interleaved", 2) if placement == "interleaved"
+                else base.with_placement("v")).with_cap("0.5p")
+    greedy = run(GREEDY[placement], instance)
+    stepped = policy_search.improve(instance, greedy.span, math.inf, patience=1)
+    assert stepped is not None and stepped.span < greedy.span
+    assert validate(instance, stepped.schedule) == [] and stepped.fits_cap
+    monkeypatch.setattr(policy_search, "refine", lambda instance, schedule, allowance: schedule)
+    alone = policy_search.improve(instance, greedy.span, math.inf, patience=1)
+    assert alone is None or stepped.span < alone.span
