@@ -473,6 +473,14 @@ def test_the_example_is_proven_optimal_over_the_placements():
     dual = plan(model, placements=("dualpipe",), time_limit=60)
     assert dualpipe_floor(model.with_settings(placement="dualpipe")) == pytest.approx(216400)
     assert dual.result.status == "optimal" and dual.result.span == pytest.approx(216400)
+    # each names the bound of its chosen split that meets its span
+    contiguous = model.instance(result.split.sizes)
+    assert result.split.placement == "contiguous"
+    again = {"segment bound": segment_bounds(model).full_bound(tuple(result.split.sizes)),
+             "memory_pipeline": pipeline_bound(contiguous), **lower_bounds(contiguous)}
+    assert again[result.optimal_proof] >= result.result.span * (1 - 1e-9)
+    placed = model.with_settings(placement="dualpipe").instance(dual.split.sizes)
+    assert lower_bounds(placed)[dual.optimal_proof] >= dual.result.span * (1 - 1e-9)
 
 
 def test_a_split_keeps_the_name_of_the_bound_that_proved_it():

@@ -176,7 +176,7 @@ def _others(result) -> list[str]:
 def _print(result, model, args) -> None:
     from rich.table import Table
 
-    from ..plan.search import OVERLAP_FLOOR
+    from ..plan.search import OVERLAP_FLOOR, PLACEMENT_FLOOR
     out = console()
     r = result.result
     inst = r.instance
@@ -194,6 +194,9 @@ def _print(result, model, args) -> None:
                      f"its {result.bound_split_proof}")
     if result.optimal_proof == OVERLAP_FLOOR:
         where.append("the overlap floor meets the span")
+    elif result.optimal_proof == PLACEMENT_FLOOR:
+        where.append(f"the {result.split.placement} placement's bound over all its partitions "
+                     f"meets the span")
     elif result.optimal_proof is not None:
         where.append(f"the chosen split's {result.optimal_proof} meets the span, every other "
                      f"split's bound is at least it")

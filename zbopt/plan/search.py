@@ -84,6 +84,7 @@ LNS_FROM_PASSES = 750
 # the name of the bound of zbopt.plan.bound's segment table (segment and coupled bounds)
 SEGMENT = "segment bound"
 OVERLAP_FLOOR = "overlap floor"  # _overlap_floor: every schedule, overlapped blocks or not
+PLACEMENT_FLOOR = "placement floor"  # placement_floor: every partition of a placement
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,9 @@ class Plan:
     # which bound proved bound_split's (Split.bound_name; None without bound_split)
     bound_split_proof: Optional[str] = None
     # an optimal plan: the bound that proves the chosen split cannot be shorter (its
-    # Split.bound_name, or OVERLAP_FLOOR where overlapped blocks make the single-pass bounds not
-    # apply); every other split's bound is at least the span too. None: not optimal
+    # Split.bound_name; PLACEMENT_FLOOR, the bound over all of its placement's partitions; or
+    # OVERLAP_FLOOR where overlapped blocks make the single-pass bounds not apply); every other
+    # split's bound is at least the span too. None: not optimal
     optimal_proof: Optional[str] = None
 
     @property
@@ -628,11 +630,16 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         search.bound = overall()
     lower = overall()
     chosen = search.best
-    chosen_key = (chosen.placement, chosen.sizes)
-    # the chosen split as its bounds left it (search.best keeps the bound it was scheduled with)
-    proven = min((s for s in pending if (s.placement, s.sizes) == chosen_key),
-                 key=lambda s: -s.bound, default=chosen)
-    proof = proven.bound_name if proven.bound >= chosen.span * (1 - TOLERANCE) else None
+    # what proves the chosen split cannot be shorter: its own bound as the steps left it (in
+    # pending) or as it was scheduled with; else (a split not listed, or a placement whose
+    # splits a schedule meeting its floor left unlisted) the bound over all of its placement's
+    # partitions, the segment table's on contiguous
+    proving = [s for s in pending if (s.placement, s.sizes) == (chosen.placement, chosen.sizes)
+               and s.bound >= chosen.span * (1 - TOLERANCE)]
+    if chosen.bound >= chosen.span * (1 - TOLERANCE):
+        proving.append(chosen)
+    proof = max(proving, key=lambda s: s.bound).bound_name if proving else \
+        SEGMENT if chosen.placement == "contiguous" else PLACEMENT_FLOOR
     kinds = ", ".join(placements)
     scope = f"among schedules of single passes on the {kinds} placement(s), over all partitions"
     if model.overlap and _has_blocks(chosen.result):
