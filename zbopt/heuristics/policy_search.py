@@ -50,8 +50,8 @@ CHUNK_FLAGS = ("b_first", "late_chunk_first", "reserve_all")
 BASES = {"contiguous": "zb-greedy", "interleaved": "interleaved-zb", "v": "v-greedy"}
 # On several chunks per device the best policy's schedule then goes through the improvement step
 # its base heuristic ends with (refine.py), in this share of the search's time: on the paper's
-# 1.5B V at half of 1F1B's memory (p=8, m=24) the step takes 0.1-0.4 s and shortens the
-# search's best by 4.4%, more than the climbs gain in the same time.
+# models placed on V below 1F1B's memory it shortens the search's best by a median 2.5%, at
+# most 4.6% (results/v_caps.md, 12 s searches), where the climbs had stalled.
 REFINE_SHARE = 0.1
 # local-search re-timings the step may spend per second of that share, in passes re-timed
 # (about half of what this project's 2-core machine does, so the share is rarely overrun)
