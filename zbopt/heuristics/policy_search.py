@@ -51,7 +51,7 @@ BASES = {"contiguous": "zb-greedy", "interleaved": "interleaved-zb", "v": "v-gre
 # On several chunks per device the best policy's schedule then goes through the improvement step
 # its base heuristic ends with (refine.py), in this share of the search's time: on the paper's
 # models placed on V below 1F1B's memory it shortens the search's best by a median 2.5%, at
-# most 4.6% (results/v_caps.md, 12 s searches), where the climbs had stalled.
+# most 4.6% (results/v_caps.md, 12 s searches).
 REFINE_SHARE = 0.1
 # local-search re-timings the step may spend per second of that share, in passes re-timed
 # (about half of what this project's 2-core machine does, so the share is rarely overrun)
