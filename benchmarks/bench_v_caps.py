@@ -25,6 +25,7 @@ Usage: python benchmarks/bench_v_caps.py [--time-limit S] [--policy-seconds S] [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -44,7 +45,7 @@ CAPS = ("1p", "0.75p", "0.5p", "0.4p", "0.34p")
 
 
 def fitting_span(result):
-    return result.span if result.applies and result.fits_cap else None
+    return result.span if result.fits() else None
 
 
 ALL_HANDWRITTEN = v_greedy.handwritten_v
@@ -58,12 +59,9 @@ def grid_only():
 def searched(instance, span: float, seconds: float, step: bool):
     """policy_search.improve() from `span` for `seconds` (12 stale climbs at most, as solve()
     runs it), with or without its improvement step; its span, or None when nothing shorter."""
-    if step:
+    without = mock.patch.object(policy_search, "refine", lambda i, schedule, a: schedule)
+    with contextlib.nullcontext() if step else without:
         found = policy_search.improve(instance, span, time.perf_counter() + seconds, patience=12)
-    else:
-        with mock.patch.object(policy_search, "refine", lambda i, schedule, a: schedule):
-            found = policy_search.improve(instance, span, time.perf_counter() + seconds,
-                                          patience=12)
     return found.span if found is not None and found.fits_cap else None
 
 
