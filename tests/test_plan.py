@@ -691,6 +691,7 @@ def test_plan_file_is_a_schedule_file_with_the_partition(tmp_path, capsys):
     (["--devices", "30"], "stages but only 18 layers"),
     (["--time-limit", "0"], "time limit"),
     (["--solver", "gurobi"], "unknown solver 'gurobi'"),
+    (["--threads", "0"], "--threads"),
 ])
 def test_bad_plan_arguments(capsys, argv, fragment):
     assert main(["plan", str(EXAMPLE), "--quiet", *argv]) == 2

@@ -159,6 +159,20 @@ def test_module_profile_writes_a_layered_file_that_round_trips(tmp_path, user_mo
     assert load_model(json_out).num_layers == 5
 
 
+def test_progress_is_one_line_per_round_when_asked_and_none_when_quiet(user_module, capsys):
+    args = ["profile", "--module", f"{user_module}:layers", "--warmup", "1", "--repeat", "2", "--json"]
+    assert main(args + ["--progress"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)  # stdout stays one JSON document
+    lines = captured.err.splitlines()
+    assert [line.split("  [")[0] for line in lines] == [
+        "zbopt: profile: round 1 of 3 over 5 layers", "zbopt: profile: round 2 of 3 over 5 layers",
+        "zbopt: profile: round 3 of 3 over 5 layers", "zbopt: profile: 3 rounds over 5 layers done"]
+    for flags in (["--quiet", "--progress"], []):  # stderr is not a terminal here
+        assert main(args + flags) == 0
+        assert capsys.readouterr().err == ""
+
+
 def test_llama_tiny_uses_torchtitan_names_and_shapes(tmp_path):
     out = tmp_path / "llama.toml"
     assert main(["profile", "--preset", "llama-tiny", "--seq-len", "16", "--warmup", "0", "--repeat", "1",

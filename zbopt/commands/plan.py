@@ -7,7 +7,7 @@ import sys
 import time
 
 from ..errors import ZboptError
-from ._common import check_solver, console, fmt, parse_cap, print_json, refuse_overwrite
+from ._common import check_solver, console, fmt, parse_cap, positive_int, print_json, refuse_overwrite
 
 
 def register(sub) -> None:
@@ -28,7 +28,7 @@ def register(sub) -> None:
     parser.add_argument("--solver", default="auto",
                         help="exact solver: auto (default: cpsat-lns on splits of 750 passes or "
                              "more, else cpsat) or a name `zbopt methods` lists")
-    parser.add_argument("--threads", type=int, default=2, help="solver threads (default 2)")
+    parser.add_argument("--threads", type=positive_int, default=2, help="solver threads (default 2)")
     parser.add_argument("--max-partitions", type=int, default=2000,
                         help="most splits listed for scheduling (default 2000)")
     parser.add_argument("--out", metavar="FILE", help="write the plan file (a schedule file "

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ZboptError
-from ._common import console, fmt, print_json, refuse_overwrite
+from ._common import add_progress_arguments, console, fmt, print_json, refuse_overwrite
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?)?\s*$", re.IGNORECASE)
 _FACTOR = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -60,6 +60,7 @@ def register(sub) -> None:
     parser.add_argument("--out", metavar="FILE", help="write the layered model (.toml or .json)")
     parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
+    add_progress_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -151,14 +152,29 @@ def run(args) -> int:
 
 
 def _measure(model, args, device, settings):
+    """profile() with progress on stderr: a bar on a terminal; with --progress elsewhere one line
+    per repetition round; nothing with --quiet."""
+    from ..profile.profiler import profile
+    rounds = args.warmup + args.repeat
+    if args.quiet or not (args.progress or sys.stderr.isatty()):
+        return profile(model, args.warmup, args.repeat, device, args.threads, settings, clock=args.clock)
+    if not sys.stderr.isatty():
+        from ..progress import Progress
+        with Progress(True) as lines:
+            def report(name: str, done: int, total: int) -> None:
+                # one line per round over the layers (warm-up rounds first)
+                lines.update(f"profile: round {done * rounds // total + 1} of {rounds} over "
+                             f"{len(model.layers)} layers" if done < total else
+                             f"profile: {rounds} rounds over {len(model.layers)} layers done")
+
+            return profile(model, args.warmup, args.repeat, device, args.threads, settings, report,
+                           clock=args.clock)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..profile.profiler import profile
-    total = len(model.layers) * (args.warmup + args.repeat)
+    total = len(model.layers) * rounds
     columns = (TextColumn("profile {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True,
-                  disable=not sys.stderr.isatty()) as bar:
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(model.layers[0].name, total=total)
 
         def progress(name: str, done: int, _total: int) -> None:
