@@ -699,6 +699,17 @@ def test_bad_plan_arguments(capsys, argv, fragment):
     assert fragment in err and "\n" not in err
 
 
+def test_plan_progress_goes_to_stderr_when_asked_and_json_stays_clean(capsys):
+    assert main(["plan", str(EXAMPLE), "--json", "--progress"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)
+    phases = [line.split()[2] for line in captured.err.splitlines()]
+    assert phases[0] == "bounds" and phases[-1] == "done"
+    for flags in (["--quiet", "--progress"], []):  # stderr is not a terminal here
+        assert main(["plan", str(EXAMPLE), "--json", *flags]) == 0
+        assert capsys.readouterr().err == ""
+
+
 def test_plan_of_a_per_stage_instance_says_where_layered_files_come_from(capsys):
     unit = EXAMPLE.parents[1] / "unit" / "unit-p4-m8.toml"
     assert main(["plan", str(unit), "--quiet"]) == 2

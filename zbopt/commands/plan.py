@@ -7,7 +7,16 @@ import sys
 import time
 
 from ..errors import ZboptError
-from ._common import check_solver, console, fmt, parse_cap, positive_int, print_json, refuse_overwrite
+from ._common import (
+    add_progress_arguments,
+    check_solver,
+    console,
+    fmt,
+    parse_cap,
+    positive_int,
+    print_json,
+    refuse_overwrite,
+)
 
 
 def register(sub) -> None:
@@ -35,7 +44,7 @@ def register(sub) -> None:
                                                       "with the partition)")
     parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_progress_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -83,10 +92,12 @@ def _placements(args, model) -> tuple[str, ...]:
 
 
 class _Progress:
-    """One line on stderr per phase, and at most one a second while a phase runs."""
+    """One line on stderr per phase, and at most one a second while a phase runs; on a terminal
+    unless --quiet, elsewhere with --progress."""
 
-    def __init__(self, quiet: bool):
-        self.quiet, self.last, self.phase = quiet, 0.0, None
+    def __init__(self, args):
+        self.quiet = args.quiet or not (args.progress or sys.stderr.isatty())
+        self.last, self.phase = 0.0, None
 
     def __call__(self, info: dict) -> None:
         now = time.monotonic()
@@ -132,7 +143,7 @@ def run(args) -> int:
         raise ZboptError(f"--max-partitions must be >= 1, got {args.max_partitions}")
     result = plan(model, placements, time_limit=args.time_limit, solver=args.solver,
                   threads=args.threads, max_partitions=args.max_partitions,
-                  progress=_Progress(args.quiet), others=args.placements is None)
+                  progress=_Progress(args), others=args.placements is None)
     data = result.to_dict()
     if args.out:
         from ..export.schedule_file import write_schedule_file
