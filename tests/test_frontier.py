@@ -7,11 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from zbopt.cli import main
+from zbopt.cli import build_parser, main
 from zbopt.errors import ZboptError
 from zbopt.frontier import frontier, frontier_rows, parse_caps
 from zbopt.instance import Instance, load_instance
 from zbopt.result import Result
+
+# every command module imported now: one imported first while a test patches registry.run
+# would keep the patch (`from ..registry import run`) for the rest of the session
+build_parser()
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "instances" / "unit" / "unit-p4-m8.toml"

@@ -7,6 +7,8 @@ import pytest
 from zbopt.dag import build_dag, critical_path, dependencies
 from zbopt.errors import ZboptError
 from zbopt.instance import Instance, default_instance_path, load_instance
+from zbopt.registry import generate
+from zbopt.schedule import evaluate
 
 
 def test_scalars_broadcast_and_caps_resolve():
@@ -125,3 +127,14 @@ def test_kp_cap_unit_is_one_microbatch_over_device_0():
     assert dual.activation_unit == 5 and dual.cap == (20,) * 4
     v = contiguous.with_placement("v").with_cap("1p")  # both chunks hold device 0's layers
     assert v.activation_unit == 5 and v.cap == (20,) * 4
+
+
+def test_kp_cap_sits_on_top_of_each_devices_static_memory_as_1f1b_does():
+    inst = Instance(devices=3, microbatches=6, m_b=[4, 2, 2], static_memory=[10, 0, 7],
+                    memory_cap="1p")
+    assert inst.cap == (22, 12, 19)  # 3 * 4 above 10, 0 and 7
+    assert inst.cap_in_p() == 1
+    assert evaluate(inst, generate("1f1b", inst)).peak_memory[0] == inst.cap[0]  # 1F1B's peak, exactly
+    assert Instance(devices=3, microbatches=6, m_b=[4, 2, 2], static_memory=[10, 0, 7],
+                    memory_cap=["1p", 30, "0.5p"]).cap == (22, 30, 13)
+    assert Instance(devices=3, microbatches=6, m_b=4, memory_cap=[24, 6, 12]).cap_in_p() == 2

@@ -140,15 +140,14 @@ def frontier(instance: Instance, caps: list[Any], solver: str = "cpsat",
     from .registry import get_method
     get_method(solver, "solver")
     capped = capped_instances(instance, caps)
-    unit = instance.devices * instance.activation_unit
     out = []
     for cap, inst in zip(caps, capped):
-        out.append(cap_results(inst, cap, unit, solver, time_limit, threads,
+        out.append(cap_results(inst, cap, solver, time_limit, threads,
                                (lambda info, c=cap: progress(c, info)) if progress else None))
     return out
 
 
-def cap_results(capped: Instance, cap: Any, unit: float, solver: str, time_limit: float,
+def cap_results(capped: Instance, cap: Any, solver: str, time_limit: float,
                 threads: int, progress=None) -> CapResults:
     from .compare import compare
     from .registry import methods
@@ -159,8 +158,8 @@ def cap_results(capped: Instance, cap: Any, unit: float, solver: str, time_limit
         progress({"phase": "families"})
     names = [n for n, m in methods("schedule").items() if m.kind == "handwritten" or n == GREEDY]
     results += compare(capped, names)
-    cap_value = max(capped.cap)
-    return CapResults(cap, cap_value, round(cap_value / unit, 6) if unit else None,
+    cap_p = capped.cap_in_p()
+    return CapResults(cap, max(capped.cap), round(cap_p, 6) if cap_p is not None else None,
                       tuple(results))
 
 

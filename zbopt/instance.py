@@ -233,6 +233,14 @@ class Instance:
         return max(sum(self.m_b[s] for s in stages if self.device_of(s) == 0)
                    for stages, _ in self.chains)
 
+    def cap_in_p(self) -> float | None:
+        """The cap as a multiple of p: the most any device holds above its static memory, in
+        units of p times activation_unit (None without a cap or a unit)."""
+        unit = self.devices * self.activation_unit
+        if not self.cap or not unit:
+            return None
+        return max(c - s for c, s in zip(self.cap, self.static_memory)) / unit
+
     def _resolve_cap(self, spec: Any) -> tuple | None:
         p = self.devices
         if spec is None:
@@ -241,9 +249,9 @@ class Instance:
             if len(spec) != p:
                 raise ZboptError(f"memory_cap lists {len(spec)} values but there are {p} devices: "
                                  f"give one per device, a number, or a 'kp' string")
-            caps = tuple(self._one_cap(x) for x in spec)
+            caps = tuple(self._one_cap(x, d) for d, x in enumerate(spec))
         else:
-            caps = (self._one_cap(spec),) * p
+            caps = tuple(self._one_cap(spec, d) for d in range(p))
         for d, c in enumerate(caps):
             need = self.static_memory[d] + max(self.m_b[s] for s in self.stages_of(d))
             if not within_cap(need, c):
@@ -252,7 +260,9 @@ class Instance:
                     f"(needs at least {need:g}): raise memory_cap")
         return caps
 
-    def _one_cap(self, x: Any) -> float:
+    def _one_cap(self, x: Any, device: int) -> float:
+        """An absolute cap as given; "kp" is k * p * activation_unit above the device's static
+        memory (what 1F1B holds there at k = 1)."""
         if _is_number(x):
             if not _finite(x) or x <= 0:
                 raise ZboptError(f"memory_cap must be a positive finite number, got {x}")
@@ -261,7 +271,7 @@ class Instance:
             match = _CAP_RE.match(x)
             if match:
                 k = float(match.group(1))
-                value = k * self.devices * self.activation_unit
+                value = k * self.devices * self.activation_unit + self.static_memory[device]
                 return int(value) if value == int(value) else value
         raise ZboptError(f"memory_cap {x!r} is not a number, a list per device, "
                          f"or a multiple of p such as '1p', '1.5p', '2p'")

@@ -273,7 +273,7 @@ def _infeasible(instance: Instance, solver: str, objective: str,
         return None
     d = max(short, key=lambda x: need[x] - instance.cap[x])
     unit = instance.devices * instance.activation_unit
-    multiple = f" (= {need[d] / unit:.4g}p)" if unit else ""
+    multiple = f" (= {(need[d] - instance.static_memory[d]) / unit:.4g}p)" if unit else ""
     message = (f"memory cap {instance.cap[d]:g} on device {d} admits no schedule: every "
                f"micro-batch holds the activations of all {instance.placement} stages of a "
                f"device at once; raise the cap to at least {need[d]:g}{multiple}")

@@ -28,8 +28,7 @@ JOB_FIELDS = ("key", "instance", "label", "method_spec", "instance_name", "devic
 
 def describe_instance(instance: Instance) -> dict[str, Any]:
     """The instance fields reports group and plot by."""
-    cap = instance.cap
-    unit = instance.devices * instance.activation_unit
+    cap_p = instance.cap_in_p()
     return {
         "instance_name": instance.name,
         "devices": instance.devices,
@@ -37,7 +36,7 @@ def describe_instance(instance: Instance) -> dict[str, Any]:
         "instance_placement": instance.placement,
         "cap_spec": _plain_cap(instance.memory_cap),
         # the cap as a multiple of p (one "1p" = the 1F1B peak on device 0)
-        "cap_p": round(max(cap) / unit, 6) if cap and unit else None,
+        "cap_p": round(cap_p, 6) if cap_p is not None else None,
     }
 
 
