@@ -2,8 +2,8 @@
 (two chunks), before and after their improvement step, against the best lower bound and CP-SAT.
 
 Per instance: the span of the method with the improvement step (zbopt/heuristics/refine.py:
-sink placement and local search) off ("old": the grid and, on V, the handcrafted zb-v order, as
-before this step) and on ("new"), each one's gap to
+sink placement and local search) off ("old": the grid and, on V, every registered handwritten
+V order that fits) and on ("new"), each one's gap to
 `bounds.best_lower_bound`, their runtimes (median of --repeats), and CP-SAT's span after
 --time-limit seconds warm-started from the new heuristic (the peer: "optimal" when it proved it).
 Instances: the 1.5B costs of the solver-reach table (p=8, m=32; per-chunk costs halved), p=4
@@ -123,8 +123,8 @@ def main() -> None:
         f"(`python benchmarks/bench_heuristics_1p.py --time-limit {args.time_limit:g} "
         f"--threads {args.threads} --repeats {args.repeats}`).",
         "",
-        "*old*: the method with its improvement step off (the policy grid and, on V, the "
-        "handcrafted zb-v order, whichever evaluate() finds shortest; on interleaved the grid "
+        "*old*: the method with its improvement step off (the policy grid and, on V, every "
+        "registered handwritten V order that fits, whichever evaluate() finds shortest; on interleaved the grid "
         "already holds the first-chunk warm-up limits added with the step); *new*: the same followed by "
         "`zbopt/heuristics/refine.py` (W passes and first-stage B passes re-placed into waits by "
         "`sink_placement.py`, then the local search of `local_search.py`; two rounds). Spans from "

@@ -29,6 +29,7 @@ from zbopt.plan.bound import (
     segment_bounds,
 )
 from zbopt.plan.device_bound import device_relaxation, relaxation_bound
+from zbopt.plan.load_floor import load_floor
 from zbopt.plan.memory_bound import pipeline_bound, start_chain
 from zbopt.plan.paired_bound import dualpipe_floor, interleaved_floor, v_floor
 from zbopt.plan.polish import polish
@@ -457,6 +458,57 @@ def test_paired_floor_is_the_least_device_bound_over_every_partition(placement, 
     least_schedules, least_paths = (20, 1) if placement == "dualpipe" else (150, 2)
     assert compared >= 20 and schedules >= least_schedules and raised >= 15 and capped >= 4 \
         and paths >= least_paths
+
+
+@pytest.mark.parametrize("placement, chunks", [("interleaved", 2), ("interleaved", 3), ("v", 0)])
+def test_load_floor_is_the_least_largest_device_load_over_every_fitting_partition(placement,
+                                                                                 chunks):
+    rng = random.Random(23)
+    compared = capped = raised = 0
+    for _ in range(300):
+        model = _random_model(rng)
+        if model.num_layers < model.devices * (chunks or 2) or model.devices < 2:
+            continue
+        model = model.with_settings(placement=placement, chunks=chunks)
+        least, uncapped = INF, INF
+        for sizes in _partitions(model.num_layers, model.num_stages):
+            free = model.with_settings(memory_cap=None).instance(sizes)
+            loads = [sum(free.microbatches * (free.t_f[s] + free.t_b[s] + free.t_w[s])
+                         for s in free.stages_of(d)) for d in range(free.devices)]
+            uncapped = min(uncapped, max(loads))
+            # static memory and one micro-batch's activations through all of a device's stages
+            need = [free.static_memory[d] + sum(free.m_b[s] for s in free.stages_of(d))
+                    for d in range(free.devices)]
+            if model.memory_cap is None or all(x <= model.memory_cap + 1e-9 for x in need):
+                least = min(least, max(loads))
+        assert load_floor(model, 10) == pytest.approx(least, rel=1e-12, abs=1e-9)
+        compared += 1
+        capped += least > uncapped
+        raised += least > _total_load(model) / model.devices + 1e-9
+    assert compared >= 10 and capped >= 2 and raised >= 5
+
+
+def test_load_floor_with_costs_no_power_of_ten_makes_whole_stays_below_the_least_load():
+    # thirds and sevenths: scaled and rounded down, so a hair below the least load, never above
+    layers = tuple(Layer(f"l{k}", t_f=1 / 3 + k % 3, t_b=1, t_w=2 / 7) for k in range(8))
+    model = LayeredModel(layers=layers, devices=2, microbatches=3, placement="interleaved", chunks=3)
+    least = INF
+    for sizes in _partitions(8, 6):
+        instance = model.instance(sizes)
+        least = min(least, max(instance.microbatches * sum(
+            instance.t_f[s] + instance.t_b[s] + instance.t_w[s] for s in instance.stages_of(d))
+            for d in range(2)))
+    floor = load_floor(model, 10)
+    assert least * (1 - 1e-6) <= floor <= least and least > _total_load(model) / 2 + 1e-6
+
+
+def test_three_chunks_are_proven_optimal_by_the_least_largest_device_load():
+    # no paired programme for three chunks: the total load over p (209,000) left 6.7% open
+    model = load_model(EXAMPLE).with_settings(placement="interleaved", chunks=3)
+    assert interleaved_floor(model) is None
+    assert placement_floor(model) == pytest.approx(224000)
+    result = plan(model, time_limit=60)
+    assert result.result.status == "optimal" and result.result.span == pytest.approx(224000)
 
 
 def test_the_example_is_proven_optimal_over_the_placements():

@@ -57,6 +57,7 @@ from .bound import (
 )
 from .collision_bound import collision_bound
 from .device_bound import DEVICE_LIMIT, relaxation_bound
+from .load_floor import load_floor
 from .memory_bound import pipeline_bound
 from .paired_bound import BUDGET, dualpipe_floor, interleaved_floor, v_floor
 from .polish import polish
@@ -695,6 +696,9 @@ def _refreshed(split: Split, cache: dict) -> Split:
 
 
 PAIRED = {"v": v_floor, "interleaved": interleaved_floor, "dualpipe": dualpipe_floor}
+# CP-SAT's time for the least largest device load where no paired programme runs
+LOAD_FLOOR_SECONDS = 2.0
+MIN_LOAD_FLOOR_SECONDS = 0.01  # below this CP-SAT is not started
 # the paired programmes' budget for placements not planned over (plan(others=True)): a tenth of
 # theirs, about a second at most each on this project's 2-core machine (V and dualpipe to about 56
 # layers at p = 16, interleaved to about 43 at p = 8), so the hint takes little of the search's
@@ -714,12 +718,18 @@ def placement_floor(model: LayeredModel, budget: float = BUDGET) -> float:
     """A lower bound on the span of every schedule of single passes of every partition on the
     model's placement (inf: no partition fits the cap): the segment programme's least bound on
     contiguous; elsewhere the total load over p, raised by zbopt.plan.paired_bound's programme
-    where it applies and runs within `budget` (its element operations)."""
+    where it applies and runs within `budget` (its element operations), else on interleaved
+    and V by zbopt.plan.load_floor's least largest device load (LOAD_FLOOR_SECONDS at the full
+    budget, in proportion below it)."""
     if model.placement == "contiguous":
         return least_bound(segment_bounds(model))
     floor = _total_load(model) / model.devices
     paired = PAIRED.get(model.placement)
-    return max(floor, (paired(model, budget) or 0.0) if paired is not None else 0.0)
+    value = paired(model, budget) if paired is not None else None
+    seconds = LOAD_FLOOR_SECONDS * budget / BUDGET
+    if value is None and seconds >= MIN_LOAD_FLOOR_SECONDS:  # 3+ chunks, or past the budget
+        value = load_floor(model, seconds)
+    return max(floor, value or 0.0)
 
 
 def _other_floors(search: "_Search", placements: Sequence[str]) -> dict[str, float]:
