@@ -62,7 +62,11 @@ def _device_of(placement: str, p: int, stage: int) -> int:
 def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
     """The least over fitting partitions of the largest device load on interleaved or V, or a
     lower bound of it proven within `time_limit` seconds; inf when CP-SAT proves no partition
-    fits the cap; None on other placements or when it proves nothing above zero."""
+    fits the cap; None on other placements or when it proves nothing above zero.
+
+    Its argmin is not offered to the plan's search as a start: a split that balances the loads
+    alone can run far longer than its load (a V split with one layer per device on one side),
+    and as the split of least bound it would draw the search's later phases."""
     if model.placement not in ("interleaved", "v") or time_limit <= 0:
         return None
     from ortools.sat.python import cp_model

@@ -463,11 +463,8 @@ def _neighbours(sizes: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 def _balanced(model: LayeredModel) -> tuple[int, ...]:
     """Contiguous parts with the least largest part load (each part one stage's t_f+t_b+t_w)."""
-    loads = [x.t_f + x.t_b + x.t_w for x in model.expanded]
-    parts, n = model.num_parts, len(loads)
-    prefix = [0.0]
-    for x in loads:
-        prefix.append(prefix[-1] + x)
+    parts, n = model.num_parts, model.num_layers
+    prefix = [f + b + w for f, b, w in zip(*(model.prefix_sums(k) for k in ("t_f", "t_b", "t_w")))]
     best = [[math.inf] * (n + 1) for _ in range(parts + 1)]
     cut = [[0] * (n + 1) for _ in range(parts + 1)]
     best[0][0] = 0.0
