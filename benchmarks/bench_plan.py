@@ -28,6 +28,9 @@ Parts:
              placement's bound over all partitions against the total load over p, on every
              estimated model and cap, and plan() with the contiguous and V (interleaved,
              dualpipe) placements with and without it on the p=8 models
+- lfloor:    (only when named in --only) zbopt.plan.load_floor (the least largest device load over
+             fitting partitions, CP-SAT) against the total load over p and the paired programmes
+             on V and interleaved with 2, 3 and 4 chunks, every estimated model and cap
 - headroom:  (only when named in --only) where the 128k tight row's gap sits: on its split of
              least bound, cpsat-lns for --analogue-limit seconds with the cap as it is (run first
              and last, as the peer) and with one device at a time given room for one more
@@ -48,7 +51,7 @@ except the solvers part.
 
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
-                                          solvers,vfloor,ifloor,dfloor,headroom,limits]
+                                          solvers,vfloor,ifloor,dfloor,lfloor,headroom,limits]
                                   [--time-limit S] [--solvers A,B] [--reps N] [--limits S,S,...]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
@@ -703,10 +706,69 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
     return lines
 
 
+def part_lfloor(args) -> list[str]:
+    """zbopt.plan.load_floor (CP-SAT's least largest device load over fitting partitions)
+    against the total load over p and the paired programmes, on V and interleaved (2, 3 and 4
+    chunks) of every estimated model and cap."""
+    import zbopt.plan.search as search_module
+    from zbopt.plan.load_floor import load_floor
+    from zbopt.plan.paired_bound import interleaved_floor, v_floor
+    lines = ["`load_floor` (CP-SAT, 2 s, one worker: the least, over partitions whose devices hold "
+             "their static memory and one micro-batch's activations, of the largest device load) "
+             "against the total load over p, which the plan kept where no paired programme runs "
+             "(three or more chunks, or past the programme's budget), and against the paired "
+             "programme where it runs (its bound also counts memory round trips, so it is the "
+             "higher where both run). `plan` takes the paired programme where it runs, else "
+             "`load_floor`.", "",
+             "| model | p | m | cap | placement | total load / p | load_floor | s | load_floor / "
+             "(total / p) | paired floor | s |", _rule("|" * 12)]
+    ratios, times = [], []
+    for shape, p, m in ((LLAMA3_8B, 8, 32), (LLAMA2_70B, 16, 64)):
+        for vocab in (32000, 128256):
+            model = estimated(shape, vocab, p, m)
+            if args.filter and args.filter not in model.name:
+                continue
+            levels = cap_levels(model)
+            for cap_name in ("tight", "mid", "1f1b", "none"):
+                capped = model.with_settings(memory_cap=levels[cap_name])
+                for placement, chunks in (("v", 0), ("interleaved", 2), ("interleaved", 3),
+                                          ("interleaved", 4)):
+                    placed = capped.with_settings(placement=placement, chunks=chunks)
+                    total = search_module._total_load(placed) / p
+                    print(f"[bench_plan] lfloor {model.name} {cap_name} {placement} {chunks}",
+                          file=sys.stderr, flush=True)
+                    began = time.perf_counter()
+                    floor = load_floor(placed, 2.0)
+                    seconds = time.perf_counter() - began
+                    times.append(seconds)
+                    paired, paired_s = None, None
+                    if placement == "v" or chunks == 2:
+                        began = time.perf_counter()
+                        paired = (v_floor if placement == "v" else interleaved_floor)(placed)
+                        paired_s = time.perf_counter() - began
+                    fits = floor is not None and math.isfinite(floor)
+                    if fits:
+                        ratios.append(floor / total)
+                    label = placement if placement == "v" else f"interleaved {chunks}"
+                    lines.append(
+                        f"| {model.name} | {p} | {m} | {cap_name} | {label} | {_fmt(total)} | "
+                        f"{_fmt(floor) if fits else ('no split fits' if floor else '-')} | "
+                        f"{seconds:.2f} | {f'{floor / total:.3f}' if fits else '-'} | "
+                        f"{_fmt(paired) if paired is not None else '-'} | "
+                        f"{f'{paired_s:.2f}' if paired_s is not None else '-'} |")
+                    print(lines[-1], file=sys.stderr, flush=True)
+    if ratios:
+        lines += ["", f"load_floor / (total load / p): median {statistics.median(ratios):.3f}, "
+                      f"min {min(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)} rows; "
+                      f"its time: median {statistics.median(times):.2f} s, max {max(times):.2f} s."]
+    return lines
+
+
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
          "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
-         "dfloor": part_dfloor, "headroom": part_headroom, "limits": part_limits}
+         "dfloor": part_dfloor, "lfloor": part_lfloor, "headroom": part_headroom,
+         "limits": part_limits}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -730,7 +792,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, solvers, "
-                             f"vfloor, ifloor, dfloor, headroom, limits only when named)")
+                             f"vfloor, ifloor, dfloor, lfloor, headroom, limits only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)
