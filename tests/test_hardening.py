@@ -233,15 +233,19 @@ count = 3
 """
 
 
-def test_a_layered_model_is_evaluated_on_the_even_partition_and_says_so(capsys, tmp_path):
-    from zbopt.layers import even_partition, load_model
+def test_a_layered_model_is_evaluated_on_plans_even_split_and_says_so(capsys, tmp_path):
+    from zbopt.layers import load_model
+    from zbopt.plan import even_split
     path = tmp_path / "model.toml"
     path.write_text(LAYERED)
     code, out, err = run(capsys, "simulate", path, "-s", "1f1b", "--json")
     assert code == 0
-    assert "layered model" in err and "even partition 2/2" in err and "zbopt plan" in err
+    # plan's even baseline: the 3 blocks spread 2 + 1, the embedding with the first stage
+    assert "layered model" in err and "the even split" in err and " 3+1 layers" in err \
+        and "zbopt plan" in err
     model = load_model(path)
-    expected = model.instance(even_partition(model))
+    assert even_split(model) == (3, 1)
+    expected = model.instance(even_split(model))
     data = json.loads(out)
     from zbopt.registry import run as run_method
     assert data["span"] == run_method("1f1b", expected).span

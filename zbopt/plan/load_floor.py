@@ -95,7 +95,9 @@ def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
         for k in range(stages + 1):
             cp.AddElement(cuts[k], table, mem[k])
         for d, own in enumerate(devices):
-            cp.Add(sum(mem[k + 1] - mem[k] for k in own) <= math.floor(caps[d] * (1 + 1e-9) * unit))
+            # within_cap's tolerance, so no partition the evaluator would let fit is left out
+            room = caps[d] + 1e-9 * max(1.0, abs(caps[d]))
+            cp.Add(sum(mem[k + 1] - mem[k] for k in own) <= math.floor(room * unit))
     cp.Minimize(span)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
