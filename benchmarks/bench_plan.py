@@ -639,6 +639,19 @@ def part_dfloor(args) -> list[str]:
     return _part_paired(args, "dualpipe", "dualpipe", "dualpipe_floor")
 
 
+def _estimated_caps(args):
+    """(model, p, m, cap name, the model at that cap) for every estimated model --filter keeps
+    and each of its caps from tight to none."""
+    for shape, p, m in ((LLAMA3_8B, 8, 32), (LLAMA2_70B, 16, 64)):
+        for vocab in (32000, 128256):
+            model = estimated(shape, vocab, p, m)
+            if args.filter and args.filter not in model.name:
+                continue
+            levels = cap_levels(model)
+            for cap_name in ("tight", "mid", "1f1b", "none"):
+                yield model, p, m, cap_name, model.with_settings(memory_cap=levels[cap_name])
+
+
 def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
     """A placement's bound over all partitions (zbopt.plan.paired_bound) against the total load
     over p it replaced, and plan(placements=contiguous,<placement>) with each: p=8 models."""
@@ -657,41 +670,37 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
              "plan span (peer) | plan bound (peer) | gap (peer) | plan span | plan bound | gap |",
              _rule("|" * 15)]
     ratios, gaps = [], []
-    for shape, p, m in ((LLAMA3_8B, 8, 32), (LLAMA2_70B, 16, 64)):
-        for vocab in (32000, 128256):
-            model = estimated(shape, vocab, p, m)
-            if args.filter and args.filter not in model.name:
-                continue
-            levels = cap_levels(model)
-            for cap_name in ("tight", "mid", "1f1b", "none"):
-                capped = model.with_settings(memory_cap=levels[cap_name])
-                placed = capped.with_settings(placement=placement)
-                began = time.perf_counter()
-                floor = floor_of(placed)
-                seconds = time.perf_counter() - began
-                total = search_module._total_load(placed) / p
-                if floor is not None and math.isfinite(floor):
-                    ratios.append(floor / total)
-                cells = ["-"] * 6
-                if p == 8:
-                    runs = []
-                    for use in (False, True):
-                        print(f"[bench_plan] {name} {model.name} cap {cap_name} "
-                              f"{'with' if use else 'without'} it", file=sys.stderr, flush=True)
-                        # plan() looks its floors up in PAIRED; the peer switches this one off
-                        off = {} if use else {placement: lambda model, budget=None: None}
-                        with mock.patch.dict(search_module.PAIRED, off):
-                            r = plan(capped, placements=("contiguous", placement),
-                                     time_limit=args.time_limit).result
-                        runs += [_fmt(r.span), _fmt(r.lower_bound), _pct(r.gap)]
-                        gaps.append((use, r.gap))
-                    cells = runs
-                fits = floor is None or math.isfinite(floor)
-                ratio = f"{floor / total:.3f}" if floor is not None and fits else "-"
-                lines.append(f"| {model.name} | {p} | {m} | {cap_name} | {_fmt(total)} | "
-                             f"{_fmt(floor) if fits else 'no split fits'} | {seconds:.2f} | "
-                             f"{ratio} | " + " | ".join(cells) + " |")
-                print(lines[-1], file=sys.stderr, flush=True)
+    for model, p, m, cap_name, capped in _estimated_caps(args):
+        placed = capped.with_settings(placement=placement)
+        began = time.perf_counter()
+        floor = floor_of(placed)
+        seconds = time.perf_counter() - began
+        total = search_module._total_load(placed) / p
+        if floor is not None and math.isfinite(floor):
+            ratios.append(floor / total)
+        cells = ["-"] * 6
+        if p == 8:
+            runs = []
+            for use in (False, True):
+                print(f"[bench_plan] {name} {model.name} cap {cap_name} "
+                      f"{'with' if use else 'without'} it", file=sys.stderr, flush=True)
+                # plan() looks its floors up in PAIRED; the peer switches this one off, and
+                # load_floor, which stands in where a paired programme gives nothing
+                off = {} if use else {placement: lambda model, budget=None: None}
+                load = search_module.load_floor if use else (lambda model, seconds: None)
+                with mock.patch.dict(search_module.PAIRED, off), \
+                        mock.patch.object(search_module, "load_floor", load):
+                    r = plan(capped, placements=("contiguous", placement),
+                             time_limit=args.time_limit).result
+                runs += [_fmt(r.span), _fmt(r.lower_bound), _pct(r.gap)]
+                gaps.append((use, r.gap))
+            cells = runs
+        fits = floor is None or math.isfinite(floor)
+        ratio = f"{floor / total:.3f}" if floor is not None and fits else "-"
+        lines.append(f"| {model.name} | {p} | {m} | {cap_name} | {_fmt(total)} | "
+                     f"{_fmt(floor) if fits else 'no split fits'} | {seconds:.2f} | "
+                     f"{ratio} | " + " | ".join(cells) + " |")
+        print(lines[-1], file=sys.stderr, flush=True)
     if ratios:
         lines += ["", f"{name} / (total load / p): median {statistics.median(ratios):.3f}, "
                       f"min {min(ratios):.3f}, max {max(ratios):.3f} over the {len(ratios)} rows where "
@@ -723,40 +732,33 @@ def part_lfloor(args) -> list[str]:
              "| model | p | m | cap | placement | total load / p | load_floor | s | load_floor / "
              "(total / p) | paired floor | s |", _rule("|" * 12)]
     ratios, times = [], []
-    for shape, p, m in ((LLAMA3_8B, 8, 32), (LLAMA2_70B, 16, 64)):
-        for vocab in (32000, 128256):
-            model = estimated(shape, vocab, p, m)
-            if args.filter and args.filter not in model.name:
-                continue
-            levels = cap_levels(model)
-            for cap_name in ("tight", "mid", "1f1b", "none"):
-                capped = model.with_settings(memory_cap=levels[cap_name])
-                for placement, chunks in (("v", 0), ("interleaved", 2), ("interleaved", 3),
-                                          ("interleaved", 4)):
-                    placed = capped.with_settings(placement=placement, chunks=chunks)
-                    total = search_module._total_load(placed) / p
-                    print(f"[bench_plan] lfloor {model.name} {cap_name} {placement} {chunks}",
-                          file=sys.stderr, flush=True)
-                    began = time.perf_counter()
-                    floor = load_floor(placed, 2.0)
-                    seconds = time.perf_counter() - began
-                    times.append(seconds)
-                    paired, paired_s = None, None
-                    if placement == "v" or chunks == 2:
-                        began = time.perf_counter()
-                        paired = (v_floor if placement == "v" else interleaved_floor)(placed)
-                        paired_s = time.perf_counter() - began
-                    fits = floor is not None and math.isfinite(floor)
-                    if fits:
-                        ratios.append(floor / total)
-                    label = placement if placement == "v" else f"interleaved {chunks}"
-                    lines.append(
-                        f"| {model.name} | {p} | {m} | {cap_name} | {label} | {_fmt(total)} | "
-                        f"{_fmt(floor) if fits else ('no split fits' if floor else '-')} | "
-                        f"{seconds:.2f} | {f'{floor / total:.3f}' if fits else '-'} | "
-                        f"{_fmt(paired) if paired is not None else '-'} | "
-                        f"{f'{paired_s:.2f}' if paired_s is not None else '-'} |")
-                    print(lines[-1], file=sys.stderr, flush=True)
+    for model, p, m, cap_name, capped in _estimated_caps(args):
+        for placement, chunks in (("v", 0), ("interleaved", 2), ("interleaved", 3),
+                                  ("interleaved", 4)):
+            placed = capped.with_settings(placement=placement, chunks=chunks)
+            total = search_module._total_load(placed) / p
+            print(f"[bench_plan] lfloor {model.name} {cap_name} {placement} {chunks}",
+                  file=sys.stderr, flush=True)
+            began = time.perf_counter()
+            floor = load_floor(placed, 2.0)
+            seconds = time.perf_counter() - began
+            times.append(seconds)
+            paired, paired_s = None, None
+            if placement == "v" or chunks == 2:
+                began = time.perf_counter()
+                paired = (v_floor if placement == "v" else interleaved_floor)(placed)
+                paired_s = time.perf_counter() - began
+            fits = floor is not None and math.isfinite(floor)
+            if fits:
+                ratios.append(floor / total)
+            label = placement if placement == "v" else f"interleaved {chunks}"
+            lines.append(
+                f"| {model.name} | {p} | {m} | {cap_name} | {label} | {_fmt(total)} | "
+                f"{_fmt(floor) if fits else ('no split fits' if floor else '-')} | "
+                f"{seconds:.2f} | {f'{floor / total:.3f}' if fits else '-'} | "
+                f"{_fmt(paired) if paired is not None else '-'} | "
+                f"{f'{paired_s:.2f}' if paired_s is not None else '-'} |")
+            print(lines[-1], file=sys.stderr, flush=True)
     if ratios:
         lines += ["", f"load_floor / (total load / p): median {statistics.median(ratios):.3f}, "
                       f"min {min(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)} rows; "
