@@ -147,6 +147,32 @@ def test_axes_apply_to_every_instance_file():
     assert spec.instances[1].name == "unit-p2-m4-cap3p"
 
 
+def test_a_layered_model_sweeps_its_pipeline_settings_on_the_even_split():
+    from zbopt.layers import load_model
+    from zbopt.plan import even_split
+    spec = parse_spec({"instances": ["../instances/models/blocks16-p4.toml"], "methods": ["1f1b"],
+                       "axes": {"devices": [2, 4], "memory_cap": ["1p", "none", 30000]}},
+                      base_dir=TESTS)
+    model = load_model(TESTS.parent / "instances/models/blocks16-p4.toml")
+    assert [(i.devices, i.memory_cap) for i in spec.instances] == \
+        [(2, "1p"), (2, None), (2, 30000), (4, "1p"), (4, None), (4, 30000)]
+    for instance in spec.instances:
+        placed = model.with_settings(devices=instance.devices, memory_cap=None)
+        expected = placed.instance(even_split(placed))
+        assert (instance.t_f, instance.m_b, instance.static_memory) == \
+            (expected.t_f, expected.m_b, expected.static_memory)
+    # "1p" sits on the static memory of each device; an absolute cap includes it
+    one_p = spec.instances[3]
+    assert one_p.cap == tuple(s + 4 * one_p.m_b[0] for s in one_p.static_memory)
+    assert spec.instances[5].cap == (30000,) * 4
+    with pytest.raises(ZboptError, match="axis 't_f' does not apply to the layered model"):
+        parse_spec({"instances": ["../instances/models/blocks16-p4.toml"], "methods": ["1f1b"],
+                    "axes": {"t_f": [1, 2]}}, base_dir=TESTS)
+    with pytest.raises(ZboptError, match="p2-cap100: memory_cap 100 on device 0 is below"):
+        parse_spec({"instances": ["../instances/models/blocks16-p4.toml"], "methods": ["1f1b"],
+                    "axes": {"devices": [2], "memory_cap": [100]}}, base_dir=TESTS)
+
+
 def test_solver_methods_carry_their_limits():
     spec = parse_spec({"instances": ["../instances/unit/unit-p2-m4.toml"], "methods": ["1f1b"],
                        "solvers": [{"name": "cpsat", "time_limit": 5, "threads": 1}]},

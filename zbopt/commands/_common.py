@@ -78,16 +78,11 @@ def load_with_schedule(args: argparse.Namespace):
 
 
 def _even_partition(data: dict, path: Path) -> Instance:
-    """The layered model on plan's even split (equal block counts, the input module with the
-    first stage, the output module with the last), else equal layer counts per stage."""
-    from ..layers import LayeredModel, even_partition
-    from ..plan.baselines import even_split
+    """The layered model on plan's even split (zbopt.plan.baselines.default_split)."""
+    from ..layers import LayeredModel
+    from ..plan.baselines import default_split
     model = LayeredModel.from_dict(data, source=str(path))
-    sizes = even_split(model)
-    how = "the even split (equal block counts, input and output modules with the first and last " \
-          "stages)"
-    if sizes is None:  # a stage would hold its module alone with no block
-        sizes, how = even_partition(model), "equal layer counts per stage"
+    sizes, how = default_split(model)
     print(f"zbopt: note: {path} is a layered model of {model.num_layers} layers: using {how}, "
           f"{'+'.join(map(str, sizes))} layers per stage (`zbopt plan` searches for a better one)",
           file=sys.stderr)

@@ -9,7 +9,9 @@ from ..errors import ZboptError
 
 _SPEC_HELP = """spec format (see sweeps/*.toml; top-level keys come before the tables):
   name = "grid"
-  instances = ["instances/paper/*.toml"]   # files/globs (relative to the spec), and/or [base]
+  instances = ["instances/paper/*.toml"]   # files/globs (relative to the spec), and/or [base];
+                                           # a layered model runs on the even split, its axes
+                                           # its pipeline settings (devices, memory_cap...)
   methods = "all"                          # or ["1f1b", "zb-h1", {name = ..., params = {}}]
   job_timeout = 600                        # optional: seconds before a job is killed
   [base]                                   # a base instance (table, or base = "file.toml")

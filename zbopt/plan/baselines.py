@@ -70,3 +70,14 @@ def torchtitan_split(model: LayeredModel, input_weight: int = 1,
 
 
 BASELINES = {"even": even_split, "torchtitan": torchtitan_split}
+
+
+def default_split(model: LayeredModel) -> tuple[tuple[int, ...], str]:
+    """(sizes, how they were chosen): the split every command but `plan` evaluates a layered
+    model on, the even split, else (a stage would hold a module alone) equal layer counts."""
+    from ..layers import even_partition
+    sizes = even_split(model)
+    if sizes is not None:
+        return sizes, ("the even split (equal block counts, input and output modules with the "
+                       "first and last stages)")
+    return even_partition(model), "equal layer counts per stage"

@@ -30,6 +30,12 @@ and the methods to run on every instance:
 Axes apply to every base: the [base] table and each instance file.
 A `placement` axis re-places the base model (same layers re-split into chunks, see
 Instance.with_placement) rather than reusing per-stage costs for a different stage count.
+
+A base may also be a layered model (a file or table with [[layers]]): each grid point is the
+model with the point's settings, split as every command but `plan` splits it (the even split,
+zbopt.plan.baselines.default_split). Its axes are the pipeline settings of LAYERED_AXES; a
+"kp" memory_cap is p times device 0's activation above each device's static memory (an absolute
+cap includes static memory, as in the model file).
 """
 
 from __future__ import annotations
@@ -44,10 +50,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ZboptError
-from ..instance import FILE_KEYS, Instance, load_instance
+from ..instance import FILE_KEYS, Instance, load_instance, read_table
 
 SOLVER_KEYS = ("name", "time_limit", "threads", "objective")
 SPEC_KEYS = ("name", "base", "axes", "instances", "methods", "solvers", "job_timeout")
+# the axes of a layered base: its pipeline settings (its costs are per layer)
+LAYERED_AXES = ("devices", "microbatches", "placement", "chunks", "comm", "overlap", "memory_cap")
 # short forms used in generated instance names (p8-m24-cap2p reads better than devices=8...)
 _SHORT = {"devices": "p", "microbatches": "m", "memory_cap": "cap", "placement": "",
           "chunks": "v"}
@@ -234,7 +242,7 @@ def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Ins
         if not matches:
             raise ZboptError(f"{source}: instances entry {pattern!r} matches no file "
                              f"(paths are relative to the spec's folder {base_dir})")
-        bases += [load_instance(m).to_dict() for m in matches]
+        bases += [_file_base(m) for m in matches]
     axes = _axes(data.get("axes", {}), source)
     if not bases:
         raise ZboptError(f"{source}: no instances: give a [base] table (with [axes]) or "
@@ -242,10 +250,16 @@ def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Ins
     return [instance for base in bases for instance in _grid(base, axes, source)]
 
 
+def _file_base(path: str | Path) -> dict[str, Any]:
+    """An instance file's keys, or a layered model's as written (split per grid point)."""
+    data = read_table(path)
+    return data if "layers" in data else load_instance(path).to_dict()
+
+
 def _base(base: Any, base_dir: Path, source: str) -> dict[str, Any]:
     if isinstance(base, str):
         path = Path(base) if Path(base).is_absolute() else base_dir / base
-        return load_instance(path).to_dict()
+        return _file_base(path)
     if not isinstance(base, dict):
         raise ZboptError(f"{source}: base must be a table of instance keys or a file path, "
                          f"got {base!r}")
@@ -265,7 +279,35 @@ def _axes(axes: Any, source: str) -> dict[str, list]:
     return axes
 
 
+def _layered_grid(base: dict[str, Any], axes: dict[str, list], source: str) -> list[Instance]:
+    wrong = [k for k in axes if k not in LAYERED_AXES]
+    if wrong:
+        raise ZboptError(f"{source}: axis {wrong[0]!r} does not apply to the layered model "
+                         f"{base.get('name') or 'base'} (its costs and static memory are per "
+                         f"layer); its axes are {', '.join(LAYERED_AXES)}")
+    from ..layers import LayeredModel
+    from ..plan.baselines import default_split
+    out = []
+    for point in expand_grid(base, axes):
+        where = f"{source}: {point['name'] or 'base'}"
+        cap = point.pop("memory_cap", None)
+        if isinstance(cap, str) and cap.strip().lower() in ("none", "unlimited"):
+            cap = None
+        relative = isinstance(cap, str)
+        model = LayeredModel.from_dict(point if relative or cap is None
+                                       else {**point, "memory_cap": cap}, source=where)
+        sizes, _ = default_split(model)
+        try:
+            instance = model.instance(sizes)
+            out.append(instance.with_cap(cap) if relative else instance)
+        except ZboptError as err:
+            raise ZboptError(f"{where}: {err}") from None
+    return out
+
+
 def _grid(base: dict[str, Any], axes: dict[str, list], source: str) -> list[Instance]:
+    if "layers" in base:
+        return _layered_grid(base, axes, source)
     if "placement" in axes and base.get("placement", "contiguous") != "contiguous":
         raise ZboptError(f"{source}: a placement axis re-splits a contiguous model: "
                          f"give a contiguous base")
