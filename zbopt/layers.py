@@ -211,17 +211,23 @@ class LayeredModel:
         totals = {key: [sum(getattr(x, key) for x in g) for g in groups]
                   for key in ("t_f", "t_b", "t_w", "m_b", "m_w", "static")}
         static = [0.0] * self.devices
-        probe = self._instance_for([1.0] * len(groups), [0.0] * len(groups), static, cap=None)
+        device_of = self.stage_devices()
         copies = (0, self.devices) if self.placement == "dualpipe" else (0,)
         for k, value in enumerate(totals["static"]):
             for offset in copies:
-                static[probe.device_of(k + offset)] += value
+                static[device_of[k + offset]] += value
         return Instance(
             devices=self.devices, microbatches=self.microbatches, placement=self.placement,
             chunks=self.chunks, t_f=totals["t_f"], t_b=totals["t_b"], t_w=totals["t_w"],
             comm=self.comm, overlap=self.overlap, m_b=totals["m_b"], m_w=totals["m_w"],
             static_memory=static, memory_cap=_cap(self.memory_cap), name=self.name,
             time_unit=self.time_unit, memory_unit=self.memory_unit)
+
+    def stage_devices(self) -> tuple[int, ...]:
+        """The device of each pipeline stage on this placement (Instance.device_of)."""
+        probe = self._instance_for([1.0] * self.num_parts, [0.0] * self.num_parts,
+                                   [0.0] * self.devices, cap=None)
+        return tuple(probe.device_of(s) for s in range(probe.num_stages))
 
     def _instance_for(self, t_f, m_b, static, cap) -> Instance:
         return Instance(devices=self.devices, microbatches=self.microbatches,

@@ -55,9 +55,7 @@ class Progress:
     @classmethod
     def from_args(cls, args: Any, stream: Optional[TextIO] = None) -> "Progress":
         stream = stream if stream is not None else sys.stderr
-        if getattr(args, "quiet", False):
-            return cls(False, stream)
-        return cls(bool(getattr(args, "progress", False)) or _isatty(stream), stream)
+        return cls(wanted(args, stream), stream)
 
     def update(self, text: str) -> None:
         """Show `text` as the current state (printed only if it changed)."""
@@ -108,6 +106,13 @@ class Progress:
             with self.lock:
                 if self.text:
                     self._write()
+
+
+def wanted(args: Any, stream: Optional[TextIO] = None) -> bool:
+    """Whether a command shows progress: not with --quiet; with --progress, or on a terminal."""
+    if getattr(args, "quiet", False):
+        return False
+    return bool(getattr(args, "progress", False)) or _isatty(stream if stream is not None else sys.stderr)
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -7,6 +7,7 @@ import sys
 import time
 
 from ..errors import ZboptError
+from ..progress import wanted
 from ._common import (
     add_progress_arguments,
     check_solver,
@@ -96,7 +97,7 @@ class _Progress:
     unless --quiet, elsewhere with --progress."""
 
     def __init__(self, args):
-        self.quiet = args.quiet or not (args.progress or sys.stderr.isatty())
+        self.quiet = not wanted(args)
         self.last, self.phase = 0.0, None
 
     def __call__(self, info: dict) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ZboptError
+from ..progress import wanted
 from ._common import add_progress_arguments, console, fmt, print_json, refuse_overwrite
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?)?\s*$", re.IGNORECASE)
@@ -156,7 +157,7 @@ def _measure(model, args, device, settings):
     per repetition round; nothing with --quiet."""
     from ..profile.profiler import profile
     rounds = args.warmup + args.repeat
-    if args.quiet or not (args.progress or sys.stderr.isatty()):
+    if not wanted(args):
         return profile(model, args.warmup, args.repeat, device, args.threads, settings, clock=args.clock)
     if not sys.stderr.isatty():
         from ..progress import Progress

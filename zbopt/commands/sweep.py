@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..errors import ZboptError
+from ..progress import wanted
 
 _SPEC_HELP = """spec format (see sweeps/*.toml; top-level keys come before the tables):
   name = "grid"
@@ -64,7 +65,7 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     summary = run_sweep(spec, args.out, jobs=jobs, executor=args.executor,
                         address=args.address, retry_errors=args.retry_errors,
-                        progress=not args.quiet and (args.progress or sys.stderr.isatty()),
+                        progress=wanted(args),
                         report=not args.no_report, spec_path=args.spec, force=args.force)
     left = summary.total - summary.skipped - summary.ran
     print(f"{spec.name}: {summary.total} jobs, {summary.skipped} already done, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from ..progress import wanted
 from ._common import console, print_json
 
 
@@ -43,7 +44,7 @@ def register(sub) -> None:
 
 
 def _progress(args, text: str) -> None:
-    if args.quiet or not (args.progress or sys.stderr.isatty()):
+    if not wanted(args):
         return
     print(f"verify-torch: {text}", file=sys.stderr, flush=True)
 

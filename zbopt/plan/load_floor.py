@@ -5,8 +5,8 @@ chunks) or exceed their budget.
 
 Every schedule's span is at least each device's busy window, which holds m times the t_f + t_b +
 t_w of each of its stages (docs/model.md). A partition is a list of cuts 0 = c_0 < c_1 < ... <
-c_S = n along the layers; stage k runs layers c_k .. c_(k+1) - 1 on its device (k mod p on
-interleaved, V folding back at p). A partition no schedule runs is left out: on each device,
+c_S = n along the layers; stage k runs layers c_k .. c_(k+1) - 1 on its device
+(LayeredModel.stage_devices). A partition no schedule runs is left out: on each device,
 static memory and the activations of one micro-batch through all its stages (held together from
 the F of its last stage to the B of its first) within the cap, as paired_bound's fit rule.
 
@@ -53,12 +53,6 @@ def _integers(values: list[float], top: float = 0.0) -> tuple[float, list[int]]:
     return scale, prefix
 
 
-def _device_of(placement: str, p: int, stage: int) -> int:
-    if placement == "interleaved":
-        return stage % p
-    return stage if stage < p else 2 * p - 1 - stage  # v
-
-
 def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
     """The least over fitting partitions of the largest device load on interleaved or V, or a
     lower bound of it proven within `time_limit` seconds; inf when CP-SAT proves no partition
@@ -84,8 +78,8 @@ def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
     for k in range(stages + 1):
         cp.AddElement(cuts[k], prefix, at[k])
     span = cp.NewIntVar(0, prefix[-1], "span")
-    devices = [[k for k in range(stages) if _device_of(model.placement, p, k) == d]
-               for d in range(p)]
+    device_of = model.stage_devices()
+    devices = [[k for k in range(stages) if device_of[k] == d] for d in range(p)]
     for own in devices:
         cp.Add(sum(at[k + 1] - at[k] for k in own) <= span)
     caps = device_caps(model)
