@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ZboptError
-from ..instance import FILE_KEYS, Instance, load_instance, read_table
+from ..instance import FILE_KEYS, Instance, check_file_keys, read_table, resolve_instance
 
 SOLVER_KEYS = ("name", "time_limit", "threads", "objective")
 SPEC_KEYS = ("name", "base", "axes", "instances", "methods", "solvers", "job_timeout")
@@ -252,8 +252,12 @@ def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Ins
 
 def _file_base(path: str | Path) -> dict[str, Any]:
     """An instance file's keys, or a layered model's as written (split per grid point)."""
+    path = resolve_instance(path)  # as load_instance: a shipped instance by its name too
     data = read_table(path)
-    return data if "layers" in data else load_instance(path).to_dict()
+    if "layers" in data:
+        return data
+    check_file_keys(data, str(path))  # as load_instance does, without reading the file again
+    return Instance.from_dict(data, source=str(path)).to_dict()
 
 
 def _base(base: Any, base_dir: Path, source: str) -> dict[str, Any]:
