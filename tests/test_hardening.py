@@ -266,7 +266,7 @@ def test_version(capsys):
 def test_shipped_instances_by_name(capsys):
     names = set(shipped_instances())
     sources = {p.stem: p for p in (ROOT / "instances").glob("*/*.toml")
-               if p.parent.name in ("paper", "unit")}
+               if p.parent.name in ("paper", "unit", "models")}
     assert names == set(sources)
     for name, path in shipped_instances().items():
         # the installed copies are the repository's instances, byte for byte
@@ -277,7 +277,12 @@ def test_shipped_instances_by_name(capsys):
     row, = json.loads(out)
     assert row["span"] == run_method_span("zb-h1", load_instance(sources["zb-6.2b-p8-m32"]))
     code, out, _ = run(capsys, "instances", "--json")
-    assert {r["name"] for r in json.loads(out)} == names
+    listed = {r["name"]: r for r in json.loads(out)}
+    assert set(listed) == names
+    # the layered model is listed with its layer count (embedding, 16 blocks, output), the
+    # per-stage instances without one
+    assert (listed["blocks16-p4"]["group"], listed["blocks16-p4"]["layers"]) == ("models", 18)
+    assert listed["zb-6.2b-p8-m32"]["layers"] is None
     code, out, _ = run(capsys, "instances")
     assert code == 0 and "zb-6.2b-p8-m32" in out and "(default)" in out
 

@@ -762,6 +762,25 @@ def test_plan_progress_goes_to_stderr_when_asked_and_json_stays_clean(capsys):
         assert capsys.readouterr().err == ""
 
 
+def test_the_shipped_model_is_planned_by_name_from_any_directory(capsys, monkeypatch, tmp_path):
+    assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "5", "--json"]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    monkeypatch.chdir(tmp_path)  # no instances/ folder here: the name is the installed copy's
+    assert main(["plan", "blocks16-p4", "--quiet", "--time-limit", "5", "--json"]) == 0
+    by_name = json.loads(capsys.readouterr().out)
+    assert by_name["partition"] == from_file["partition"]
+    assert by_name["span"] == pytest.approx(from_file["span"])
+    # other commands take the name too, on the even split
+    from zbopt.layers import load_model
+    from zbopt.plan.baselines import default_split
+    from zbopt.registry import run as run_method
+    model = load_model(EXAMPLE)
+    even = model.instance(default_split(model)[0])
+    assert main(["compare", "blocks16-p4", "--methods", "zb-h1", "--json"]) == 0
+    row, = json.loads(capsys.readouterr().out)
+    assert row["span"] == pytest.approx(run_method("zb-h1", even).span)
+
+
 def test_plan_of_a_per_stage_instance_says_where_layered_files_come_from(capsys):
     unit = EXAMPLE.parents[1] / "unit" / "unit-p4-m8.toml"
     assert main(["plan", str(unit), "--quiet"]) == 2

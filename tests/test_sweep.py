@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from zbopt.cli import main
 from zbopt.errors import ZboptError
-from zbopt.instance import Instance
+from zbopt.instance import Instance, load_instance
 from zbopt.registry import run
 from zbopt.schedule import Schedule, evaluate
 from zbopt.sweep.job import JOB_FIELDS, run_job
@@ -646,3 +646,21 @@ def test_unreachable_ray_address_fails_fast(tmp_path, capsys):
     assert status == 2 and time.monotonic() - start < 30
     err = capsys.readouterr().err
     assert "cannot reach a Ray cluster" in err and err.count("\n") == 1
+
+
+def test_an_instances_entry_may_name_a_shipped_instance_or_model(tmp_path):
+    # nothing in tmp_path matches: the names are the installed files', as on the command line
+    spec = parse_spec({"instances": ["zb-1.5b-p8-m24", "blocks16-p4"], "methods": ["1f1b"]},
+                      base_dir=tmp_path)
+    paper, layered = spec.instances
+    assert (paper.devices, paper.microbatches, paper.t_f) == \
+        (8, 24, load_instance("zb-1.5b-p8-m24").t_f)
+    assert (layered.devices, layered.microbatches) == (4, 16) and layered.static_memory
+    # a file of the spec's folder comes first; a glob or an unknown name is never a shipped name
+    (tmp_path / "blocks16-p4").write_text('devices = 2\nmicrobatches = 3\nt_f = 1\nt_b = 1\nt_w = 1\n')
+    local, = parse_spec({"instances": ["blocks16-p4"], "methods": ["1f1b"]},
+                        base_dir=tmp_path).instances
+    assert (local.devices, local.microbatches) == (2, 3)
+    for entry in ("zb-1.5b-p8-m2?", "nosuch"):
+        with pytest.raises(ZboptError, match="matches no file .* and names no shipped instance"):
+            parse_spec({"instances": [entry], "methods": ["1f1b"]}, base_dir=tmp_path)

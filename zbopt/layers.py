@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import ZboptError
-from .instance import Instance, check_keys, construct, read_table, to_toml
+from .instance import Instance, check_keys, construct, read_table, resolve_instance, to_toml
 
 LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "m_b", "m_w", "static", "count")
 _LAYER_NUMBERS = ("t_f", "t_b", "t_w", "m_b", "m_w", "static")
@@ -300,12 +300,13 @@ def is_layered(data: dict[str, Any]) -> bool:
 
 
 def load_model(path: str | Path) -> LayeredModel:
-    """Read a layered model file (.toml or .json)."""
+    """Read a layered model file (.toml or .json), or a shipped one by name."""
+    path = resolve_instance(path)
     data = read_table(path)
     if not is_layered(data):
         raise ZboptError(f"{path}: no [[layers]] array: this is a per-stage instance, not a "
                          f"layered model; give a file with [[layers]] (zbopt estimate or zbopt "
-                         f"profile writes one; see instances/models/), or solve or compare this one "
+                         f"profile writes one; blocks16-p4 is shipped), or solve or compare this one "
                          f"as it is")
     return LayeredModel.from_dict(data, source=str(path))
 

@@ -23,7 +23,8 @@ from ._common import (
 def register(sub) -> None:
     parser = sub.add_parser("plan", help="choose the layer split and the schedule of a layered "
                                          "model together (lower bound over all splits)")
-    parser.add_argument("model", help="layered model file (.toml/.json with [[layers]])")
+    parser.add_argument("model", help="layered model file (.toml/.json with [[layers]]) or a "
+                        "shipped model's name (`zbopt instances`, group models)")
     parser.add_argument("--devices", type=int, default=None, metavar="P", help="override devices")
     parser.add_argument("--microbatches", type=int, default=None, metavar="M",
                         help="override microbatches")

@@ -10,7 +10,8 @@ from ..progress import wanted
 
 _SPEC_HELP = """spec format (see sweeps/*.toml; top-level keys come before the tables):
   name = "grid"
-  instances = ["instances/paper/*.toml"]   # files/globs (relative to the spec), and/or [base];
+  instances = ["instances/paper/*.toml"]   # files/globs (relative to the spec) or shipped
+                                           # names (`zbopt instances`), and/or [base];
                                            # a layered model runs on the even split, its axes
                                            # its pipeline settings (devices, memory_cap...)
   methods = "all"                          # or ["1f1b", "zb-h1", {name = ..., params = {}}]

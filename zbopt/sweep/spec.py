@@ -3,7 +3,8 @@
 A spec names instances in one or both of two ways:
 
     name = "unit-grid"
-    instances = ["instances/paper/*.toml"]     # files or globs, relative to the spec file
+    instances = ["instances/paper/*.toml"]     # files or globs, relative to the spec file, or
+                                               # shipped names ("zb-1.5b-p8-m24", "blocks16-p4")
 
     [base]                                    # or: base = "instances/unit/unit-p4-m8.toml"
     devices = 4
@@ -239,9 +240,13 @@ def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Ins
     for pattern in files:
         full = pattern if Path(pattern).is_absolute() else str(base_dir / pattern)
         matches = sorted(glob.glob(full))
+        shipped = resolve_instance(pattern)  # a shipped name, when no file of the spec's matches
+        if not matches and shipped.is_file() and not set("*?[") & set(pattern):
+            matches = [str(shipped)]
         if not matches:
             raise ZboptError(f"{source}: instances entry {pattern!r} matches no file "
-                             f"(paths are relative to the spec's folder {base_dir})")
+                             f"(paths are relative to the spec's folder {base_dir}) and names "
+                             f"no shipped instance (`zbopt instances`)")
         bases += [_file_base(m) for m in matches]
     axes = _axes(data.get("axes", {}), source)
     if not bases:
