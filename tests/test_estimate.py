@@ -125,6 +125,18 @@ def test_cli_writes_a_layered_file_and_refuses_to_overwrite(tmp_path, capsys):
     assert "not a decoder-only" in err and "\n" not in err
 
 
+def test_hbm_bytes_takes_a_unit(tmp_path, capsys):
+    config = _config(tmp_path, model_type="gpt2", n_embd=256, n_head=4, n_layer=6)
+    assert main(["estimate", str(config), "--hbm-bytes", "16GiB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory_cap"] == 16 * 2**30
+    assert main(["estimate", str(config), "--hbm-bytes", "80e9", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory_cap"] == 80 * 10**9
+    for bad in ("0GB", "-1", "lots"):
+        assert main(["estimate", str(config), "--hbm-bytes", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--hbm-bytes" in err and "positive number of bytes" in err and "\n" not in err
+
+
 def test_cli_takes_the_config_as_profile_does_and_once(tmp_path, capsys):
     """`--hf-config FILE` (profile's flag) gives the same file as the positional CONFIG; neither
     or both is one line and exit 2, and nothing is written."""

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from zbopt.cli import build_parser, main
+from zbopt.errors import ZboptError
 from zbopt.instance import Instance, default_instance_path, load_instance, shipped_instances
 from zbopt.progress import Progress
 
@@ -133,6 +134,32 @@ def test_mem_that_is_not_a_cap_is_refused(capsys, no_work, command, mem):
     extra = ["-s", "1f1b"] if command == "simulate" else []
     err = refused(capsys, command, UNIT, "--mem", mem, *extra)
     assert "--mem" in err or "memory_cap" in err
+
+
+def test_a_cap_with_a_byte_unit_is_converted_to_the_files_memory_unit():
+    from zbopt.commands._common import parse_cap
+    assert parse_cap("80GB", "B") == 80 * 10**9
+    assert parse_cap("80 gb", "bytes") == 80 * 10**9
+    assert parse_cap("16GiB", "bytes") == 16 * 2**30
+    assert parse_cap("24GB", "MB") == 24000
+    assert parse_cap("1GiB", "MiB") == 1024
+    assert parse_cap("1.5e3MB", "GB") == 1.5
+    assert parse_cap("512", "MB") == 512  # a plain number is in the file's unit
+    assert parse_cap("2p", "B") == "2p"
+    for unit in ("sb", ""):  # a unit that is no byte size, or none named
+        with pytest.raises(ZboptError, match="is in bytes but the memory unit"):
+            parse_cap("80GB", unit)
+
+
+def test_mem_in_bytes_on_a_command_line(capsys, tmp_path):
+    """A per-stage instance in bytes takes --mem 11GB as 11e9; one in another unit refuses it."""
+    bytes_unit = tmp_path / "b.toml"
+    bytes_unit.write_text('devices = 2\nmicrobatches = 4\nt_f = 1\nt_b = 1\nt_w = 1\n'
+                          'memory_unit = "bytes"\nm_b = 1e9\nm_w = 2e8\n')
+    code, out, _ = run(capsys, "simulate", str(bytes_unit), "-s", "1f1b", "--mem", "2.5GB", "--json")
+    assert code == 0 and json.loads(out)["memory_cap"] == [25 * 10**8] * 2
+    err = refused(capsys, "simulate", UNIT, "-s", "1f1b", "--mem", "80GB")
+    assert "is in bytes but the memory unit is not named" in err
 
 
 def test_mem_none_and_inf_mean_unlimited(capsys):

@@ -737,6 +737,21 @@ def test_plan_file_is_a_schedule_file_with_the_partition(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
+def test_plan_mem_takes_a_size_in_bytes_in_the_files_unit(capsys):
+    # the example's memory unit is MB: 24GB is its own cap of 24,000
+    assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "5", "--json"]) == 0
+    as_written = json.loads(capsys.readouterr().out)
+    assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "5", "--json",
+                 "--mem", "24GB"]) == 0
+    in_gb = json.loads(capsys.readouterr().out)
+    assert in_gb["memory_cap"] == as_written["memory_cap"] == [24000] * 4
+    assert in_gb["span"] == pytest.approx(as_written["span"])
+    assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "5", "--json",
+                 "--mem", "20GiB,24GB,24000,23.5GB"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory_cap"] == \
+        [pytest.approx(20 * 2**30 / 1e6), 24000, 24000, 23500]
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["--placements", "zigzag"], "--placements"),
     (["--mem", "1p"], "absolute"),

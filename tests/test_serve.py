@@ -378,6 +378,16 @@ def test_a_cap_per_device(server):
     status, body, _ = server.request("/api/evaluate?" + q(memory_cap="10, 12"))
     assert status == 422 and body["field"] == "memory_cap"
     assert body["error"] == _core_message(devices=4, microbatches=8, m_b=2, memory_cap=[10, 12])
+    # the served instance names no memory unit: a size in bytes is refused at its control
+    status, body, _ = server.request("/api/evaluate?" + q(memory_cap="80GB"))
+    assert status == 422 and body["field"] == "memory_cap" and "is in bytes" in body["error"]
+
+
+def test_a_cap_in_bytes_on_an_instance_counted_in_bytes():
+    from zbopt.serve.api import parse_settings
+    base = Instance(devices=2, microbatches=4, m_b=1e9, m_w=2e8, memory_unit="bytes")
+    assert parse_settings({"memory_cap": "2.5GB"}, base).memory_cap == 25 * 10**8
+    assert parse_settings({"memory_cap": "3e9"}, base).memory_cap == 3 * 10**9
 
 
 def test_requests_for_another_host_name_are_refused(server):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from rich.console import Console
 
@@ -29,13 +30,62 @@ def add_instance_arguments(parser: argparse.ArgumentParser, optional: bool = Tru
                                              "instance's name (`zbopt instances`)")
     if mem:
         parser.add_argument("--mem", default=None, metavar="CAP",
-                            help="memory cap overriding the file's: a number, '1p', '1.5p', 'none'")
+                            help="memory cap overriding the file's: a number, '1p', '1.5p', "
+                                 "'none', or a size such as 80GB where the file's memory unit "
+                                 "is a byte size")
 
 
-def parse_cap(text: str) -> Any:
-    """A --mem value: None for no cap, a number, or a "kp" string (Instance checks it)."""
+# a size written with a byte unit: 80GB, 80 GB, 80G, 16GiB, 512MB, 100B, 2e9 bytes (k, M, G, T are
+# powers of 1000, Ki, Mi, Gi, Ti powers of 1024)
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(?:([kmgt]i?)b?|b|bytes?)\s*$",
+                   re.IGNORECASE)
+_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def bytes_with_unit(text: str) -> Optional[float]:
+    """The bytes a size written with its unit means ("80GB", "16GiB"), None for anything else
+    (a plain number included: its unit is the file's)."""
+    match = _SIZE.match(text)
+    return None if match is None else float(match.group(1)) * _PREFIX[(match.group(2) or "").lower()]
+
+
+def byte_unit(unit: str) -> Optional[float]:
+    """Bytes per unit of a memory_unit naming a byte size ("B", "bytes", "MB", "GiB"), None for
+    any other ("sb", or none named)."""
+    return bytes_with_unit("1" + unit) if unit.strip() else None
+
+
+def byte_count(text: str) -> float:
+    """An argparse type: a positive number of bytes, plain or with its unit ("80e9", "80GB")."""
+    size = bytes_with_unit(text)
+    if size is None:
+        try:
+            size = float(text)
+        except ValueError:
+            size = math.nan
+    if not math.isfinite(size) or size <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of bytes (e.g. "
+                                         f"80e9, 80GB or 16GiB)")
+    return size
+
+
+def parse_cap(text: str, unit: str = "") -> Any:
+    """A --mem value: None for no cap, a number, or a "kp" string (Instance checks it). A size
+    with a byte unit ("80GB") is converted to the memory unit `unit` when that names a byte
+    size, and refused otherwise."""
     if text.strip().lower() in ("none", "unlimited", "inf"):
         return None
+    size = bytes_with_unit(text)
+    if size is not None:
+        per = byte_unit(unit)
+        if per is None:
+            named = f"is {unit!r}" if unit.strip() else "is not named"
+            raise ZboptError(f"{text.strip()!r} is in bytes but the memory unit {named}: give "
+                             f"the cap as a plain number in the file's unit, a multiple of p "
+                             f"such as '1p', or 'none'")
+        value = size / per
+        return int(value) if value.is_integer() else value
     try:
         value = float(text)
     except ValueError:
@@ -71,7 +121,7 @@ def load_with_schedule(args: argparse.Namespace):
         instance = Instance.from_dict(data, source=str(path))
     if getattr(args, "mem", None) is not None:
         try:
-            instance = instance.with_cap(parse_cap(args.mem))
+            instance = instance.with_cap(parse_cap(args.mem, instance.memory_unit))
         except ZboptError as err:
             raise ZboptError(f"--mem {args.mem}: {err}") from None
     return instance, None if stored is None else stored.schedule

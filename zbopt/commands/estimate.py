@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._common import print_json, refuse_overwrite
+from ._common import byte_count, print_json, refuse_overwrite
 
 
 def register(sub) -> None:
@@ -23,8 +23,9 @@ def register(sub) -> None:
                         help="peak FLOP/s of one device (default 312e12, A100 bf16)")
     parser.add_argument("--efficiency", type=float, default=0.5,
                         help="fraction of the peak reached (default 0.5)")
-    parser.add_argument("--hbm-bytes", type=float, default=None,
-                        help="memory of one device in bytes: the plan's cap (default: no cap)")
+    parser.add_argument("--hbm-bytes", type=byte_count, default=None,
+                        help="memory of one device in bytes (80e9, 80GB, 16GiB): the plan's cap "
+                             "(default: no cap)")
     parser.add_argument("--link-bandwidth", type=float, default=100e9,
                         help="bytes/s between neighbouring stages (default 100e9)")
     parser.add_argument("--optimizer-bytes", type=float, default=16,

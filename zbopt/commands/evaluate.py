@@ -49,7 +49,7 @@ def run(args) -> int:
         loaded = read_schedule_file(args.file)
         instance, schedule = loaded.instance, loaded.schedule
         if args.mem is not None:
-            instance = instance.with_cap(parse_cap(args.mem))
+            instance = instance.with_cap(parse_cap(args.mem, instance.memory_unit))
         else:
             stored = loaded.meta.get("metrics")
         solver = loaded.meta.get("solver")

@@ -32,8 +32,10 @@ def register(sub) -> None:
                         help="comma-separated placements to plan over: contiguous, v, "
                              "interleaved, dualpipe (default: the file's)")
     parser.add_argument("--mem", default=None, metavar="CAP",
-                        help="absolute memory per device, static memory included: a number, "
-                             "one per device separated by commas, or 'none'")
+                        help="absolute memory per device, static memory included: a number in "
+                             "the file's memory unit or a size such as 80GB or 16GiB (when that "
+                             "unit is a byte size), one per device separated by commas, or "
+                             "'none'")
     parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                         help="seconds for the whole search (default 60)")
     parser.add_argument("--solver", default="auto",
@@ -50,12 +52,15 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
-def _cap(text: str):
-    parts = [parse_cap(x.strip()) for x in text.split(",")]
+def _cap(text: str, unit: str):
+    try:
+        parts = [parse_cap(x.strip(), unit) for x in text.split(",")]
+    except ZboptError as err:
+        raise ZboptError(f"--mem {text}: {err}") from None
     if any(isinstance(x, str) for x in parts):
         raise ZboptError(f"--mem {text!r}: a layered model's cap is absolute bytes (or the "
                          f"file's memory unit) per device, static memory included, not a "
-                         f"multiple of p; give a number, one per device, or 'none'")
+                         f"multiple of p; give a number (or a size such as 80GB), one per device, or 'none'")
     if len(parts) == 1:
         return parts[0]
     if any(x is None for x in parts):
@@ -72,7 +77,7 @@ def load_model(args):
     if args.microbatches is not None:
         changes["microbatches"] = args.microbatches
     if args.mem is not None:
-        changes["memory_cap"] = _cap(args.mem)
+        changes["memory_cap"] = _cap(args.mem, model.memory_unit)
     if changes:
         try:
             model = model.with_settings(**changes)

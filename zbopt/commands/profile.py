@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import datetime
 import math
-import re
 import sys
 from pathlib import Path
 
 from ..errors import ZboptError
 from ..progress import wanted
-from ._common import add_progress_arguments, console, fmt, print_json, refuse_overwrite
-
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?)?\s*$", re.IGNORECASE)
-_FACTOR = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+from ._common import add_progress_arguments, bytes_with_unit, console, fmt, print_json, refuse_overwrite
 
 
 def register(sub) -> None:
@@ -69,12 +65,13 @@ def parse_bytes(text: str | None):
     """A cap in bytes: a number, or with a unit (GB = 1e9, GiB = 2**30), or none."""
     if text is None or text.strip().lower() in ("none", "unlimited", "inf"):
         return None
-    match = _SIZE.match(text)
-    if not match:
-        raise ZboptError(f"--mem {text!r}: give bytes per device, e.g. 80e9, 80GB or 16GiB "
-                         f"(a layered model's cap is absolute, not a multiple of p)")
-    unit = (match.group(2) or "").lower().rstrip("b")
-    value = float(match.group(1)) * _FACTOR[unit]
+    value = bytes_with_unit(text)
+    if value is None:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ZboptError(f"--mem {text!r}: give bytes per device, e.g. 80e9, 80GB or 16GiB "
+                             f"(a layered model's cap is absolute, not a multiple of p)") from None
     if not math.isfinite(value) or value <= 0:
         raise ZboptError(f"--mem {text!r}: the cap must be a positive number of bytes")
     return int(value) if value.is_integer() else value

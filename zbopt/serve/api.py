@@ -166,7 +166,10 @@ def parse_settings(params: Mapping[str, Any], base: Instance) -> Settings:
     elif "," in cap_text:  # one cap per device
         cap = _numbers("memory_cap", cap_text)
     else:
-        cap = parse_cap(cap_text)
+        try:
+            cap = parse_cap(cap_text, base.memory_unit)
+        except ZboptError as err:  # a size in bytes on an instance counted in another unit
+            raise SettingError("memory_cap", str(err)) from None
     return Settings(
         schedule=schedule, placement=placement,
         devices=_integer("devices", given["devices"]),
