@@ -21,6 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "instances" / "unit" / "unit-p4-m8.toml"
 
 
+def test_parse_caps_takes_sizes_in_bytes_in_the_files_unit():
+    assert parse_caps("60GB:80GB:10GB", "bytes") == [60 * 10**9, 70 * 10**9, 80 * 10**9]
+    assert parse_caps("1GiB,2048", "MiB") == [1024, 2048]
+    with pytest.raises(ZboptError, match="--caps '1GB:2GB:1GB': '1GB' is in bytes but the memory unit is 'sb'"):
+        parse_caps("1GB:2GB:1GB", "sb")
+
+
 def test_parse_caps_range_is_inclusive():
     assert parse_caps("1p:3p:0.25p") == ["1p", "1.25p", "1.5p", "1.75p", "2p", "2.25p",
                                         "2.5p", "2.75p", "3p"]

@@ -18,15 +18,17 @@ from typing import Any, Callable, Optional
 from .errors import ZboptError
 from .instance import Instance
 from .result import Result
+from .sizes import in_unit
 
 GREEDY = "zb-greedy"
 _CAP_TERM = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(p?)\s*$")
 
 
-def parse_caps(text: str) -> list[Any]:
+def parse_caps(text: str, memory_unit: str = "") -> list[Any]:
     """Caps from `START:STOP:STEP` (inclusive, e.g. "1p:3p:0.25p") or a list "1p,1.5p,4e6".
 
-    Multiples of p come back as strings ("1.25p"), absolute caps as numbers.
+    Multiples of p come back as strings ("1.25p"), absolute caps as numbers; a term written in
+    bytes ("60GB:80GB:5GB") is converted to `memory_unit` (zbopt.sizes.in_unit).
     """
     text = text.strip()
     if ":" in text:
@@ -34,7 +36,7 @@ def parse_caps(text: str) -> list[Any]:
         if len(parts) != 3:
             raise ZboptError(f"--caps {text!r}: write START:STOP:STEP such as 1p:3p:0.25p, "
                              f"or a comma list such as 1p,2p,3p")
-        terms = [_cap_term(x, text) for x in parts]
+        terms = [_cap_term(x, text, memory_unit) for x in parts]
         if len({unit for _, unit in terms}) != 1:
             raise ZboptError(f"--caps {text!r}: START, STOP and STEP must all be multiples of "
                              f"p (1p:3p:0.25p) or all absolute numbers")
@@ -48,12 +50,18 @@ def parse_caps(text: str) -> list[Any]:
         return [_cap_value(v, unit) for v in values]
     caps = []
     for part in text.split(","):
-        value, unit = _cap_term(part, text)
+        value, unit = _cap_term(part, text, memory_unit)
         caps.append(_cap_value(value, unit))
     return caps
 
 
-def _cap_term(part: str, text: str) -> tuple[float, str]:
+def _cap_term(part: str, text: str, memory_unit: str) -> tuple[float, str]:
+    try:
+        size = in_unit(part, memory_unit)
+    except ZboptError as err:
+        raise ZboptError(f"--caps {text!r}: {err}") from None
+    if size is not None:
+        return size, ""
     match = _CAP_TERM.match(part)
     if not match:
         raise ZboptError(f"--caps {text!r}: {part!r} is not a cap; use numbers or multiples "

@@ -6,16 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from rich.console import Console
 
 from ..errors import ZboptError
 from ..instance import Instance, check_file_keys, default_instance_path, read_table, resolve_instance
 from ..progress import Progress
+from ..sizes import bytes_with_unit, in_unit
 
 
 def add_instance_arguments(parser: argparse.ArgumentParser, optional: bool = True,
@@ -33,27 +33,6 @@ def add_instance_arguments(parser: argparse.ArgumentParser, optional: bool = Tru
                             help="memory cap overriding the file's: a number, '1p', '1.5p', "
                                  "'none', or a size such as 80GB where the file's memory unit "
                                  "is a byte size")
-
-
-# a size written with a byte unit: 80GB, 80 GB, 80G, 16GiB, 512MB, 100B, 2e9 bytes (k, M, G, T are
-# powers of 1000, Ki, Mi, Gi, Ti powers of 1024)
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(?:([kmgt]i?)b?|b|bytes?)\s*$",
-                   re.IGNORECASE)
-_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
-           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-
-
-def bytes_with_unit(text: str) -> Optional[float]:
-    """The bytes a size written with its unit means ("80GB", "16GiB"), None for anything else
-    (a plain number included: its unit is the file's)."""
-    match = _SIZE.match(text)
-    return None if match is None else float(match.group(1)) * _PREFIX[(match.group(2) or "").lower()]
-
-
-def byte_unit(unit: str) -> Optional[float]:
-    """Bytes per unit of a memory_unit naming a byte size ("B", "bytes", "MB", "GiB"), None for
-    any other ("sb", or none named)."""
-    return bytes_with_unit("1" + unit) if unit.strip() else None
 
 
 def byte_count(text: str) -> float:
@@ -76,15 +55,8 @@ def parse_cap(text: str, unit: str = "") -> Any:
     size, and refused otherwise."""
     if text.strip().lower() in ("none", "unlimited", "inf"):
         return None
-    size = bytes_with_unit(text)
-    if size is not None:
-        per = byte_unit(unit)
-        if per is None:
-            named = f"is {unit!r}" if unit.strip() else "is not named"
-            raise ZboptError(f"{text.strip()!r} is in bytes but the memory unit {named}: give "
-                             f"the cap as a plain number in the file's unit, a multiple of p "
-                             f"such as '1p', or 'none'")
-        value = size / per
+    value = in_unit(text, unit)
+    if value is not None:
         return int(value) if value.is_integer() else value
     try:
         value = float(text)

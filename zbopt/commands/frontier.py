@@ -29,7 +29,8 @@ def register(sub) -> None:
                     "its certified gap, the zb-greedy heuristic and every family that fits.")
     add_instance_arguments(parser, mem=False)  # the caps come from --caps
     parser.add_argument("--caps", default="1p:3p:0.25p",
-                        help="START:STOP:STEP or a comma list (default 1p:3p:0.25p)")
+                        help="START:STOP:STEP or a comma list (default 1p:3p:0.25p); sizes "
+                             "such as 60GB:80GB:5GB where the file's memory unit is a byte size")
     parser.add_argument("--solver", default="auto", help=SOLVER_HELP)
     parser.add_argument("--time-limit", type=positive_seconds, default=30.0,
                         help="solver seconds per cap")
@@ -56,7 +57,7 @@ def run(args) -> int:
     check_solver(args.solver)
     instance = load(args)
     args.solver = solver_for(args.solver, instance)
-    caps = parse_caps(args.caps)
+    caps = parse_caps(args.caps, instance.memory_unit)
     capped_instances(instance, caps)  # every cap checked before any solving
     name = instance.name or "instance"
     targets = {}

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..errors import ZboptError
 from ..progress import wanted
-from ._common import add_progress_arguments, bytes_with_unit, console, fmt, print_json, refuse_overwrite
+from ..sizes import bytes_with_unit
+from ._common import add_progress_arguments, console, fmt, print_json, refuse_overwrite
 
 
 def register(sub) -> None:

@@ -1,0 +1,45 @@
+"""Memory sizes written with a byte unit ("80GB", "16GiB") and their value in a file's
+memory_unit: what `--mem`, `--caps`, `--hbm-bytes` and the explorer's cap accept besides plain
+numbers (which are in the file's unit)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from .errors import ZboptError
+
+# 80GB, 80 GB, 80G, 16GiB, 512MB, 100B, 2e9 bytes: k, M, G, T are powers of 1000, Ki, Mi, Gi, Ti
+# powers of 1024
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(?:([kmgt]i?)b?|b|bytes?)\s*$",
+                   re.IGNORECASE)
+_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def bytes_with_unit(text: str) -> Optional[float]:
+    """The bytes a size written with its unit means ("80GB", "16GiB"), None for anything else
+    (a plain number included: its unit is the file's)."""
+    match = _SIZE.match(text)
+    return None if match is None else float(match.group(1)) * _PREFIX[(match.group(2) or "").lower()]
+
+
+def byte_unit(unit: str) -> Optional[float]:
+    """Bytes per unit of a memory_unit naming a byte size ("B", "bytes", "MB", "GiB"), None for
+    any other ("sb", or none named)."""
+    return bytes_with_unit("1" + unit) if unit.strip() else None
+
+
+def in_unit(text: str, unit: str) -> Optional[float]:
+    """A size written with a byte unit, in the memory unit `unit`; None when `text` is not such
+    a size. ZboptError when it is one and `unit` names no byte size."""
+    size = bytes_with_unit(text)
+    if size is None:
+        return None
+    per = byte_unit(unit)
+    if per is None:
+        named = f"is {unit!r}" if unit.strip() else "is not named"
+        raise ZboptError(f"{text.strip()!r} is in bytes but the memory unit {named}: give the "
+                         f"cap as a plain number in the file's unit, a multiple of p such as "
+                         f"'1p', or 'none'")
+    return size / per
