@@ -664,3 +664,18 @@ def test_an_instances_entry_may_name_a_shipped_instance_or_model(tmp_path):
     for entry in ("zb-1.5b-p8-m2?", "nosuch"):
         with pytest.raises(ZboptError, match="matches no file .* and names no shipped instance"):
             parse_spec({"instances": [entry], "methods": ["1f1b"]}, base_dir=tmp_path)
+
+
+def test_a_memory_cap_axis_may_be_written_in_bytes(tmp_path):
+    # blocks16-p4 counts memory in MB: 24GB is 24,000 of them, its own file's cap
+    layered, = parse_spec({"instances": ["blocks16-p4"], "methods": ["1f1b"],
+                           "axes": {"memory_cap": ["24GB"]}}, base_dir=tmp_path).instances
+    assert layered.cap == (24000,) * 4
+    base = {"devices": 2, "microbatches": 4, "t_f": 1, "t_b": 1, "t_w": 1, "m_b": 1e9,
+            "m_w": 2e8, "memory_unit": "bytes"}
+    in_bytes, relative = parse_spec({"base": base, "methods": ["1f1b"],
+                                     "axes": {"memory_cap": ["2.5GB", "2p"]}}).instances
+    assert in_bytes.cap == (25 * 10**8,) * 2 and relative.memory_cap == "2p"
+    with pytest.raises(ZboptError, match="memory_cap '80GB' is in bytes but the memory unit is 'sb'"):
+        parse_spec({"instances": ["zb-1.5b-p8-m24"], "methods": ["1f1b"],
+                    "axes": {"memory_cap": ["80GB"]}}, base_dir=tmp_path)

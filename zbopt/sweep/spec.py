@@ -52,6 +52,7 @@ from typing import Any, Mapping
 
 from ..errors import ZboptError
 from ..instance import FILE_KEYS, Instance, check_file_keys, read_table, resolve_instance
+from ..sizes import in_unit
 
 SOLVER_KEYS = ("name", "time_limit", "threads", "objective")
 SPEC_KEYS = ("name", "base", "axes", "instances", "methods", "solvers", "job_timeout")
@@ -299,7 +300,7 @@ def _layered_grid(base: dict[str, Any], axes: dict[str, list], source: str) -> l
     out = []
     for point in expand_grid(base, axes):
         where = f"{source}: {point['name'] or 'base'}"
-        cap = point.pop("memory_cap", None)
+        cap = _sized(point, where).pop("memory_cap", None)
         if isinstance(cap, str) and cap.strip().lower() in ("none", "unlimited"):
             cap = None
         relative = isinstance(cap, str)
@@ -320,9 +321,26 @@ def _grid(base: dict[str, Any], axes: dict[str, list], source: str) -> list[Inst
     if "placement" in axes and base.get("placement", "contiguous") != "contiguous":
         raise ZboptError(f"{source}: a placement axis re-splits a contiguous model: "
                          f"give a contiguous base")
-    return [instance_from_grid_point(point, f"{source}: {point['name'] or 'base'}",
-                                     replace_model="placement" in axes)
-            for point in expand_grid(base, axes)]
+    out = []
+    for point in expand_grid(base, axes):
+        where = f"{source}: {point['name'] or 'base'}"
+        out.append(instance_from_grid_point(_sized(point, where), where,
+                                            replace_model="placement" in axes))
+    return out
+
+
+def _sized(point: dict[str, Any], where: str) -> dict[str, Any]:
+    """The grid point with a memory cap written in bytes ("80GB") in its memory unit
+    (zbopt.sizes.in_unit)."""
+    cap = point.get("memory_cap")
+    if isinstance(cap, str):
+        try:
+            value = in_unit(cap, point.get("memory_unit") or "")
+        except ZboptError as err:
+            raise ZboptError(f"{where}: memory_cap {err}") from None
+        if value is not None:
+            point["memory_cap"] = int(value) if value.is_integer() else value
+    return point
 
 
 def _families(entries: Any, source: str) -> list[MethodSpec]:
