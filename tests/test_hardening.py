@@ -460,3 +460,14 @@ def test_a_wrapped_config_error_is_shown_by_its_innermost_cause():
             raise RuntimeError("validation failed") from inner
     except RuntimeError as outer:
         assert innermost_reason(outer) == "head_dim must divide hidden_size"
+
+
+def test_sizes_in_messages_read_in_the_files_unit_and_in_bytes():
+    from zbopt.sizes import readable
+    assert readable(60600090624, "B") == "60,600,090,624 B (60.6 GB)"
+    assert readable(7200, "MB") == "7,200 MB (7.2 GB)"
+    assert readable(500, "MB") == "500 MB"  # already in its own unit
+    assert readable(1200.2, "MB", at_least=True) == "1,201 MB (1.2 GB)"  # a cap never rounds down
+    assert readable(12.5, "") == "12.5" and readable(6000, "sb") == "6,000 sb"
+    assert readable(2.6666667, "") == "2.66667" and readable(2.6666667, "", at_least=True) == "2.66667"
+    assert readable(2.6666641, "", at_least=True) == "2.66667" and readable(3.0, "", True) == "3"

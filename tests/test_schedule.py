@@ -12,6 +12,7 @@ from zbopt.families import generate
 from zbopt.instance import Instance, within_cap
 from zbopt.passes import dependencies, format_pass, item_duration, item_memory, lag
 from zbopt.schedule import Schedule, _table, evaluate, format_item, fused, parse_item, validate
+from zbopt.sizes import readable
 
 
 def tiny(**kw):
@@ -152,7 +153,8 @@ def reference(instance: Instance, schedule: Schedule):
                 peak = level
                 cap = instance.cap[d] if instance.cap else None
                 if cap is not None and not within_cap(level, cap) and len(violations) < 20:
-                    violations.append(f"device {d} holds {level:g} > cap {cap:g} "
+                    violations.append(f"device {d} holds {readable(level, instance.memory_unit)} "
+                                      f"> cap {readable(cap, instance.memory_unit)} "
                                       f"after {format_item(item)}")
             if release:
                 level -= release

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import ZboptError, reason
+from .sizes import readable
 
 PLACEMENTS = ("contiguous", "interleaved", "v", "dualpipe")
 KINDS = ("F", "B", "W")
@@ -256,8 +257,9 @@ class Instance:
             need = self.static_memory[d] + max(self.m_b[s] for s in self.stages_of(d))
             if not within_cap(need, c):
                 raise ZboptError(
-                    f"memory_cap {c:g} on device {d} is below one activation "
-                    f"(needs at least {need:g}): raise memory_cap")
+                    f"memory_cap {readable(c, self.memory_unit)} on device {d} is below one "
+                    f"activation (needs at least {readable(need, self.memory_unit, at_least=True)}"
+                    f"): raise memory_cap")
         return caps
 
     def _one_cap(self, x: Any, device: int) -> float:

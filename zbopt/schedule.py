@@ -34,6 +34,7 @@ from .passes import (
     lag,
     neighbours,
 )
+from .sizes import readable
 
 _PASS_RE = re.compile(r"^\s*(\d+)\s*([FBW])\s*(\d+)\s*$")
 
@@ -431,8 +432,10 @@ def _simulate(instance: Instance, schedule: Schedule, rows):
             if level > peak:
                 peak = level
                 if caps is not None and not fits(level, caps[d]) and len(state.violations) < 20:
-                    state.violations.append(f"device {d} holds {level:g} > cap {caps[d]:g} "
-                                            f"after {format_item(schedule.orders[d][i])}")
+                    unit = instance.memory_unit
+                    state.violations.append(f"device {d} holds {readable(level, unit)} > cap "
+                                            f"{readable(caps[d], unit)} after "
+                                            f"{format_item(schedule.orders[d][i])}")
             if freed:
                 level -= freed
                 step((finish, level))

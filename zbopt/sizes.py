@@ -4,6 +4,7 @@ numbers (which are in the file's unit)."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Optional
 
@@ -43,3 +44,25 @@ def in_unit(text: str, unit: str) -> Optional[float]:
                          f"cap as a plain number in the file's unit, a multiple of p such as "
                          f"'1p', or 'none'")
     return size / per
+
+
+def readable(value: float, unit: str, at_least: bool = False) -> str:
+    """`value` in the memory unit `unit` for a message: from 1000 up a whole number with
+    thousands separators (below, six significant digits as :g shows them), the unit,
+    and for a byte unit also in KB, MB, GB or TB to three digits ("60,600,090,624 B (60.6 GB)").
+    at_least rounds the number up (a cap to raise to: never below `value`), else to the
+    nearest."""
+    if abs(value) >= 1000:
+        text = f"{math.ceil(value) if at_least else round(value):,}"
+    elif at_least and value > 0:  # six significant digits, as :g shows them, rounded up
+        step = 10.0 ** (math.floor(math.log10(value)) - 5)
+        text = f"{math.ceil(value / step - 1e-9) * step:g}"
+    else:
+        text = f"{value:g}"
+    text += f" {unit}" if unit.strip() else ""
+    per = byte_unit(unit)
+    size = value * (per or 0)
+    for name, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if size >= scale:  # (in the file's own unit already: nothing to add)
+            return text if scale == per else f"{text} ({size / scale:.3g} {name})"
+    return text

@@ -42,6 +42,7 @@ from ..instance import PLACEMENTS, Instance
 from ..layers import LayeredModel
 from ..registry import get_method, methods, run
 from ..result import Result
+from ..sizes import readable
 from ..solvers import AUTO
 from ..solvers.api import COLLISION, RELAXED, WINDOW
 from .baselines import BASELINES
@@ -487,10 +488,12 @@ def _infeasible_message(model: LayeredModel) -> str:
     short, device, sizes = least_excess(table)
     cap = table.model.memory_cap
     cap_d = cap[device] if isinstance(cap, (list, tuple)) else cap
-    return (f"memory cap {cap_d:g} cannot hold any split: even the best split "
-            f"{list(sizes)} needs {short:g} more on device {device} for its static memory and "
-            f"one micro-batch's activations; raise memory_cap on device {device} to at least "
-            f"{cap_d + short:g} or use more devices")
+    unit = model.memory_unit
+    return (f"memory cap {readable(cap_d, unit)} cannot hold any split: even the best split "
+            f"{'+'.join(map(str, sizes))} needs {readable(short, unit, at_least=True)} more on "
+            f"device {device} for its static memory and one micro-batch's activations; raise "
+            f"memory_cap on device {device} to at least {readable(cap_d + short, unit, at_least=True)} "
+            f"or use more devices")
 
 
 def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_limit: float = 60,

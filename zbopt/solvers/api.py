@@ -30,6 +30,7 @@ from ..passes import Pass
 from ..registry import get_method, solver_names
 from ..result import Result
 from ..schedule import Schedule, Timeline, evaluate, validate
+from ..sizes import readable
 from . import chunk_relaxation
 from .orders import device_orders
 from .protocol import BackendRequest, BackendResult
@@ -274,9 +275,11 @@ def _infeasible(instance: Instance, solver: str, objective: str,
     d = max(short, key=lambda x: need[x] - instance.cap[x])
     unit = instance.devices * instance.activation_unit
     multiple = f" (= {(need[d] - instance.static_memory[d]) / unit:.4g}p)" if unit else ""
-    message = (f"memory cap {instance.cap[d]:g} on device {d} admits no schedule: every "
-               f"micro-batch holds the activations of all {instance.placement} stages of a "
-               f"device at once; raise the cap to at least {need[d]:g}{multiple}")
+    unit_name = instance.memory_unit
+    message = (f"memory cap {readable(instance.cap[d], unit_name)} on device {d} admits no "
+               f"schedule: every micro-batch holds the activations of all {instance.placement} "
+               f"stages of a device at once; raise the cap to at least "
+               f"{readable(need[d], unit_name, at_least=True)}{multiple}")
     return Result(solver, "solver", "infeasible", instance, objective_name=objective,
                   runtime=time.perf_counter() - began, message=message,
                   min_feasible_cap=tuple(need))
