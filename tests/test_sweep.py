@@ -661,7 +661,7 @@ def test_an_instances_entry_may_name_a_shipped_instance_or_model(tmp_path):
     local, = parse_spec({"instances": ["blocks16-p4"], "methods": ["1f1b"]},
                         base_dir=tmp_path).instances
     assert (local.devices, local.microbatches) == (2, 3)
-    for entry in ("zb-1.5b-p8-m2?", "nosuch"):
+    for entry in ("zb-1.5b-p8-m2?", "nosuch", "elsewhere/blocks16-p4.toml"):
         with pytest.raises(ZboptError, match="matches no file .* and names no shipped instance"):
             parse_spec({"instances": [entry], "methods": ["1f1b"]}, base_dir=tmp_path)
 

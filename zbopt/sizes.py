@@ -25,6 +25,18 @@ def bytes_with_unit(text: str) -> Optional[float]:
     return None if match is None else float(match.group(1)) * _PREFIX[(match.group(2) or "").lower()]
 
 
+def as_bytes(text: str) -> float:
+    """A number of bytes written plain ("80e9") or with its unit ("80GB"); NaN when it is
+    neither (the caller says what to change)."""
+    size = bytes_with_unit(text)
+    if size is not None:
+        return size
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def byte_unit(unit: str) -> Optional[float]:
     """Bytes per unit of a memory_unit naming a byte size ("B", "bytes", "MB", "GiB"), None for
     any other ("sb", or none named)."""

@@ -15,7 +15,7 @@ from rich.console import Console
 from ..errors import ZboptError
 from ..instance import Instance, check_file_keys, default_instance_path, read_table, resolve_instance
 from ..progress import Progress
-from ..sizes import bytes_with_unit, in_unit
+from ..sizes import as_bytes, in_unit
 
 
 def add_instance_arguments(parser: argparse.ArgumentParser, optional: bool = True,
@@ -37,12 +37,7 @@ def add_instance_arguments(parser: argparse.ArgumentParser, optional: bool = Tru
 
 def byte_count(text: str) -> float:
     """An argparse type: a positive number of bytes, plain or with its unit ("80e9", "80GB")."""
-    size = bytes_with_unit(text)
-    if size is None:
-        try:
-            size = float(text)
-        except ValueError:
-            size = math.nan
+    size = as_bytes(text)
     if not math.isfinite(size) or size <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of bytes (e.g. "
                                          f"80e9, 80GB or 16GiB)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import ZboptError
 from ..progress import wanted
-from ..sizes import bytes_with_unit
+from ..sizes import as_bytes
 from ._common import add_progress_arguments, console, fmt, print_json, refuse_overwrite
 
 
@@ -66,13 +66,10 @@ def parse_bytes(text: str | None):
     """A cap in bytes: a number, or with a unit (GB = 1e9, GiB = 2**30), or none."""
     if text is None or text.strip().lower() in ("none", "unlimited", "inf"):
         return None
-    value = bytes_with_unit(text)
-    if value is None:
-        try:
-            value = float(text)
-        except ValueError:
-            raise ZboptError(f"--mem {text!r}: give bytes per device, e.g. 80e9, 80GB or 16GiB "
-                             f"(a layered model's cap is absolute, not a multiple of p)") from None
+    value = as_bytes(text)
+    if math.isnan(value):
+        raise ZboptError(f"--mem {text!r}: give bytes per device, e.g. 80e9, 80GB or 16GiB "
+                         f"(a layered model's cap is absolute, not a multiple of p)")
     if not math.isfinite(value) or value <= 0:
         raise ZboptError(f"--mem {text!r}: the cap must be a positive number of bytes")
     return int(value) if value.is_integer() else value

@@ -241,8 +241,9 @@ def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Ins
     for pattern in files:
         full = pattern if Path(pattern).is_absolute() else str(base_dir / pattern)
         matches = sorted(glob.glob(full))
-        shipped = resolve_instance(pattern)  # a shipped name, when no file of the spec's matches
-        if not matches and shipped.is_file() and not set("*?[") & set(pattern):
+        # a shipped name (no folder, no wildcard) when no file of the spec's folder matches
+        shipped = resolve_instance(pattern)
+        if not matches and shipped.is_file() and not set("*?[/\\") & set(pattern):
             matches = [str(shipped)]
         if not matches:
             raise ZboptError(f"{source}: instances entry {pattern!r} matches no file "
