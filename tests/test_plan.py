@@ -744,6 +744,25 @@ def test_plan_file_is_a_schedule_file_with_the_partition(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
+def test_the_plan_table_shows_memory_in_gb_when_the_file_counts_bytes(capsys, tmp_path):
+    model = load_model(EXAMPLE)
+    in_bytes = tmp_path / "bytes.json"
+    # the example in bytes: 1 MB = 1e6 B, so every memory column reads in GB, to 2 decimals
+    data = model.to_dict()
+    data["memory_unit"], data["memory_cap"] = "B", data["memory_cap"] * 10**6
+    for layer in data["layers"]:
+        for key in ("m_b", "m_w", "static"):
+            layer[key] *= 10**6
+    in_bytes.write_text(json.dumps(data))
+    assert main(["plan", str(in_bytes), "--quiet", "--time-limit", "5"]) == 0
+    as_bytes = capsys.readouterr().out
+    assert "cap=24,000,000,000 B (24 GB)" in as_bytes
+    assert "static (GB)" in as_bytes and "7.20" in as_bytes and "24 " in as_bytes
+    assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "5"]) == 0
+    as_mb = capsys.readouterr().out  # MB stays MB
+    assert "cap=24,000 MB (24 GB)" in as_mb and "static (MB)" in as_mb and "7,200" in as_mb
+
+
 def test_plan_mem_takes_a_size_in_bytes_in_the_files_unit(capsys):
     # the example's memory unit is MB: 24GB is its own cap of 24,000
     assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "5", "--json"]) == 0

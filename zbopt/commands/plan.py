@@ -8,6 +8,7 @@ import time
 
 from ..errors import ZboptError
 from ..progress import wanted
+from ..sizes import byte_unit, readable
 from ._common import (
     add_progress_arguments,
     check_solver,
@@ -50,6 +51,16 @@ def register(sub) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     add_progress_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def _memory_column(inst) -> tuple[float, str]:
+    """(factor, header suffix) of the memory columns: GB where the file counts in bytes and
+    holds a GB or more, else the file's own unit."""
+    unit = inst.memory_unit
+    top = max([*(inst.cap or ()), *inst.static_memory, max(inst.m_b)])
+    if byte_unit(unit) == 1 and top >= 1e9:
+        return 1e-9, " (GB)"
+    return 1.0, f" ({unit})" if unit.strip() else ""
 
 
 def _cap(text: str, unit: str):
@@ -199,7 +210,7 @@ def _print(result, model, args) -> None:
     r = result.result
     inst = r.instance
     unit = f" {inst.time_unit}" if inst.time_unit else ""
-    cap = "unlimited" if inst.cap is None else fmt(max(inst.cap))
+    cap = "unlimited" if inst.cap is None else readable(max(inst.cap), inst.memory_unit)
     out.print(f"[bold]{model.name or args.model}[/]: {model.num_layers} layers, p={inst.devices} "
               f"m={inst.microbatches} placement={inst.placement} cap={cap}")
     gap = "-" if r.gap is None else f"{r.gap:.2%}"
@@ -223,15 +234,17 @@ def _print(result, model, args) -> None:
     out.print(f"searched    {result.partitions_scheduled} splits scheduled, "
               f"{result.partitions_pruned:,} pruned by their bound, {result.solver_runs} solver "
               f"run(s), {r.runtime:.1f} s")
-    table = Table("stage", "device", "layers", "t_f+t_b+t_w", "static", "peak memory", "cap")
+    per, memory = _memory_column(inst)
+    table = Table("stage", "device", "layers", "t_f+t_b+t_w", f"static{memory}",
+                  f"peak memory{memory}", f"cap{memory}")
     placed = model.with_settings(placement=inst.placement,
                                  chunks=model.chunks if inst.placement == "interleaved" else 0)
     for k, group in enumerate(placed.stage_layers(result.split.sizes)):
         stage_load = inst.t_f[k] + inst.t_b[k] + inst.t_w[k]
         d = inst.device_of(k)
         table.add_row(str(k), str(d), compact([x.name for x in group]), fmt(stage_load),
-                      fmt(inst.static_memory[d]), fmt(r.peak_memory[d]),
-                      fmt(inst.cap[d]) if inst.cap else "-")
+                      fmt(inst.static_memory[d] * per, 2), fmt(r.peak_memory[d] * per, 2),
+                      fmt(inst.cap[d] * per, 2) if inst.cap else "-")
     out.print(table)
     base = Table("baseline", "split", "schedule", "span", "plan's gain")
     for name, split in result.baselines.items():
