@@ -717,11 +717,12 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
 
 def part_lfloor(args) -> list[str]:
     """zbopt.plan.load_floor (CP-SAT's least largest device load over fitting partitions)
-    against the total load over p and the paired programmes, on V and interleaved (2, 3 and 4
-    chunks) of every estimated model and cap."""
+    against the total load over p and the paired programmes, on V, interleaved (2, 3 and 4
+    chunks) and dualpipe of every estimated model and cap."""
     import zbopt.plan.search as search_module
     from zbopt.plan.load_floor import load_floor
-    from zbopt.plan.paired_bound import interleaved_floor, v_floor
+    from zbopt.plan.paired_bound import dualpipe_floor, interleaved_floor, v_floor
+    paired_of = {"v": v_floor, "interleaved": interleaved_floor, "dualpipe": dualpipe_floor}
     lines = ["`load_floor` (CP-SAT, 2 s, one worker: the least, over partitions whose devices hold "
              "their static memory and one micro-batch's activations, of the largest device load) "
              "against the total load over p, which the plan kept where no paired programme runs "
@@ -734,7 +735,7 @@ def part_lfloor(args) -> list[str]:
     ratios, times = [], []
     for model, p, m, cap_name, capped in _estimated_caps(args):
         for placement, chunks in (("v", 0), ("interleaved", 2), ("interleaved", 3),
-                                  ("interleaved", 4)):
+                                  ("interleaved", 4), ("dualpipe", 0)):
             placed = capped.with_settings(placement=placement, chunks=chunks)
             total = search_module._total_load(placed) / p
             print(f"[bench_plan] lfloor {model.name} {cap_name} {placement} {chunks}",
@@ -744,14 +745,14 @@ def part_lfloor(args) -> list[str]:
             seconds = time.perf_counter() - began
             times.append(seconds)
             paired, paired_s = None, None
-            if placement == "v" or chunks == 2:
+            if chunks in (0, 2):
                 began = time.perf_counter()
-                paired = (v_floor if placement == "v" else interleaved_floor)(placed)
+                paired = paired_of[placement](placed)
                 paired_s = time.perf_counter() - began
             fits = floor is not None and math.isfinite(floor)
             if fits:
                 ratios.append(floor / total)
-            label = placement if placement == "v" else f"interleaved {chunks}"
+            label = f"interleaved {chunks}" if placement == "interleaved" else placement
             lines.append(
                 f"| {model.name} | {p} | {m} | {cap_name} | {label} | {_fmt(total)} | "
                 f"{_fmt(floor) if fits else ('no split fits' if floor else '-')} | "

@@ -460,24 +460,31 @@ def test_paired_floor_is_the_least_device_bound_over_every_partition(placement, 
         and paths >= least_paths
 
 
-@pytest.mark.parametrize("placement, chunks", [("interleaved", 2), ("interleaved", 3), ("v", 0)])
+@pytest.mark.parametrize("placement, chunks", [("interleaved", 2), ("interleaved", 3), ("v", 0),
+                                               ("dualpipe", 0)])
 def test_load_floor_is_the_least_largest_device_load_over_every_fitting_partition(placement,
                                                                                  chunks):
     rng = random.Random(23)
     compared = capped = raised = 0
+    dual = placement == "dualpipe"
     for _ in range(300):
         model = _random_model(rng)
-        if model.num_layers < model.devices * (chunks or 2) or model.devices < 2:
+        parts = model.devices if dual else model.devices * (chunks or 2)
+        if model.num_layers < parts or model.devices < 2:
             continue
+        if dual:  # its two directions take half the micro-batches each
+            model = model.with_settings(microbatches=2 * model.microbatches)
         model = model.with_settings(placement=placement, chunks=chunks)
         least, uncapped = INF, INF
-        for sizes in _partitions(model.num_layers, model.num_stages):
+        for sizes in _partitions(model.num_layers, parts):
             free = model.with_settings(memory_cap=None).instance(sizes)
-            loads = [sum(free.microbatches * (free.t_f[s] + free.t_b[s] + free.t_w[s])
+            loads = [sum(len(free.microbatches_of(s)) * (free.t_f[s] + free.t_b[s] + free.t_w[s])
                          for s in free.stages_of(d)) for d in range(free.devices)]
             uncapped = min(uncapped, max(loads))
-            # static memory and one micro-batch's activations through all of a device's stages
-            need = [free.static_memory[d] + sum(free.m_b[s] for s in free.stages_of(d))
+            # static memory and one micro-batch's activations through all of a device's stages;
+            # on dualpipe no micro-batch runs through both: either stage's
+            held = max if dual else sum
+            need = [free.static_memory[d] + held(free.m_b[s] for s in free.stages_of(d))
                     for d in range(free.devices)]
             if model.memory_cap is None or all(x <= model.memory_cap + 1e-9 for x in need):
                 least = min(least, max(loads))

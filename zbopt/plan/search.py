@@ -718,9 +718,9 @@ def placement_floor(model: LayeredModel, budget: float = BUDGET) -> float:
     """A lower bound on the span of every schedule of single passes of every partition on the
     model's placement (inf: no partition fits the cap): the segment programme's least bound on
     contiguous; elsewhere the total load over p, raised by zbopt.plan.paired_bound's programme
-    where it applies and runs within `budget` (its element operations), else on interleaved
-    and V by zbopt.plan.load_floor's least largest device load (LOAD_FLOOR_SECONDS at the full
-    budget, in proportion below it)."""
+    where it applies and runs within `budget` (its element operations), else by
+    zbopt.plan.load_floor's least largest device load (LOAD_FLOOR_SECONDS at the full budget,
+    in proportion below it)."""
     if model.placement == "contiguous":
         return least_bound(segment_bounds(model))
     floor = _total_load(model) / model.devices
