@@ -723,6 +723,27 @@ def test_infeasible_cap_names_device_and_shortfall(capsys):
     assert max(fits.result.peak_memory) <= 7200
 
 
+def test_a_placement_no_split_fits_is_refused_or_skipped(monkeypatch):
+    # dualpipe pins two copies of the weights: 20,800 MB of static memory twice over 4 devices
+    # is more than 9,000 MB on some device whatever the split; contiguous fits there
+    model = load_model(EXAMPLE).with_settings(memory_cap=9000)
+    assert placement_floor(model.with_settings(placement="dualpipe")) == INF
+    with pytest.raises(ZboptError, match="memory cap 9,000 MB .* cannot hold any split on dualpipe"):
+        plan(model, placements=("dualpipe",), time_limit=5)
+    from zbopt.plan import search as plan_search
+    tried = []
+    schedule = plan_search._Search.schedule
+
+    def recorded(self, placement, sizes, *args, **kwargs):
+        tried.append(placement)
+        return schedule(self, placement, sizes, *args, **kwargs)
+    monkeypatch.setattr(plan_search._Search, "schedule", recorded)
+    both = plan(model, placements=("contiguous", "dualpipe"), time_limit=5)
+    assert both.split.placement == "contiguous" and both.result.status == "optimal"
+    # no dualpipe split is scheduled: none can fit
+    assert "contiguous" in tried and "dualpipe" not in tried
+
+
 def test_plan_file_is_a_schedule_file_with_the_partition(tmp_path, capsys):
     out = tmp_path / "plan.json"
     assert main(["plan", str(EXAMPLE), "--time-limit", "5", "--json", "--quiet",

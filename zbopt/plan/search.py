@@ -50,6 +50,7 @@ from .bound import (
     SegmentBounds,
     argmin_partition,
     count_below,
+    device_caps,
     least_bound,
     least_excess,
     partitions_below,
@@ -539,6 +540,9 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             if placement in PAIRED:  # up to seconds on large models: say what runs
                 search.tell("bounds")
             floor = placement_floor(placed)
+            if math.isinf(floor):  # proven: no split fits, so no schedule on it to look for
+                bounds[placement] = floor
+                continue
         search.bound = min([*bounds.values(), floor])
         for sizes in starts:
             if sizes is not None:
@@ -585,6 +589,11 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         # partitions not listed all have a bound >= listed_below
         bounds[placement] = listed_below
         pending.extend(splits)
+    if search.best is None and bounds and all(math.isinf(x) for x in bounds.values()):
+        raise ZboptError(f"memory cap {readable(max(device_caps(model)), model.memory_unit)} "
+                         f"cannot hold any split on {' or '.join(placements)}: on every one some "
+                         f"device's static memory and one micro-batch's activations exceed it; "
+                         f"raise memory_cap, use more devices or allow other placements")
     if search.best is None:
         raise ZboptError("no registered schedule fits the memory cap on any split tried: raise "
                          "memory_cap or allow other placements")
@@ -658,6 +667,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     for name, rule in BASELINES.items():
         options = []
         for placement in placements:
+            if math.isinf(bounds.get(placement, 0.0)):
+                continue  # no split fits this placement (proven above)
             sizes = rule(search.placed(placement))
             if sizes is not None:
                 options.append(search.schedule(placement, sizes))
