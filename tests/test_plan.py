@@ -699,6 +699,21 @@ def test_a_plan_says_which_other_placement_could_be_shorter(capsys):
     assert data["other_placements"] is None and data["span"] == pytest.approx(216400)
 
 
+def test_placements_all_plans_over_every_placement_that_holds_the_layers(capsys):
+    # blocks16-p4: DualPipe's 216,400 is the least over the four placements (proven)
+    assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "20", "--json",
+                 "--placements", "all"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["partition"]["placement"] == "dualpipe" and data["status"] == "optimal"
+    assert data["span"] == pytest.approx(216400) and data["other_placements"] is None
+    assert all(x in data["message"] for x in ("contiguous", "interleaved", "v", "dualpipe"))
+    # 18 layers cannot fill 32 stages: at p = 16 V and interleaved are left out, not refused
+    assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "5", "--json",
+                 "--placements", "all", "--devices", "16"]) == 0
+    message = json.loads(capsys.readouterr().out)["message"]
+    assert "contiguous, dualpipe placement(s)" in message
+
+
 def test_the_least_placement_is_the_one_whose_bound_is_the_plans():
     from zbopt.plan.search import Split, _least_placement
     listed = [Split("v", (1,) * 8, None, 90.0), Split("contiguous", (2, 2, 2, 2), None, 120.0)]

@@ -31,7 +31,8 @@ def register(sub) -> None:
                         help="override microbatches")
     parser.add_argument("--placements", default=None,
                         help="comma-separated placements to plan over: contiguous, v, "
-                             "interleaved, dualpipe (default: the file's)")
+                             "interleaved, dualpipe, or 'all' (those that can hold the layers; "
+                             "default: the file's)")
     parser.add_argument("--mem", default=None, metavar="CAP",
                         help="absolute memory per device, static memory included: a number in "
                              "the file's memory unit or a size such as 80GB or 16GiB (when that "
@@ -99,13 +100,23 @@ def load_model(args):
 
 def _placements(args, model) -> tuple[str, ...]:
     from ..instance import PLACEMENTS
+    from ..plan.search import placed
     if args.placements is None:
         return (model.placement,)
+    if args.placements.strip() == "all":  # every placement that can hold the layers
+        names = []
+        for name in PLACEMENTS:
+            try:
+                placed(model, name)
+                names.append(name)
+            except ZboptError:
+                pass
+        return tuple(names)
     names = tuple(x.strip() for x in args.placements.split(",") if x.strip())
     bad = [x for x in names if x not in PLACEMENTS]
     if not names or bad:
         raise ZboptError(f"--placements {args.placements!r}: use a comma-separated list of "
-                         f"{', '.join(PLACEMENTS)}")
+                         f"{', '.join(PLACEMENTS)}, or 'all'")
     return names
 
 
