@@ -32,9 +32,15 @@ FILE_KEYS = (
 )
 
 
+def cap_limit(cap: float) -> float:
+    """The highest memory level within_cap lets fit under `cap`: a relative tolerance for float
+    data."""
+    return cap + 1e-9 * max(1.0, abs(cap))
+
+
 def within_cap(level: float, cap: float) -> bool:
     """Whether a memory level is within a cap, with a relative tolerance for float data."""
-    return level <= cap + 1e-9 * max(1.0, abs(cap))
+    return level <= cap_limit(cap)
 
 
 def _is_number(x: Any) -> bool:

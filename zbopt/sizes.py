@@ -44,8 +44,8 @@ def byte_unit(unit: str) -> Optional[float]:
 
 
 def in_unit(text: str, unit: str) -> Optional[float]:
-    """A size written with a byte unit, in the memory unit `unit`; None when `text` is not such
-    a size. ZboptError when it is one and `unit` names no byte size."""
+    """A size written with a byte unit, in the memory unit `unit` (an int where whole); None
+    when `text` is not such a size. ZboptError when it is one and `unit` names no byte size."""
     size = bytes_with_unit(text)
     if size is None:
         return None
@@ -55,7 +55,8 @@ def in_unit(text: str, unit: str) -> Optional[float]:
         raise ZboptError(f"{text.strip()!r} is in bytes but the memory unit {named}: give the "
                          f"cap as a plain number in the file's unit, a multiple of p such as "
                          f"'1p', or 'none'")
-    return size / per
+    value = size / per
+    return int(value) if value.is_integer() else value
 
 
 def readable(value: float, unit: str, at_least: bool = False) -> str:

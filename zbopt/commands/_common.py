@@ -52,7 +52,7 @@ def parse_cap(text: str, unit: str = "") -> Any:
         return None
     value = in_unit(text, unit)
     if value is not None:
-        return int(value) if value.is_integer() else value
+        return value
     try:
         value = float(text)
     except ValueError:

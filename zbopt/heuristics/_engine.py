@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from ..instance import Instance, within_cap
+from ..instance import Instance, cap_limit, within_cap
 from ..passes import stage_deltas, stage_lag
 
 Pass = tuple[int, int, str]
@@ -275,7 +275,7 @@ class _Greedy:
                 for d, s in enumerate(top.dev_stages)]
         w_fills = _per_device(pol.w_fill, p)
         # the cap test of within_cap, with the tolerance folded into the cap once
-        limit = [c + 1e-9 * max(1.0, abs(c)) for c in caps]
+        limit = [cap_limit(c) for c in caps]
         top_idle = [0.0]  # max(idle): a device's idle time only grows
         bound = _BOUND.get()
         pruning = bound < math.inf

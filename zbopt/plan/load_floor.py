@@ -29,6 +29,7 @@ import math
 from typing import Optional
 
 from ..errors import ZboptError
+from ..instance import cap_limit
 from ..layers import LayeredModel
 from ..solvers.api import power_of_ten_scale
 from .bound import device_caps
@@ -39,13 +40,11 @@ SCALE = 10 ** 9
 MAX_INTEGER = 10 ** 15
 
 
-def _integers(values: list[float], top: float = 0.0,
-              others: tuple[list[float], ...] = ()) -> tuple[float, list[list[int]]]:
-    """(scale, prefix sums of the values, and of each list of `others`, times scale, each
-    rounded down): the power of ten that makes every value an integer where the sums stay
-    small, else one that makes the larger of the total and `top` SCALE (one scale for all, so
-    their sums compare)."""
-    every = [*values, *(x for other in others for x in other)]
+def _integers(*lists: list[float], top: float = 0.0) -> tuple[float, list[list[int]]]:
+    """(scale, the prefix sums of each list times scale, each rounded down): the power of ten
+    that makes every value an integer where the sums stay small, else one that makes the larger
+    of the total and `top` SCALE (one scale for all the lists, so their sums compare)."""
+    every = [x for listed in lists for x in listed]
     total = max(sum(every), top)
     try:
         scale = power_of_ten_scale(every, "value")
@@ -55,7 +54,7 @@ def _integers(values: list[float], top: float = 0.0,
     if not exact:
         scale = SCALE / total if total > 0 else 1.0
     tables = []
-    for listed in (values, *others):
+    for listed in lists:
         prefix = [0]
         for x in listed:
             prefix.append(prefix[-1] + (round(x * scale) if exact else math.floor(x * scale)))
@@ -103,15 +102,15 @@ def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
     caps = device_caps(model)
     if caps is not None:
         if dual:  # static memory of both stages, the activations of one
-            unit, (static, activation) = _integers([x.static for x in layers], max(caps),
-                                                   ([x.m_b for x in layers],))
+            unit, (static, activation) = _integers([x.static for x in layers],
+                                                   [x.m_b for x in layers], top=max(caps))
             pinned_at, held_at = sums(static, "s"), sums(activation, "a")
         else:  # static memory and one micro-batch's activations through every stage
-            unit, (table,) = _integers([x.static + x.m_b for x in layers], max(caps))
+            unit, (table,) = _integers([x.static + x.m_b for x in layers], top=max(caps))
             pinned_at = sums(table, "q")
         for d, own in enumerate(devices):
             # within_cap's tolerance, so no partition the evaluator would let fit is left out
-            room = math.floor((caps[d] + 1e-9 * max(1.0, abs(caps[d]))) * unit)
+            room = math.floor(cap_limit(caps[d]) * unit)
             pinned = sum(pinned_at[k + 1] - pinned_at[k] for k in own)
             if dual:  # either stage's activations on top of both stages' static memory
                 for k in own:

@@ -42,7 +42,7 @@ from collections import defaultdict
 from typing import Optional
 
 from ..dominance import keep_earliest, labels_of
-from ..instance import Instance
+from ..instance import Instance, cap_limit
 from ..passes import dependencies, duration, lag, memory_delta, neighbours
 
 PLACEMENTS = ("interleaved", "v")
@@ -168,6 +168,7 @@ def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional
     after = [chain.index((s, "B")) for s in stages]  # the W of a stage follows its B
     room = instance.cap[device] - instance.static_memory[device] \
         if instance.cap is not None else math.inf
+    limit = cap_limit(room)  # the cap test of within_cap, its tolerance folded in once
     total = m * len(kinds)
     # a label: (free, release of the next chain pass of each micro-batch in flight, oldest first)
     layers: dict[int, dict] = defaultdict(dict)
@@ -182,7 +183,7 @@ def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional
             moves = [i for i in range(n) if counts[i] < m and (i == 0 or counts[i] < counts[i - 1])]
             moves += [n + w for w in range(len(stages)) if counts[n + w] < counts[after[w]]]
             for i in moves:
-                if delta[i] > 0 and level + delta[i] > room + 1e-9 * max(1.0, abs(room)):
+                if delta[i] > 0 and level + delta[i] > limit:
                     continue
                 grown = counts[:i] + (counts[i] + 1,) + counts[i + 1:]
                 for free, releases in group:

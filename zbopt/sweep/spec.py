@@ -241,10 +241,10 @@ def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Ins
     for pattern in files:
         full = pattern if Path(pattern).is_absolute() else str(base_dir / pattern)
         matches = sorted(glob.glob(full))
-        # a shipped name (no folder, no wildcard) when no file of the spec's folder matches
-        shipped = resolve_instance(pattern)
-        if not matches and shipped.is_file() and not set("*?[/\\") & set(pattern):
-            matches = [str(shipped)]
+        if not matches and not set("*?[/\\") & set(pattern):
+            # a shipped name (no folder, no wildcard) when no file of the spec's folder matches
+            shipped = resolve_instance(pattern)
+            matches = [str(shipped)] if shipped.is_file() else []
         if not matches:
             raise ZboptError(f"{source}: instances entry {pattern!r} matches no file "
                              f"(paths are relative to the spec's folder {base_dir}) and names "
@@ -340,7 +340,7 @@ def _sized(point: dict[str, Any], where: str) -> dict[str, Any]:
         except ZboptError as err:
             raise ZboptError(f"{where}: memory_cap {err}") from None
         if value is not None:
-            point["memory_cap"] = int(value) if value.is_integer() else value
+            point["memory_cap"] = value
     return point
 
 
