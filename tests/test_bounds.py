@@ -515,3 +515,26 @@ def test_memory_pipeline_is_among_the_bounds_and_decides_a_memory_bound_pipeline
     assert "memory_pipeline" not in bounds.lower_bounds(instance.with_cap(None))
     assert "memory_pipeline" not in bounds.lower_bounds(
         Instance(devices=2, microbatches=4, memory_cap="1p").with_placement("interleaved", 2))
+
+
+def test_memory_area_adds_up_the_two_stages_of_a_v_device():
+    """V on p=3, m=6: device 0 holds stages 0 and 5, each with m_b 3 under a cap of 6. A
+    micro-batch holds stage 0's activation for its whole round trip (12) and stage 5's for 2,
+    so 6 micro-batches take 6 * (3 * 12 + 3 * 2) = 252 units of memory x time in a room of 6:
+    42. Each stage alone holds 2 at a time (three rounds of 12, plus a W: 37), the load is 36;
+    CP-SAT's proven optimum is above it, and the V floor over partitions rises with it."""
+    from zbopt.layers import Layer, LayeredModel
+    from zbopt.plan.paired_bound import v_floor
+    from zbopt.solvers.api import solve
+    layers = tuple(Layer(f"l{k}", t_f=1, t_b=1, t_w=1, m_b=3 if k in (0, 5) else 0, m_w=0)
+                   for k in range(6))
+    model = LayeredModel(layers=layers, devices=3, microbatches=6, comm=0, memory_cap=6,
+                         placement="v")
+    instance = model.instance((1,) * 6)
+    values = bounds.lower_bounds(instance)
+    assert values["memory_area"] == pytest.approx(42)
+    assert max(v for k, v in values.items() if k != "memory_area") < 42 - 1e-6
+    assert "memory_area" not in bounds.lower_bounds(instance.with_cap(None))
+    assert v_floor(model) == pytest.approx(42)
+    optimum = solve(instance, "cpsat", time_limit=60, prove_with_bounds=False)
+    assert optimum.status == "optimal" and optimum.span >= 42

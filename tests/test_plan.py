@@ -390,14 +390,16 @@ def _paired_device_bounds(instance, caps, throughput: bool = True) -> list[float
     """Per device of an instance with two stages per device (V, interleaved, dualpipe): the
     largest of its load and, for each of its stages, ceil(r / k) round trips from the stage to
     its chain's end and back plus its t_w, r the micro-batches through the stage and k the
-    activations of the stage its free memory holds (inf where its static memory and one
-    micro-batch's activations on it exceed `caps`)."""
+    activations of the stage its free memory holds; and the sum over its stages of r
+    times (m_b times that round trip plus m_w times t_w), over its free memory (inf where its
+    static memory and one micro-batch's activations on it exceed `caps`)."""
     out = []
     for d in range(instance.devices):
         mine = instance.stages_of(d)
         value = sum(len(instance.microbatches_of(s)) *
                     (instance.t_f[s] + instance.t_b[s] + instance.t_w[s]) for s in mine)
         free = INF if caps is None else caps - instance.static_memory[d]
+        held_area = 0.0
         for s in mine:
             chain = instance.chain_of_stage(s)
             rest = chain[chain.index(s):]
@@ -410,6 +412,9 @@ def _paired_device_bounds(instance, caps, throughput: bool = True) -> list[float
             rounds = math.ceil(runs / slots) if math.isfinite(slots) and slots >= 1 else 1
             if throughput:
                 value = max(value, rounds * path + instance.t_w[s])
+            held_area += runs * (instance.m_b[s] * path + instance.m_w[s] * instance.t_w[s])
+        if math.isfinite(free):
+            value = max(value, held_area / (free + 1e-9 * max(1.0, caps)))
         # one micro-batch runs through both stages of a device, except on dualpipe
         held = [instance.m_b[s] for s in mine]
         need = max(held) if instance.placement == "dualpipe" else sum(held)

@@ -28,6 +28,13 @@ a solver's optimum and every family's value must lie at or above it. The bounds:
   wave: a device that runs few forwards before its first B idles, one that runs many delays
   the first B of the device before it (see first_b_wave). It is what Zero Bubble schedules
   at 2p lose when t_b + 2 comm > t_f, and meets the optima proven on the paper's settings.
+- memory_area (with a cap): a micro-batch holds m_b of stage s on its device from the start of
+  F(s) to the end of B(s), at least the round trip from F(s) to B(s) plus t_b(s), and m_w of
+  it until W(s) ends, t_w(s) later still. That memory times time, summed over d's stages and
+  micro-batches, fits under the room the cap leaves above d's static memory for the whole of
+  d's window, which is therefore at least the sum over that room. On a device with one stage
+  the round-trip count of zbopt.plan.bound is mostly higher; with two stages (V, interleaved,
+  dualpipe) their memory adds up, which no one-stage argument sees.
 - w_deferral (single-chain placements): device d's last B on its first stage must travel back
   to the chain's first device, which started before d: unless d runs W work after its last
   B as long as those two paths, that device's window is the longer one. W work kept for
@@ -47,7 +54,7 @@ from typing import Iterable, Optional
 
 from .dag import critical_path_length
 from .errors import ZboptError
-from .instance import Instance
+from .instance import Instance, cap_limit
 from .passes import stage_lag
 
 OBJECTIVES = ("span", "makespan")
@@ -118,6 +125,23 @@ def _chain_sums(instance: Instance) -> dict[int, tuple[tuple[int, ...], list[flo
         for s in stages:
             out[s] = (stages, forward, backward)
     return out
+
+
+def memory_areas(instance: Instance) -> tuple[float, ...]:
+    """Per device, the memory_area bound of the module doc (0 uncapped, and where the cap leaves
+    no room above the static memory: min_feasible_cap reports that)."""
+    out = []
+    for d in range(instance.devices):
+        if instance.cap is None:
+            out.append(0.0)
+            continue
+        area = sum(_count(instance, s) * (instance.m_b[s] * (round_trip(instance, s, s) +
+                                                             instance.t_b[s]) +
+                                          instance.m_w[s] * instance.t_w[s])
+                   for s in instance.stages_of(d))
+        room = cap_limit(instance.cap[d]) - instance.static_memory[d]
+        out.append(area / room if room > 0 else 0.0)
+    return tuple(out)
 
 
 def round_trip(instance: Instance, from_stage: int, to_stage: int) -> float:
@@ -751,6 +775,8 @@ def _lower_bounds(instance: Instance, objective: str, extended: bool,
         out["first_b_wave"] = first_b_wave(instance)  # every window lies in [0, makespan]
     if deferral:
         out["w_deferral"] = w_deferral(instance)  # a span bound; makespan >= span
+    if extended and instance.cap is not None:
+        out["memory_area"] = max(h + a for h, a in zip(heads, memory_areas(instance)))
     if extended and instance.cap is not None:
         value = memory_pipeline(instance)  # a span bound too
         if value > 0:

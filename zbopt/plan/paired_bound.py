@@ -15,6 +15,10 @@ schedule of single passes and every partition, the span being at least each devi
   once, so ceil(r / k) of those intervals are disjoint, and the W of the last of them follows:
   the window is at least ceil(r / k) times that path plus t_w(s), for each of the device's two
   stages (at least one round with no cap);
+- memory area (zbopt.bounds, memory_area): those activations, held at least that path (and m_w
+  of them t_w(s) longer, until W), summed over both stages times r, fit under the room the cap
+  leaves above the static memory for the whole window, so the window is at least their sum over
+  that room; it sees the two stages' memory add up, which the per-stage rounds do not;
 - fit: a partition no schedule runs (a device whose static memory and the two activations of one
   micro-batch, held together from the F of its later stage to the B of its earlier one, exceed
   its cap; on dualpipe, where no micro-batch runs through both, the larger of the two) is not a
@@ -40,7 +44,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..instance import within_cap
+from ..instance import cap_limit, within_cap
 from ..layers import LayeredModel
 from .bound import device_caps
 
@@ -157,7 +161,8 @@ class _Costs:
             return np.array(model.prefix_sums(key))
 
         self.m, self.comm, self.caps = model.microbatches, model.comm, device_caps(model)
-        tf, tb, self.tw, self.mb, self.st = (prefix(k) for k in ("t_f", "t_b", "t_w", "m_b", "static"))
+        tf, tb, self.tw, self.mb, self.mw, self.st = (prefix(k) for k in
+                                                      ("t_f", "t_b", "t_w", "m_b", "m_w", "static"))
         self.work = tf + tb + self.tw  # one micro-batch's passes over the layers before a cut
         self.trip = (tf[n] - tf) + (tb[n] - tb)  # from a layer to the model's end and back
 
@@ -174,11 +179,17 @@ class _Costs:
         static = sum(self.st[end] - self.st[start] for start, end, _ in segments)
         held = [self.mb[end] - self.mb[start] for start, end, _ in segments]
         room = math.inf if self.caps is None else self.caps[d] - static
+        area = 0.0  # memory x time the device's micro-batches hold, at least
         with np.errstate(divide="ignore", invalid="ignore"):
             for (start, end, hops), mb in zip(segments, held):
                 path = self.trip[start] + 2 * hops * self.comm
-                cost = np.maximum(cost, _rounds(runs, room, mb) * path +
-                                  (self.tw[end] - self.tw[start]))
+                tw = self.tw[end] - self.tw[start]
+                cost = np.maximum(cost, _rounds(runs, room, mb) * path + tw)
+                area = area + runs * (mb * path + (self.mw[end] - self.mw[start]) * tw)
+            if self.caps is not None:
+                limit = cap_limit(self.caps[d]) - static  # the most within_cap lets them hold
+                cost = np.maximum(cost, np.where(limit > 0, area / np.where(limit > 0, limit, 1.0),
+                                                 0.0))
         if self.caps is not None:  # elementwise on the arrays
             need = held[0] + held[1] if together else np.maximum(held[0], held[1])
             cost = np.where(within_cap(static + need, self.caps[d]), cost, math.inf)
