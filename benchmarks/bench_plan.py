@@ -659,8 +659,9 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
     import zbopt.plan.search as search_module
     floor_of = getattr(paired_module, name)
     lines = [f"The {label} placement's bound over all partitions: `{name}` (the least, over "
-             f"partitions that fit, of the largest device bound from its load and the memory "
-             f"throughput of its two stages) against the total load over p, on every estimated "
+             f"partitions that fit, of the largest device bound from its load, the memory "
+             f"throughput of each of its two stages and their memory area together) against the "
+             f"total load over p, on every estimated "
              f"model and cap (- where the programme is too large and the plan keeps the total "
              f"load over p); and on the p=8 models `plan(placements=(contiguous, {placement}))` "
              f"for {args.time_limit:g} s twice, one after the other: with `{name}` and with it "

@@ -130,11 +130,10 @@ def _chain_sums(instance: Instance) -> dict[int, tuple[tuple[int, ...], list[flo
 def memory_areas(instance: Instance) -> tuple[float, ...]:
     """Per device, the memory_area bound of the module doc (0 uncapped, and where the cap leaves
     no room above the static memory: min_feasible_cap reports that)."""
+    if instance.cap is None:
+        return (0.0,) * instance.devices
     out = []
     for d in range(instance.devices):
-        if instance.cap is None:
-            out.append(0.0)
-            continue
         area = sum(_count(instance, s) * (instance.m_b[s] * (round_trip(instance, s, s) +
                                                              instance.t_b[s]) +
                                           instance.m_w[s] * instance.t_w[s])
@@ -777,7 +776,6 @@ def _lower_bounds(instance: Instance, objective: str, extended: bool,
         out["w_deferral"] = w_deferral(instance)  # a span bound; makespan >= span
     if extended and instance.cap is not None:
         out["memory_area"] = max(h + a for h, a in zip(heads, memory_areas(instance)))
-    if extended and instance.cap is not None:
         value = memory_pipeline(instance)  # a span bound too
         if value > 0:
             out["memory_pipeline"] = value
