@@ -48,9 +48,10 @@ from ..instance import cap_limit, within_cap
 from ..layers import LayeredModel
 from .bound import device_caps
 
-# element operations of a programme (V, dualpipe: p n^4 / 4, interleaved: p n^5 / 30): V on 82
-# layers at p = 16 (1.8e8) takes about 3.5 s on this project's 2-core machine; past this budget
-# the plan would spend too much of its time here and keeps the total load over p
+# element operations of a programme (V, dualpipe: p n^4 / 4, interleaved: p n^5 / 30): at p = 16
+# on 82 layers (1.8e8) V takes about 0.7 s and dualpipe 2.6 s on this project's 2-core machine,
+# on 102 (4.3e8) 3 s and 7 s; past this budget the plan would spend too much of its time here
+# and keeps the total load over p
 BUDGET = 4e8
 
 
@@ -134,8 +135,6 @@ def _outside_in(n: int, levels: int, after: np.ndarray, middle, cost) -> float:
     l outer segments on the left and [b, j) before the l on the right, leaving [a, b) with at
     least middle(l) layers for the levels inside, whose least bound from (a, b) is `after`;
     cost(l, i, a, b, j) is level l's bound, the ends a, b and j as broadcasting arrays."""
-    cut = np.arange(n + 1)
-    a, b = cut[:, None], cut[None, :]
     for level in range(levels - 1, -1, -1):
         gap = middle(level)
         now = np.full((n + 1, n + 1), math.inf)
@@ -144,8 +143,12 @@ def _outside_in(n: int, levels: int, after: np.ndarray, middle, cost) -> float:
             if not len(js):
                 continue
             j = js[:, None, None]  # every j at once on axis 0
-            ok = (a > i) & (b < j) & (b - a >= gap)
-            value = np.where(ok, np.maximum(cost(level, i, a, b, j), after[None, :, :]), math.inf)
+            # only a > i and a + gap <= b < j <= n - level can hold: the grid is cut to them
+            a = np.arange(i + 1, n - level - gap)[:, None]
+            b = np.arange(i + 1 + gap, n - level)[None, :]
+            ok = (b < j) & (b - a >= gap)
+            inner = after[a, b][None, :, :]
+            value = np.where(ok, np.maximum(cost(level, i, a, b, j), inner), math.inf)
             now[i, js] = value.reshape(len(js), -1).min(axis=1)
         after = now
     return float(after[0, n])

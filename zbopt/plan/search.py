@@ -711,9 +711,9 @@ PAIRED = {"v": v_floor, "interleaved": interleaved_floor, "dualpipe": dualpipe_f
 LOAD_FLOOR_SECONDS = 2.0
 MIN_LOAD_FLOOR_SECONDS = 0.01  # below this CP-SAT is not started
 # the paired programmes' budget for placements not planned over (plan(others=True)): a tenth of
-# theirs, about a second at most each on this project's 2-core machine (V and dualpipe to about 56
+# theirs, half a second at most each on this project's 2-core machine (V and dualpipe to about 56
 # layers at p = 16, interleaved to about 43 at p = 8), so the hint takes little of the search's
-# time; past it the total load over p stands in (weaker, still a bound)
+# time; past it zbopt.plan.load_floor stands in (weaker, still a bound)
 OTHERS_BUDGET = BUDGET / 10
 
 
