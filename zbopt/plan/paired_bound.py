@@ -188,7 +188,8 @@ class _Costs:
                 path = self.trip[start] + 2 * hops * self.comm
                 tw = self.tw[end] - self.tw[start]
                 cost = np.maximum(cost, _rounds(runs, room, mb) * path + tw)
-                area = area + runs * (mb * path + (self.mw[end] - self.mw[start]) * tw)
+                if self.caps is not None:
+                    area = area + runs * (mb * path + (self.mw[end] - self.mw[start]) * tw)
             if self.caps is not None:
                 limit = cap_limit(self.caps[d]) - static  # the most within_cap lets them hold
                 cost = np.maximum(cost, np.where(limit > 0, area / np.where(limit > 0, limit, 1.0),
