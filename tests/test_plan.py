@@ -413,7 +413,7 @@ def _paired_device_bounds(instance, caps, throughput: bool = True) -> list[float
             if throughput:
                 value = max(value, rounds * path + instance.t_w[s])
             held_area += runs * (instance.m_b[s] * path + instance.m_w[s] * instance.t_w[s])
-        if math.isfinite(free):
+        if throughput and math.isfinite(free):  # the area counts round trips too
             value = max(value, held_area / (free + 1e-9 * max(1.0, caps)))
         # one micro-batch runs through both stages of a device, except on dualpipe
         held = [instance.m_b[s] for s in mine]
