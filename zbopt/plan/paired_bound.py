@@ -81,7 +81,6 @@ def interleaved_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[f
     costs = _Costs(model)
     best = math.inf
     for start in range(p, n - p + 1):  # the second chunk's first layer
-        first, second = np.arange(start + 1)[:, None], np.arange(start, n + 1)[None, :]
         # after[a, b - start]: the devices after d from stage d+1 at layer a and p+d+1 at b
         after = np.full((start + 1, n - start + 1), math.inf)
         after[start, n - start] = 0.0
@@ -90,12 +89,15 @@ def interleaved_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[f
             now = np.full((start + 1, n - start + 1), math.inf)
             js = np.arange(start + d, n - left)  # where stage p+d may start, whatever i is
             j = js[:, None, None]
-            room = (first <= start - left) & (second > j) & (second <= n - left)
+            # stage p+d+1 starts after j and leaves a layer for each of the `left` after it
+            second = np.arange(start + d + 1, n - left + 1)[None, :]
+            ok = second > j
             for i in range(d, start - left):
-                ok = room & (first > i)
+                first = np.arange(i + 1, start - left + 1)[:, None]  # where stage d+1 starts
                 # every hop is between devices: stage d runs 2p-1-d to the end, p+d runs p-1-d
                 cost = costs.device(d, (i, first, 2 * p - 1 - d), (j, second, p - 1 - d))
-                value = np.where(ok, np.maximum(cost, after[None, :, :]), math.inf)
+                value = np.where(ok, np.maximum(cost, after[first, second - start][None, :, :]),
+                                 math.inf)
                 now[i, js - start] = value.reshape(len(js), -1).min(axis=1)
             after = now
         best = min(best, float(after[0, 0]))
