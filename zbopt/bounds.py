@@ -127,6 +127,13 @@ def _chain_sums(instance: Instance) -> dict[int, tuple[tuple[int, ...], list[flo
     return out
 
 
+def held_area(runs, m_b, trip, m_w, t_w):
+    """The memory x time `runs` micro-batches hold on a stage at the least: m_b over its round
+    trip `trip` (F's start to B's end), m_w of it t_w longer (until W ends). The one formula of
+    the memory_area bound (zbopt.plan's segment and paired programmes use it on arrays too)."""
+    return runs * (m_b * trip + m_w * t_w)
+
+
 def memory_areas(instance: Instance) -> tuple[float, ...]:
     """Per device, the memory_area bound of the module doc (0 uncapped, and where the cap leaves
     no room above the static memory: min_feasible_cap reports that)."""
@@ -134,9 +141,9 @@ def memory_areas(instance: Instance) -> tuple[float, ...]:
         return (0.0,) * instance.devices
     out = []
     for d in range(instance.devices):
-        area = sum(_count(instance, s) * (instance.m_b[s] * (round_trip(instance, s, s) +
-                                                             instance.t_b[s]) +
-                                          instance.m_w[s] * instance.t_w[s])
+        area = sum(held_area(_count(instance, s), instance.m_b[s],
+                             round_trip(instance, s, s) + instance.t_b[s], instance.m_w[s],
+                             instance.t_w[s])
                    for s in instance.stages_of(d))
         room = cap_limit(instance.cap[d]) - instance.static_memory[d]
         out.append(area / room if room > 0 else 0.0)

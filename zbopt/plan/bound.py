@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from ..bounds import knapsack_max
+from ..bounds import held_area, knapsack_max
 from ..instance import cap_limit, within_cap
 from ..layers import LayeredModel
 from .memory_bound import held_count, release_gap, start_chain, window_tail, window_work
@@ -130,7 +130,7 @@ def segment_bounds(model: LayeredModel) -> SegmentBounds:
                 own, idle, ramp = _device_bound(seg, m, wait, capacity, gap)
                 room = INF if caps is None else cap_limit(caps[d]) - seg["static"]
                 if 0 < room < INF:  # zbopt.bounds' memory_area, mostly below the rounds here
-                    own = max(own, m * (seg["m_b"] * trip + seg["m_w"] * seg["t_w"]) / room)
+                    own = max(own, held_area(m, seg["m_b"], trip, seg["m_w"], seg["t_w"]) / room)
                 window = max(window_work(m, seg["t_f"], seg["t_b"], seg["t_w"], seg["m_b"],
                                          seg["m_w"], capacity, idle),
                              window_tail(m, seg["t_f"], seg["t_b"], seg["t_w"], seg["m_b"],

@@ -44,6 +44,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..bounds import held_area
 from ..instance import cap_limit, within_cap
 from ..layers import LayeredModel
 from .bound import device_caps
@@ -191,7 +192,7 @@ class _Costs:
                 tw = self.tw[end] - self.tw[start]
                 cost = np.maximum(cost, _rounds(runs, room, mb) * path + tw)
                 if self.caps is not None:
-                    area = area + runs * (mb * path + (self.mw[end] - self.mw[start]) * tw)
+                    area = area + held_area(runs, mb, path, self.mw[end] - self.mw[start], tw)
             if self.caps is not None:
                 limit = cap_limit(self.caps[d]) - static  # the most within_cap lets them hold
                 cost = np.maximum(cost, np.where(limit > 0, area / np.where(limit > 0, limit, 1.0),
