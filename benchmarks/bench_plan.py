@@ -31,6 +31,9 @@ Parts:
 - lfloor:    (only when named in --only) zbopt.plan.load_floor (the least largest device load over
              fitting partitions, CP-SAT) against the total load over p and the paired programmes
              on V and interleaved with 2, 3 and 4 chunks, every estimated model and cap
+- guided:    (only when named in --only) plan() on V, interleaved and dualpipe alone with the
+             guided walk of zbopt.plan.moves and without it (the peer), and on contiguous for
+             scale, on the p=8 estimated models at the caps of --caps (tight and mid)
 - headroom:  (only when named in --only) where the 128k tight row's gap sits: on its split of
              least bound, cpsat-lns for --analogue-limit seconds with the cap as it is (run first
              and last, as the peer) and with one device at a time given room for one more
@@ -51,8 +54,9 @@ except the solvers part.
 
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
-                                          solvers,vfloor,ifloor,dfloor,lfloor,headroom,limits]
-                                  [--time-limit S] [--solvers A,B] [--reps N] [--limits S,S,...]
+                                          solvers,vfloor,ifloor,dfloor,lfloor,guided,headroom,
+                                          limits]
+                                  [--time-limit S] [--caps tight,mid] [--solvers A,B] [--reps N] [--limits S,S,...]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
 Sections of the parts not run are kept from the previous results/plan.md, and so are the
@@ -62,6 +66,7 @@ estimated rows of models --filter leaves out (--filter llama-32L: the p=8 rows o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import math
 import os
@@ -716,6 +721,65 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
     return lines
 
 
+def part_guided(args) -> list[str]:
+    """plan() on V, interleaved and dualpipe with the guided walk (zbopt.plan.moves) and
+    without it, on the p=8 estimated models' capped rows, and plan() on contiguous for scale."""
+    import zbopt.plan.search as search_module
+    from zbopt.plan.moves import adjacent
+    placements = ("v", "interleaved", "dualpipe")
+    lines = [f"`plan(placements=(P,))` for {args.time_limit:g} s on each placement P without a "
+             f"segment table, twice one after the other: without the guide (the peer: no guided "
+             f"starts, no exploration, and the local search moves one boundary by one layer, as "
+             f"before zbopt.plan.moves) and with it (starts where the cheap bound leads, moves of "
+             f"one layer between any two stages, then the splits in the order of that bound); "
+             f"`contiguous` is `plan` on the contiguous placement "
+             f"in the same run, for scale. Spans in us; gain = (peer - guided) / peer.", "",
+             "| model | cap | contiguous | " + " | ".join(
+                 f"{pl} (peer) | {pl} | gain" for pl in placements) + " |",
+             _rule("|" * (3 + 3 * len(placements) + 1))]
+    gains = {pl: [] for pl in placements}
+    for model, p, _, cap_name, capped in _estimated_caps(args):
+        if p != 8 or cap_name not in args.caps.split(","):
+            continue
+        print(f"[bench_plan] guided {model.name} {cap_name} contiguous", file=sys.stderr,
+              flush=True)
+        cells = [_fmt(plan(capped, time_limit=args.time_limit).result.span)]
+        for placement in placements:
+            spans = []
+            for use in (False, True):
+                print(f"[bench_plan] guided {model.name} {cap_name} {placement} "
+                      f"{'with' if use else 'without'} the guide", file=sys.stderr, flush=True)
+                patches = [] if use else [
+                    mock.patch.object(search_module._Search, "guided_starts",
+                                      lambda self, *a: []),
+                    mock.patch.object(search_module._Search, "explore", lambda self, *a: None),
+                    mock.patch.object(search_module, "transfers", adjacent)]
+                with contextlib.ExitStack() as stack:
+                    for patch in patches:
+                        stack.enter_context(patch)
+                    try:
+                        spans.append(plan(capped, placements=(placement,),
+                                          time_limit=args.time_limit).result.span)
+                    except ZboptError as err:
+                        print(f"[bench_plan]   {err}", file=sys.stderr, flush=True)
+                        spans.append(math.inf)
+            peer, mine = spans
+            gain = (peer - mine) / peer if math.isfinite(peer) and math.isfinite(mine) else None
+            if gain is not None:
+                gains[placement].append(gain)
+            cells += [_fmt(peer) if math.isfinite(peer) else "none fits",
+                      _fmt(mine) if math.isfinite(mine) else "none fits",
+                      _pct(gain) if gain is not None else "-"]
+        lines.append(f"| {model.name} | {cap_name} | " + " | ".join(cells) + " |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    lines.append("")
+    for placement, values in gains.items():
+        if values:
+            lines.append(f"{placement}: gain median {_pct(statistics.median(values))}, min "
+                         f"{_pct(min(values))}, max {_pct(max(values))} over {len(values)} rows.")
+    return lines
+
+
 def part_lfloor(args) -> list[str]:
     """zbopt.plan.load_floor (CP-SAT's least largest device load over fitting partitions)
     against the total load over p and the paired programmes, on V, interleaved (2, 3 and 4
@@ -771,7 +835,7 @@ def part_lfloor(args) -> list[str]:
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
          "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
-         "dfloor": part_dfloor, "lfloor": part_lfloor, "headroom": part_headroom,
+         "dfloor": part_dfloor, "lfloor": part_lfloor, "guided": part_guided, "headroom": part_headroom,
          "limits": part_limits}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
@@ -796,7 +860,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, solvers, "
-                             f"vfloor, ifloor, dfloor, lfloor, headroom, limits only when named)")
+                             f"vfloor, ifloor, dfloor, lfloor, guided, headroom, limits only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)
@@ -804,6 +868,8 @@ def main() -> int:
                         help="solve() seconds per run in the solve part")
     parser.add_argument("--time-limit-p16", type=float, default=120.0)
     parser.add_argument("--filter", default="")
+    parser.add_argument("--caps", default="tight,mid",
+                        help="caps the guided part runs (comma-separated: tight, mid, 1f1b, none)")
     parser.add_argument("--solvers", default="cpsat,cpsat-lns",
                         help="solvers the solvers part compares, the first the reference")
     parser.add_argument("--reps", type=int, default=2, help="runs per solver in the solvers part")

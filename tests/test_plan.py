@@ -1210,6 +1210,9 @@ def test_progress_tells_of_every_split_scheduled():
     elapsed = [e["elapsed"] for e in events]
     assert elapsed == sorted(elapsed)
     # each placement's own baselines are told as baselines, not under the phase before them
-    first_v = next(e for e in events if e.get("placement") == "v")
+    # (the walk to V's guided starts, told first, schedules nothing)
+    first_v = next(e for e in events if e.get("placement") == "v" and e["phase"] != "guided starts")
     assert first_v["phase"] == "baselines"
+    assert all(e["scheduled"] == first_v["scheduled"] - 1 for e in events
+               if e["phase"] == "guided starts")
     assert events[-1]["phase"] == "done"

@@ -29,6 +29,7 @@ placement can say whether another could be shorter.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import time
@@ -61,6 +62,7 @@ from .collision_bound import collision_bound
 from .device_bound import DEVICE_LIMIT, relaxation_bound
 from .load_floor import load_floor
 from .memory_bound import pipeline_bound
+from .moves import Guide, adjacent, descend, transfers
 from .paired_bound import BUDGET, dualpipe_floor, interleaved_floor, v_floor
 from .polish import polish
 from .window_bound import window_bound
@@ -73,6 +75,8 @@ COLLISION_SHARE = 0.5  # of the time left after that: relaxation bounds of the o
 POLISHED = 3  # schedules polished by local search
 SPLIT_FLOOR = 0.25  # seconds a device: the least share of a split's relaxation bounds (collide)
 RELAX_SHARE = 0.25  # of a solver run's time: the one-device relaxations first
+# of a placement's share of the time without a segment table: the walk to the guided starts
+GUIDE_SHARE = 1 / 3
 TUNED = 2  # splits given the policy search, by shortest span and again by least bound
 # plan's default solver, "auto": cpsat-lns on a split of this many passes or more, cpsat below.
 # Warm-started from the split's tuned and polished schedule, the neighbourhoods shorten it where
@@ -216,6 +220,7 @@ class _Search:
         self.relaxed: set[tuple[str, tuple[int, ...]]] = set()
         # per split, what its one-device relaxations finished (device_bound.relaxation_bound)
         self.device_memo: dict[tuple[str, tuple[int, ...]], dict] = {}
+        self.guides: dict[str, Guide] = {}  # per placement without a segment table
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.began
@@ -278,14 +283,72 @@ class _Search:
         if split.result is not None and (self.best is None or split.span < self.best.span):
             self.best = split
 
+    def guide(self, placement: str) -> Guide:
+        if placement not in self.guides:
+            self.guides[placement] = Guide(self.placed(placement))
+        return self.guides[placement]
+
+    def guided_starts(self, placement: str, starts: Sequence[Optional[tuple[int, ...]]],
+                      budget_end: float) -> list[tuple[int, ...]]:
+        """Where zbopt.plan.moves.descend leads from each start (placements without a segment
+        table), the starts that do not fit first, until `budget_end`; new splits only."""
+        guide = self.guide(placement)
+        out: list[tuple[int, ...]] = []
+        for sizes in sorted({s for s in starts if s is not None}, key=guide):
+            if time.perf_counter() >= budget_end:
+                break
+            self.tell("guided starts", placement=placement)
+            reached = descend(guide, sizes, budget_end)
+            if reached is not None and reached not in out and reached not in starts:
+                out.append(reached)
+        return out
+
+    def explore(self, placement: str, budget_end: float) -> None:
+        """Placements without a segment table: the splits in the order of the guide
+        (zbopt.plan.moves), best first from those scheduled so far and on along transfers, each
+        scheduled when it fits and its bound lies below the best span, until `budget_end`.
+        Every split is a few transfers from every other, so given the time this schedules every
+        split whose bound is below the best span, as the listing does on contiguous."""
+        guide = self.guide(placement)
+        seen = {sizes for (pl, sizes) in self.cache if pl == placement}
+        heap = [(guide(sizes), sizes) for sizes in seen]
+        heapq.heapify(heap)
+        while heap and time.perf_counter() < budget_end:
+            (lacking, bound), sizes = heapq.heappop(heap)
+            if lacking == 0 and (placement, sizes) not in self.cache and \
+                    (self.best is None or bound < self.best.span * (1 - TOLERANCE)):
+                self.schedule(placement, sizes, phase="exploring")
+            for moved in transfers(sizes):
+                if moved not in seen:
+                    if time.perf_counter() >= budget_end:
+                        return
+                    seen.add(moved)
+                    heapq.heappush(heap, (guide(moved), moved))
+
     def improve_locally(self, placement: str, start: Split, budget_end: float) -> None:
-        """Move one stage boundary by one layer while the best schedule gets shorter (a
-        neighbour whose bound is already at the current span is not scheduled)."""
+        """Move layers while the best schedule gets shorter, taking the first move that
+        shortens it. On contiguous a move shifts one stage boundary by one layer, and a
+        neighbour whose segment bound is already at the current span is not scheduled;
+        elsewhere a move takes a layer from any stage to any other (zbopt.plan.moves), tried
+        in the order of the guide, and neighbours that do not fit or whose bound is at the
+        current span are not scheduled."""
         current = start
         table = self.tables.get(placement)
+        guide = None if table is not None else self.guide(placement)
         while time.perf_counter() < budget_end:
             moved = False
-            for neighbour in _neighbours(current.sizes):
+            if guide is None:
+                neighbours = adjacent(current.sizes)
+            else:
+                neighbours = []
+                for sizes in transfers(current.sizes):
+                    if time.perf_counter() >= budget_end:
+                        return
+                    lacking, bound = guide(sizes)
+                    if lacking == 0 and bound < current.span * (1 - TOLERANCE):
+                        neighbours.append(sizes)
+                neighbours.sort(key=guide)
+            for neighbour in neighbours:
                 if time.perf_counter() >= budget_end:
                     return
                 if table is not None and (placement, neighbour) not in self.cache and \
@@ -451,18 +514,6 @@ def plan_solver(name: str, instance: Instance) -> str:
     return "cpsat-lns" if instance.num_passes >= LNS_FROM_PASSES else "cpsat"
 
 
-def _neighbours(sizes: tuple[int, ...]) -> list[tuple[int, ...]]:
-    out = []
-    for k in range(len(sizes) - 1):
-        for step in (1, -1):
-            moved = list(sizes)
-            moved[k] += step
-            moved[k + 1] -= step
-            if moved[k] >= 1 and moved[k + 1] >= 1:
-                out.append(tuple(moved))
-    return out
-
-
 def _balanced(model: LayeredModel) -> tuple[int, ...]:
     """Contiguous parts with the least largest part load (each part one stage's t_f+t_b+t_w)."""
     parts, n = model.num_parts, model.num_layers
@@ -544,6 +595,9 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
                 bounds[placement] = floor
                 continue
         search.bound = min([*bounds.values(), floor])
+        if table is None:  # a third of the placement's time at most walks the cheap guide
+            now = time.perf_counter()
+            starts += search.guided_starts(placement, starts, now + GUIDE_SHARE * (budget_end - now))
         for sizes in starts:
             if sizes is not None:
                 search.schedule(placement, sizes, phase="baselines")
@@ -552,9 +606,14 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         if search.best is not None and search.best.span <= floor * (1 + TOLERANCE):
             bounds[placement] = floor  # a split already meets the least bound of any split
             continue
-        if local:
-            search.improve_locally(placement, min(local, key=lambda s: s.span), budget_end)
+        # the shortest start climbs; without a segment table to list the splits, so do the
+        # others after it, each to where no move shortens it, while the placement's time lasts
+        for start in sorted(local, key=lambda s: s.span)[:1 if table is not None else None]:
+            if time.perf_counter() >= budget_end:
+                break
+            search.improve_locally(placement, search.cache[(placement, start.sizes)], budget_end)
         if table is None:
+            search.explore(placement, budget_end)
             bounds[placement] = floor
             pending.extend(s for (pl, _), s in search.cache.items() if pl == placement)
             continue

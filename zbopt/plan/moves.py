@@ -1,0 +1,109 @@
+"""Moves between partitions, and the cheap guide plan() follows on placements without a segment
+table (V, interleaved, dualpipe).
+
+On contiguous, zbopt.plan.bound's table gives every partition's bound, so plan lists the splits
+below the best span and schedules them in order. On the other placements no such table exists and
+the search walks from a few starting splits instead. Moving one boundary by one layer (`adjacent`)
+is too short a step there: under a tight cap the good V splits put few layers on the first leg's
+stages (their activations are held for the whole round trip down and back) and more on the second
+leg's, so the way from the balanced split to them shifts a layer across every stage in between,
+and each intermediate split is worse (on the 32-block Llama model of results/plan.md at p = 8,
+m = 32 and the tight cap, the one-boundary walk stopped at 4.65e6 where the split 2-2-...-2-4
+schedules in 3.41e6). `transfers` takes one layer from any stage and gives it to any other (every
+boundary in between shifts by one), and `descend` walks those moves on a guide that costs
+milliseconds a split, the best lower bound of zbopt.bounds (which sees each device's memory area
+and round trips), so that scheduling, a second a split, starts where that bound is least.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterator, Optional, Sequence
+
+from ..bounds import best_lower_bound, min_feasible_cap
+from ..errors import ZboptError
+from ..instance import within_cap
+from ..layers import LayeredModel
+from .bound import device_caps
+
+Sizes = tuple[int, ...]
+
+
+def adjacent(sizes: Sequence[int]) -> list[Sizes]:
+    """The partitions one layer away across one boundary (stage k gives to k + 1 or takes)."""
+    out = []
+    for k in range(len(sizes) - 1):
+        for step in (1, -1):
+            moved = list(sizes)
+            moved[k] += step
+            moved[k + 1] -= step
+            if moved[k] >= 1 and moved[k + 1] >= 1:
+                out.append(tuple(moved))
+    return out
+
+
+def transfers(sizes: Sequence[int]) -> Iterator[Sizes]:
+    """The partitions with one layer taken from a stage of two or more and given to another."""
+    for i, n in enumerate(sizes):
+        if n < 2:
+            continue
+        for j in range(len(sizes)):
+            if j != i:
+                moved = list(sizes)
+                moved[i] -= 1
+                moved[j] += 1
+                yield tuple(moved)
+
+
+class Guide:
+    """The guide of one model (placement and cap set), cached per split: (memory the cap lacks,
+    summed over devices, for the static memory and one micro-batch's activations on its chain;
+    where nothing lacks, the best lower bound of zbopt.bounds). Lower is better, compared as a
+    pair, so a walk from a split that does not fit first makes it fit."""
+
+    def __init__(self, model: LayeredModel):
+        self.model = model
+        self.free = model.with_settings(memory_cap=None)
+        self.caps = device_caps(model)
+        self.cache: dict[Sizes, tuple[float, float]] = {}
+
+    def __call__(self, sizes: Sequence[int]) -> tuple[float, float]:
+        key = tuple(sizes)
+        if key not in self.cache:
+            self.cache[key] = self._value(key)
+        return self.cache[key]
+
+    def _value(self, sizes: Sizes) -> tuple[float, float]:
+        try:
+            need = min_feasible_cap(self.free.instance(sizes))
+        except ZboptError:
+            return math.inf, math.inf
+        if self.caps is not None:
+            lacking = sum(max(0.0, n - c) for n, c in zip(need, self.caps)
+                          if not within_cap(n, c))
+            if lacking > 0:
+                return lacking, math.inf
+        try:
+            return 0.0, best_lower_bound(self.model.instance(sizes))[1]
+        except ZboptError:
+            return math.inf, math.inf
+
+
+def descend(guide: Guide, start: Sequence[int], deadline: float) -> Optional[Sizes]:
+    """From `start`, the best transfer while it lowers the guide, until none does or `deadline`
+    (perf_counter) passes; the split reached, or None when it still does not fit."""
+    current = tuple(start)
+    value = guide(current)
+    while time.perf_counter() < deadline:
+        best, best_value = None, value
+        for sizes in transfers(current):
+            if time.perf_counter() >= deadline:
+                break
+            candidate = guide(sizes)
+            if candidate < best_value:
+                best, best_value = sizes, candidate
+        if best is None or not best_value < value:
+            break
+        current, value = best, best_value
+    return current if value[0] == 0 and math.isfinite(value[1]) else None
