@@ -117,3 +117,27 @@ def test_v_plan_is_no_worse_than_every_split_with_every_heuristic(blocks, vocab,
     result = plan(model, placements=("v",), time_limit=600, exact=False)
     assert result.result.fits() and result.split.placement == "v"
     assert result.result.span <= min(spans) + 1e-9
+
+
+def test_where_no_heuristic_fits_any_split_the_solver_finds_a_schedule():
+    """Dualpipe holds each part twice; 5% above the least cap any split admits, no registered
+    dualpipe schedule fits any split, yet running one micro-batch at a time would: the plan's
+    solver finds a schedule instead of an error, and without the solver the error says so."""
+    shape = DecoderShape(hidden=4096, heads=32, kv_heads=8, layers=4, ffn=14336, vocab=128256,
+                         gated_mlp=True, model_type="llama")
+    model = estimate_model(shape, 1, 2048, Accelerator(), devices=2, microbatches=4,
+                           placement="dualpipe").with_settings(memory_cap=None)
+    splits = list(_compositions(model.num_layers, model.devices))
+    cap = 1.05 * min(max(min_feasible_cap(model.instance(s))) for s in splits)
+    capped = model.with_settings(memory_cap=cap)
+    fitting = [s for s in splits if max(min_feasible_cap(model.instance(s))) <= cap]
+    assert len(fitting) > 1
+    for sizes in fitting:  # the premise: no heuristic fits
+        assert best_of(run(name, capped.instance(sizes))
+                       for name in schedule_methods("dualpipe")) is None
+    with pytest.raises(ZboptError, match="no registered schedule fits"):
+        plan(capped, placements=("dualpipe",), time_limit=5, exact=False)
+    result = plan(capped, placements=("dualpipe",), time_limit=10, threads=1)
+    assert result.result.fits() and result.result.kind == "solver"
+    assert result.split.sizes in fitting
+    assert result.result.lower_bound <= result.result.span + 1e-9

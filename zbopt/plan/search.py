@@ -19,8 +19,12 @@ before anything is scheduled. The search then
    each run is warm-started from the split's best schedule so far.
 The bound over all partitions is the least of: the bound of every partition not listed (all at
 or above the listing threshold), and the proven bound of every partition listed (its own bound,
-or the solver's). Other placements: the same steps 1 and 6 around the baselines and a
-load-balanced split, with a weaker bound over all partitions (the least over partitions of the
+or the solver's). Other placements: no table lists their splits, so step 1 starts from the
+baselines, a load-balanced split and where a cheap guide leads from them (zbopt.plan.moves: the
+memory a split lacks under the cap, then its best lower bound of zbopt.bounds), the local search
+moves one layer between any two stages from every start, and the rest of the placement's share
+schedules the splits in the guide's order (explore); steps 3, 4 and 6 follow, with a weaker
+bound over all partitions (the least over partitions of the
 largest device bound from its load and memory, zbopt.plan.paired_bound, on V, dualpipe and
 two-chunk interleaved; the total load over p otherwise). With others=True the plan also
 bounds the placements it was not asked to plan over (placement_floor), so that a plan over one
@@ -77,6 +81,7 @@ SPLIT_FLOOR = 0.25  # seconds a device: the least share of a split's relaxation 
 RELAX_SHARE = 0.25  # of a solver run's time: the one-device relaxations first
 # of a placement's share of the time without a segment table: the walk to the guided starts
 GUIDE_SHARE = 1 / 3
+RESCUED = 3  # splits the solver tries when no heuristic fits any (rescue)
 TUNED = 2  # splits given the policy search, by shortest span and again by least bound
 # plan's default solver, "auto": cpsat-lns on a split of this many passes or more, cpsat below.
 # Warm-started from the split's tuned and polished schedule, the neighbourhoods shorten it where
@@ -458,6 +463,17 @@ class _Search:
         return [s.raised(*raised[(s.placement, s.sizes)])
                 if (s.placement, s.sizes) in raised else s for s in pending]
 
+    def rescue(self, pending: list[Split]) -> None:
+        """When no registered schedule fits any split tried: the exact solver on the fitting
+        splits of `pending`, least bound first, half of what is left each, until one has a
+        schedule (three at most)."""
+        candidates = sorted((s for s in pending if math.isfinite(s.bound)), key=lambda s: s.bound)
+        for split in candidates[:RESCUED]:
+            if self.best is not None or self.left() <= 1.0:
+                return
+            self.tell("solver", sizes=list(split.sizes))
+            self.solve(split, self.left() / 2)
+
     def solve(self, split: Split, time_limit: float) -> Split:
         """The exact solver on one partition: a better schedule or a higher proven bound."""
         from ..solvers.api import PASSES_PER_SECOND, solve
@@ -653,9 +669,14 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
                          f"cannot hold any split on {' or '.join(placements)}: on every one some "
                          f"device's static memory and one micro-batch's activations exceed it; "
                          f"raise memory_cap, use more devices or allow other placements")
+    if search.best is None and exact:
+        # no heuristic fits any split tried (dualpipe at a tight cap can be so): the solver on
+        # the splits that hold their static memory and one micro-batch, least bound first
+        search.rescue(pending)
     if search.best is None:
-        raise ZboptError("no registered schedule fits the memory cap on any split tried: raise "
-                         "memory_cap or allow other placements")
+        raise ZboptError("no registered schedule fits the memory cap on any split tried"
+                         + (" (nor did the solver find one)" if exact and search.solver_runs else "")
+                         + ": raise memory_cap or allow other placements")
 
     def overall() -> float:
         proven = [s.bound for s in pending]
