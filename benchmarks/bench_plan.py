@@ -33,7 +33,8 @@ Parts:
              on V and interleaved with 2, 3 and 4 chunks, every estimated model and cap
 - guided:    (only when named in --only) plan() on V, interleaved and dualpipe alone with the
              guided walk of zbopt.plan.moves and without it (the peer), and on contiguous for
-             scale, on the p=8 estimated models at the caps of --caps (tight and mid)
+             scale, on the p=8 estimated models at the caps of --caps (tight and mid);
+             guided16 the same on the p=16 models at their tight caps
 - headroom:  (only when named in --only) where the 128k tight row's gap sits: on its split of
              least bound, cpsat-lns for --analogue-limit seconds with the cap as it is (run first
              and last, as the peer) and with one device at a time given room for one more
@@ -54,8 +55,8 @@ except the solvers part.
 
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
-                                          solvers,vfloor,ifloor,dfloor,lfloor,guided,headroom,
-                                          limits]
+                                          solvers,vfloor,ifloor,dfloor,lfloor,guided,guided16,
+                                          headroom,limits]
                                   [--time-limit S] [--caps tight,mid] [--solvers A,B] [--reps N] [--limits S,S,...]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
@@ -723,27 +724,37 @@ def _part_paired(args, label: str, placement: str, name: str) -> list[str]:
 
 def part_guided(args) -> list[str]:
     """plan() on V, interleaved and dualpipe with the guided walk (zbopt.plan.moves) and
-    without it, on the p=8 estimated models' capped rows, and plan() on contiguous for scale."""
+    without it, on the p=8 estimated models at the caps of --caps, and plan() on contiguous for
+    scale."""
+    return _guided(args, 8, args.caps.split(","), args.time_limit)
+
+
+def part_guided16(args) -> list[str]:
+    """The same on the p=16 estimated models at their tight caps (--time-limit-p16 each)."""
+    return _guided(args, 16, ["tight"], args.time_limit_p16)
+
+
+def _guided(args, devices: int, caps: list[str], limit: float) -> list[str]:
     import zbopt.plan.search as search_module
     from zbopt.plan.moves import adjacent
     placements = ("v", "interleaved", "dualpipe")
-    lines = [f"`plan(placements=(P,))` for {args.time_limit:g} s on each placement P without a "
+    lines = [f"`plan(placements=(P,))` for {limit:g} s on each placement P without a "
              f"segment table, twice one after the other: without the guide (the peer: no guided "
              f"starts, no exploration, and the local search moves one boundary by one layer, as "
              f"before zbopt.plan.moves) and with it (starts where the cheap bound leads, moves of "
              f"one layer between any two stages, then the splits in the order of that bound); "
-             f"`contiguous` is `plan` on the contiguous placement "
-             f"in the same run, for scale. Spans in us; gain = (peer - guided) / peer.", "",
+             f"`contiguous` is `plan` on the contiguous placement in the same run, for scale. "
+             f"Spans in us; gain = (peer - guided) / peer.", "",
              "| model | cap | contiguous | " + " | ".join(
                  f"{pl} (peer) | {pl} | gain" for pl in placements) + " |",
              _rule("|" * (3 + 3 * len(placements) + 1))]
     gains = {pl: [] for pl in placements}
     for model, p, _, cap_name, capped in _estimated_caps(args):
-        if p != 8 or cap_name not in args.caps.split(","):
+        if p != devices or cap_name not in caps:
             continue
         print(f"[bench_plan] guided {model.name} {cap_name} contiguous", file=sys.stderr,
               flush=True)
-        cells = [_fmt(plan(capped, time_limit=args.time_limit).result.span)]
+        cells = [_fmt(plan(capped, time_limit=limit).result.span)]
         for placement in placements:
             spans = []
             for use in (False, True):
@@ -759,7 +770,7 @@ def part_guided(args) -> list[str]:
                         stack.enter_context(patch)
                     try:
                         spans.append(plan(capped, placements=(placement,),
-                                          time_limit=args.time_limit).result.span)
+                                          time_limit=limit).result.span)
                     except ZboptError as err:
                         print(f"[bench_plan]   {err}", file=sys.stderr, flush=True)
                         spans.append(math.inf)
@@ -835,7 +846,8 @@ def part_lfloor(args) -> list[str]:
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
          "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
-         "dfloor": part_dfloor, "lfloor": part_lfloor, "guided": part_guided, "headroom": part_headroom,
+         "dfloor": part_dfloor, "lfloor": part_lfloor, "guided": part_guided,
+         "guided16": part_guided16, "headroom": part_headroom,
          "limits": part_limits}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
@@ -860,7 +872,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, solvers, "
-                             f"vfloor, ifloor, dfloor, lfloor, guided, headroom, limits only when named)")
+                             f"vfloor, ifloor, dfloor, lfloor, guided, guided16, headroom, limits only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)

@@ -292,6 +292,17 @@ def test_even_split_without_end_modules():
     assert even_split(model) == (3, 3, 2, 2) == torchtitan_split(model)
 
 
+def heuristic_bests(model: LayeredModel):
+    """(instance, best of every registered heuristic of the model's placement or None) of every
+    partition whose static memory and one activation fit."""
+    for sizes in _partitions(model.num_layers, model.num_parts):
+        try:
+            instance = model.instance(sizes)
+        except ZboptError:
+            continue
+        yield instance, best_of(run(name, instance) for name in schedule_methods(model.placement))
+
+
 def _small_model(cap) -> LayeredModel:
     layers = (Layer("emb", t_f=1, t_b=0, t_w=2, m_b=1, m_w=1, static=6),
               Layer("layers", t_f=4, t_b=4, t_w=3, m_b=3, m_w=1, static=4, count=6),
@@ -303,12 +314,7 @@ def _small_model(cap) -> LayeredModel:
 def test_plan_is_no_worse_than_every_split_with_every_heuristic(cap):
     model = _small_model(cap)
     spans, bounds = [], []
-    for sizes in _partitions(model.num_layers, model.devices):
-        try:
-            instance = model.instance(sizes)
-        except ZboptError:
-            continue
-        best = best_of(run(name, instance) for name in schedule_methods("contiguous"))
+    for instance, best in heuristic_bests(model):
         if best is not None:
             spans.append(best.span)
         bounds.append(best_lower_bound(instance)[1])

@@ -1,12 +1,12 @@
 """The walk plan() takes on placements without a segment table (zbopt.plan.moves)."""
 
-import itertools
 import math
 import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_plan import _partitions, heuristic_bests
 
 from zbopt.bounds import best_lower_bound, min_feasible_cap
 from zbopt.compare import best_of
@@ -17,12 +17,6 @@ from zbopt.plan import plan
 from zbopt.plan.moves import Guide, adjacent, descend, transfers
 from zbopt.plan.search import schedule_methods
 from zbopt.registry import run
-
-
-def _compositions(n: int, parts: int):
-    for cuts in itertools.combinations(range(1, n), parts - 1):
-        bounds = (0, *cuts, n)
-        yield tuple(bounds[k + 1] - bounds[k] for k in range(parts))
 
 
 def _llama(blocks: int, vocab: int, devices: int, microbatches: int, cap: float):
@@ -53,7 +47,7 @@ def test_transfers_keep_the_layers_and_reach_every_neighbour(sizes):
 @pytest.mark.parametrize("n,parts", [(6, 3), (8, 4), (9, 6)])
 def test_every_split_is_reachable_by_transfers(n, parts):
     """explore() relies on it: from any split, transfers reach every other."""
-    every = set(_compositions(n, parts))
+    every = set(_partitions(n, parts))
     start = next(iter(every))
     seen, frontier = {start}, [start]
     while frontier:
@@ -69,7 +63,7 @@ def test_the_guide_says_what_fits_and_bounds_what_does():
     guide = Guide(model)
     free = model.with_settings(memory_cap=None)
     fitting = 0
-    for sizes in _compositions(model.num_layers, 2 * model.devices):
+    for sizes in _partitions(model.num_layers, 2 * model.devices):
         lacking, bound = guide(sizes)
         need = min_feasible_cap(free.instance(sizes))
         fits = all(within_cap(x, model.memory_cap) for x in need)
@@ -104,15 +98,7 @@ def test_v_plan_is_no_worse_than_every_split_with_every_heuristic(blocks, vocab,
     model it found no split that fits); the guided walk and the exploration after it reach the
     best split every V heuristic finds on any split."""
     model = _llama(blocks, vocab, 3, 6, cap)
-    spans = []
-    for sizes in _compositions(model.num_layers, 2 * model.devices):
-        try:
-            instance = model.instance(sizes)
-        except ZboptError:
-            continue
-        best = best_of(run(name, instance) for name in schedule_methods("v"))
-        if best is not None:
-            spans.append(best.span)
+    spans = [best.span for _, best in heuristic_bests(model) if best is not None]
     assert spans
     result = plan(model, placements=("v",), time_limit=600, exact=False)
     assert result.result.fits() and result.split.placement == "v"
@@ -127,7 +113,7 @@ def test_where_no_heuristic_fits_any_split_the_solver_finds_a_schedule():
                          gated_mlp=True, model_type="llama")
     model = estimate_model(shape, 1, 2048, Accelerator(), devices=2, microbatches=4,
                            placement="dualpipe").with_settings(memory_cap=None)
-    splits = list(_compositions(model.num_layers, model.devices))
+    splits = list(_partitions(model.num_layers, model.devices))
     cap = 1.05 * min(max(min_feasible_cap(model.instance(s))) for s in splits)
     capped = model.with_settings(memory_cap=cap)
     fitting = [s for s in splits if max(min_feasible_cap(model.instance(s))) <= cap]
