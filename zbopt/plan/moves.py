@@ -3,16 +3,19 @@ table (V, interleaved, dualpipe).
 
 On contiguous, zbopt.plan.bound's table gives every partition's bound, so plan lists the splits
 below the best span and schedules them in order. On the other placements no such table exists and
-the search walks from a few starting splits instead. Moving one boundary by one layer (`adjacent`)
-is too short a step there: under a tight cap the good V splits put few layers on the first leg's
-stages (their activations are held for the whole round trip down and back) and more on the second
-leg's, so the way from the balanced split to them shifts a layer across every stage in between,
-and each intermediate split is worse (on the 32-block Llama model of results/plan.md at p = 8,
-m = 32 and the tight cap, the one-boundary walk stopped at 4.65e6 where the split 2-2-...-2-4
-schedules in 3.41e6). `transfers` takes one layer from any stage and gives it to any other (every
-boundary in between shifts by one), and `descend` walks those moves on a guide that costs
-milliseconds a split, the best lower bound of zbopt.bounds (which sees each device's memory area
-and round trips), so that scheduling, a second a split, starts where that bound is least.
+the search walks from a few starting splits instead. Moving one boundary by one layer
+(`adjacent`) is too short a step there: under a tight cap the good V splits put few layers on the
+first leg's stages (their activations are held for the whole round trip down and back) and more
+on the second leg's, the way from the balanced split to them shifts a layer across every stage
+in between, and the one-boundary walk stalls on the way (results/plan.md, part guided: on the
+32-block Llama model at p = 8, m = 32 and the tight cap, V planned with the one-boundary walk
+ended at 4,606,934, and with these moves at 3,406,427 on 2-2-2-2-2-1-2-2-2-2-3-2-2-2-2-4).
+`transfers` takes one layer from any stage and gives it to any other (every boundary in between
+shifts by one), and `descend` walks those moves on a guide that costs milliseconds a split (the
+memory a split lacks under the cap, then the best lower bound of zbopt.bounds, which sees each
+device's memory area and round trips), so that scheduling, a second a split, starts where that
+bound is least. At p = 16 a split has about a thousand moves and the guide about 10 ms: there the
+walk costs more than it finds on interleaved (part guided16).
 """
 
 from __future__ import annotations
