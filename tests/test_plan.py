@@ -57,7 +57,7 @@ def _partitions(n: int, parts: int):
 
 def _split_instances(model: LayeredModel):
     """(sizes, instance) of every partition whose static memory and one activation fit."""
-    for sizes in _partitions(model.num_layers, model.devices):
+    for sizes in _partitions(model.num_layers, model.num_parts):
         try:
             yield sizes, model.instance(sizes)
         except ZboptError:
@@ -295,11 +295,7 @@ def test_even_split_without_end_modules():
 def heuristic_bests(model: LayeredModel):
     """(instance, best of every registered heuristic of the model's placement or None) of every
     partition whose static memory and one activation fit."""
-    for sizes in _partitions(model.num_layers, model.num_parts):
-        try:
-            instance = model.instance(sizes)
-        except ZboptError:
-            continue
+    for _sizes, instance in _split_instances(model):
         yield instance, best_of(run(name, instance) for name in schedule_methods(model.placement))
 
 

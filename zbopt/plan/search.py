@@ -627,7 +627,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         for start in sorted(local, key=lambda s: s.span)[:1 if table is not None else None]:
             if time.perf_counter() >= budget_end:
                 break
-            search.improve_locally(placement, search.cache[(placement, start.sizes)], budget_end)
+            search.improve_locally(placement, start, budget_end)
         if table is None:
             search.explore(placement, budget_end)
             bounds[placement] = floor
