@@ -35,6 +35,9 @@ Parts:
              guided walk of zbopt.plan.moves and without it (the peer), and on contiguous for
              scale, on the p=8 estimated models at the caps of --caps (tight and mid);
              guided16 the same on the p=16 models at their tight caps
+- others:    (only when named in --only) plan() on contiguous alone and with others=True (the
+             command line's default): what the short searches on the other placements find and
+             what their share of the time costs the plan; p=8 at --caps, p=16 at tight
 - headroom:  (only when named in --only) where the 128k tight row's gap sits: on its split of
              least bound, cpsat-lns for --analogue-limit seconds with the cap as it is (run first
              and last, as the peer) and with one device at a time given room for one more
@@ -56,7 +59,7 @@ except the solvers part.
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
                                           solvers,vfloor,ifloor,dfloor,lfloor,guided,guided16,
-                                          headroom,limits]
+                                          others,headroom,limits]
                                   [--time-limit S] [--caps tight,mid] [--solvers A,B] [--reps N] [--limits S,S,...]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
@@ -791,6 +794,58 @@ def _guided(args, devices: int, caps: list[str], limit: float) -> list[str]:
     return lines
 
 
+def part_others(args) -> list[str]:
+    """plan() on the contiguous placement alone (the peer) and with others=True, as the command
+    line runs a file without --placements: what the short searches on the other placements find
+    and what the time they take costs the plan; p=8 models at --caps, p=16 at tight."""
+    from zbopt.plan.search import OTHERS_SHARE
+    placements = ("v", "interleaved", "dualpipe")
+    lines = [f"`plan(model)` on the contiguous placement, twice one after the other: alone (the "
+             f"peer) and with `others=True` (as `zbopt plan` runs a file without --placements: "
+             f"the other placements' bounds, then a short search on each whose bound lies below "
+             f"the plan's span, in {OTHERS_SHARE:.0%} of the time), {args.time_limit:g} s on "
+             f"the p=8 models at the caps of --caps and {args.time_limit_p16:g} s on the p=16 "
+             f"models at their tight caps. Per placement: the schedule its short search found "
+             f"(- where its bound ruled it out, none where no split fitted in its time) and, in "
+             f"brackets, how much shorter than the plan. Spans in us.", "",
+             "| model | cap | plan span (peer) | gap (peer) | plan span | gap | " +
+             " | ".join(placements) + " |", _rule("|" * (7 + len(placements)))]
+    costs, shorter = [], 0
+    for model, p, _, cap_name, capped in _estimated_caps(args):
+        if cap_name not in (args.caps.split(",") if p == 8 else ["tight"]):
+            continue
+        limit = args.time_limit if p == 8 else args.time_limit_p16
+        runs = []
+        for others in (False, True):
+            print(f"[bench_plan] others {model.name} {cap_name} others={others}", file=sys.stderr,
+                  flush=True)
+            runs.append(plan(capped, time_limit=limit, others=others))
+        peer, mine = runs
+        costs.append((mine.result.span - peer.result.span) / peer.result.span)
+        cells = [_fmt(peer.result.span), _pct(peer.result.gap), _fmt(mine.result.span),
+                 _pct(mine.result.gap)]
+        verdicts = mine.other_placements()
+        for placement in placements:
+            verdict = verdicts.get(placement, {})
+            if "found" not in verdict:
+                cells.append("-" if verdict.get("fits", True) else "no split fits")
+            elif verdict["found"] is None:
+                cells.append("none")
+            else:
+                span = verdict["found"]["span"]
+                shorter += verdict["shorter"]
+                cells.append(f"{_fmt(span)} "
+                             f"({_pct((mine.result.span - span) / mine.result.span)})")
+        lines.append(f"| {model.name} | {cap_name} | " + " | ".join(cells) + " |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    if costs:
+        lines += ["", f"plan span with others=True against the peer: median "
+                      f"{_pct(statistics.median(costs))} (min {_pct(min(costs))}, max "
+                      f"{_pct(max(costs))}; positive = longer) over {len(costs)} rows; "
+                      f"{shorter} short searches found a schedule shorter than the plan."]
+    return lines
+
+
 def part_lfloor(args) -> list[str]:
     """zbopt.plan.load_floor (CP-SAT's least largest device load over fitting partitions)
     against the total load over p and the paired programmes, on V, interleaved (2, 3 and 4
@@ -847,7 +902,7 @@ PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": par
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
          "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
          "dfloor": part_dfloor, "lfloor": part_lfloor, "guided": part_guided,
-         "guided16": part_guided16, "headroom": part_headroom,
+         "guided16": part_guided16, "others": part_others, "headroom": part_headroom,
          "limits": part_limits}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
@@ -871,8 +926,9 @@ def _sections(text: str) -> dict[str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
-                        help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, solvers, "
-                             f"vfloor, ifloor, dfloor, lfloor, guided, guided16, headroom, limits only when named)")
+                        help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, "
+                             f"solvers, vfloor, ifloor, dfloor, lfloor, guided, guided16, others, "
+                             f"headroom, limits only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)

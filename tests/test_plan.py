@@ -4,6 +4,7 @@ import itertools
 import json
 import math
 import random
+import re
 import time
 from pathlib import Path
 
@@ -650,7 +651,7 @@ def test_other_placements_bounds_are_below_every_schedule_they_could_run():
     # Plan.others gives, for each placement not planned over that holds the layers, a bound no
     # schedule of that placement beats: planning over that placement alone never goes below it
     rng = random.Random(23)
-    checked = 0
+    checked = tried = 0
     for _ in range(40):
         model = _random_model(rng)
         if rng.random() < 0.3:  # a file written for V: contiguous is among the others
@@ -663,6 +664,16 @@ def test_other_placements_bounds_are_below_every_schedule_they_could_run():
         except ZboptError:
             continue
         assert set(mine.others) <= set(PLACEMENTS) - {model.placement}
+        # the short searches ran exactly where the bound leaves room below the plan, and what
+        # they found is a schedule of that placement within the cap, no shorter than the bound
+        assert set(mine.tried) == {name for name, floor in mine.others.items()
+                                   if floor < mine.result.span * (1 - 1e-9)}
+        for name, split in mine.tried.items():
+            if split is not None:
+                assert split.placement == name and split.result.fits()
+                assert split.result.instance == placed(model, name).instance(split.sizes)
+                assert mine.others[name] <= split.span * (1 + 1e-9)
+                tried += 1
         for name, floor in mine.others.items():
             try:
                 theirs = plan(model, placements=(name,), time_limit=2, exact=False)
@@ -671,7 +682,7 @@ def test_other_placements_bounds_are_below_every_schedule_they_could_run():
             assert floor <= theirs.result.span * (1 + 1e-9), (name, model)
             checked += 1
         assert plan(model, time_limit=1, exact=False).others is None
-    assert checked >= 20
+    assert checked >= 20 and tried >= 5
 
 
 def test_past_its_budget_a_placement_floor_is_the_load_over_p():
@@ -692,13 +703,27 @@ def test_a_plan_says_which_other_placement_could_be_shorter(capsys):
     out = capsys.readouterr().out
     assert "v: cannot be shorter (bound 224,000" in out
     assert "interleaved: cannot be shorter" in out
-    assert "dualpipe: not ruled out (its bound 216,400 us is 3.4% below this span); " \
-        "--placements contiguous,dualpipe plans over both" in out
+    # where the bound leaves room, a short search on dualpipe (Plan.tried) shows a schedule
+    # shorter than the plan's, which stays on the file's placement
+    line = next(x for x in out.splitlines() if x.strip().startswith("dualpipe:"))
+    assert re.fullmatch(r"  dualpipe: shorter, ([\d,]+) us \((\d\.\d)% below this span\) on split "
+                        r"[\d-]+ \(dualpipe, found in a short search\); --placements "
+                        r"contiguous,dualpipe plans over both", line), line
     assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "10", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["other_placements"]["dualpipe"] == {"lower_bound": pytest.approx(216400),
-                                                   "fits": True, "may_be_shorter": True}
+    dualpipe = data["other_placements"]["dualpipe"]
+    assert {k: dualpipe[k] for k in ("lower_bound", "fits", "may_be_shorter", "shorter")} == \
+        {"lower_bound": pytest.approx(216400), "fits": True, "may_be_shorter": True,
+         "shorter": True}
+    assert 216400 - 1e-6 <= dualpipe["found"]["span"] < data["span"] == pytest.approx(224000)
+    assert data["partition"]["placement"] == "contiguous"
+    # the schedule it names runs: the dualpipe instance of that split, evaluated, gives its span
+    model = placed(load_model(EXAMPLE), "dualpipe")
+    instance = model.instance(dualpipe["found"]["sizes"])
+    found = run(dualpipe["found"]["method"], instance)
+    assert found.fits() and found.span == pytest.approx(dualpipe["found"]["span"])
     assert data["other_placements"]["v"]["may_be_shorter"] is False
+    assert "found" not in data["other_placements"]["v"]  # ruled out: not searched
     # asked for placements, the plan bounds no others
     assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "10", "--placements",
                  "contiguous,dualpipe", "--json"]) == 0

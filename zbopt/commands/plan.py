@@ -207,9 +207,19 @@ def _others(result) -> list[str]:
         elif not verdict["may_be_shorter"]:
             lines.append(f"  {name}: cannot be shorter (bound {fmt(floor)}{unit} >= this span)")
         else:
+            both = f"--placements {result.split.placement},{name} plans over both"
+            found = verdict.get("found")
+            if verdict.get("shorter"):
+                lines.append(f"  {name}: shorter, {fmt(found['span'])}{unit} "
+                             f"({(span - found['span']) / span:.1%} below this span) on split "
+                             f"{'-'.join(map(str, found['sizes']))} ({found['method']}, found in "
+                             f"a short search); {both}")
+                continue
+            tried = "" if "found" not in verdict else \
+                "; a short search found no schedule that fits" if found is None else \
+                f"; a short search found {fmt(found['span'])}{unit}, not shorter"
             lines.append(f"  {name}: not ruled out (its bound {fmt(floor)}{unit} is "
-                         f"{(span - floor) / span:.1%} below this span); --placements "
-                         f"{result.split.placement},{name} plans over both")
+                         f"{(span - floor) / span:.1%} below this span{tried}); {both}")
     return lines
 
 

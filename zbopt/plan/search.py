@@ -146,6 +146,9 @@ class Plan:
     # OVERLAP_FLOOR where overlapped blocks make the single-pass bounds not apply); every other
     # split's bound is at least the span too. None: not optimal
     optimal_proof: Optional[str] = None
+    # plan(others=True): for each of `others` whose bound lies below the plan's span, the best
+    # split a short search found there (None: none fits in its time); not part of the plan
+    tried: Optional[dict[str, Optional[Split]]] = None
 
     @property
     def stages(self) -> list[list[str]]:
@@ -191,13 +194,24 @@ class Plan:
 
     def other_placements(self) -> Optional[dict]:
         """Per placement not planned over (others=True): its bound over all partitions (None: no
-        split fits the cap), whether any split fits, and whether that bound is below the span."""
+        split fits the cap), whether any split fits, whether that bound is below the span, and
+        where it is, the best schedule the short search found there (`found`: span, sizes,
+        method; None when it found none) and whether it is shorter than the plan."""
         if self.others is None:
             return None
-        return {name: {"lower_bound": floor if math.isfinite(floor) else None,
-                       "fits": math.isfinite(floor),
-                       "may_be_shorter": floor < self.result.span * (1 - TOLERANCE)}
-                for name, floor in self.others.items()}
+        out = {}
+        for name, floor in self.others.items():
+            entry = {"lower_bound": floor if math.isfinite(floor) else None,
+                     "fits": math.isfinite(floor),
+                     "may_be_shorter": floor < self.result.span * (1 - TOLERANCE)}
+            if self.tried is not None and name in self.tried:
+                split = self.tried[name]
+                entry["found"] = None if split is None else {
+                    "span": split.span, "sizes": list(split.sizes), "method": split.result.method}
+                entry["shorter"] = split is not None and \
+                    split.span < self.result.span * (1 - TOLERANCE)
+            out[name] = entry
+        return out
 
 
 def schedule_methods(placement: str) -> list[str]:
@@ -329,6 +343,48 @@ class _Search:
                         return
                     seen.add(moved)
                     heapq.heappush(heap, (guide(moved), moved))
+
+    def starts(self, placement: str, table_best: Optional[list] = None) -> list:
+        """Step 1's starting splits on `placement`: the baselines, and the split of least bound
+        of its segment table (`table_best`, suffix_minmax of it, computed when not given) or,
+        without a table, a load-balanced split (None where a rule has no split)."""
+        placed = self.placed(placement)
+        starts = [rule(placed) for rule in BASELINES.values()]
+        table = self.tables.get(placement)
+        if table is not None:
+            starts.append(argmin_partition(table, table_best or suffix_minmax(table)))
+        else:
+            starts.append(_balanced(placed))
+        return starts
+
+    def schedule_starts(self, placement: str, starts: list[Optional[tuple[int, ...]]],
+                        budget_end: float, every: bool = True) -> None:
+        """Step 1's starts scheduled: `starts` and, on a placement without a segment table,
+        where the guide leads from them (a third of the time to `budget_end` at most; tried
+        first). every=False: only while the time lasts."""
+        if placement not in self.tables:
+            now = time.perf_counter()
+            starts = self.guided_starts(placement, starts, now + GUIDE_SHARE * (budget_end - now)) \
+                + starts
+        for sizes in starts:
+            if not every and time.perf_counter() >= budget_end:
+                break
+            if sizes is not None:
+                self.schedule(placement, sizes, phase="baselines")
+        self.tell("baselines", placement=placement)
+
+    def climb(self, placement: str, budget_end: float) -> None:
+        """The shortest start climbs (improve_locally); without a segment table to list the
+        splits, so do the others after it, each to where no move shortens it, and then the
+        rest of the time explores, until `budget_end`."""
+        table = self.tables.get(placement)
+        local = [s for (pl, _), s in self.cache.items() if pl == placement and s.result]
+        for start in sorted(local, key=lambda s: s.span)[:1 if table is not None else None]:
+            if time.perf_counter() >= budget_end:
+                break
+            self.improve_locally(placement, start, budget_end)
+        if table is None:
+            self.explore(placement, budget_end)
 
     def improve_locally(self, placement: str, start: Split, budget_end: float) -> None:
         """Move layers while the best schedule gets shorter, taking the first move that
@@ -581,7 +637,9 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             raise ZboptError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")
     if not isinstance(time_limit, (int, float)) or not math.isfinite(time_limit) or time_limit <= 0:
         raise ZboptError(f"time limit must be a positive number of seconds, got {time_limit!r}")
-    search = _Search(model, float(time_limit), progress, solver, threads)
+    # with others, OTHERS_SHARE of the time is kept for a short search on each of them
+    main_limit = float(time_limit) * (1 - OTHERS_SHARE if others else 1)
+    search = _Search(model, main_limit, progress, solver, threads)
     for placement in placements:
         search.placed(placement)  # ZboptError now if the placement cannot hold the layers
     floors = _other_floors(search, placements) if others else None
@@ -591,19 +649,16 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     share = (0.5 if exact else 1.0) / len(placements)
     for index, placement in enumerate(placements):
         placed = search.placed(placement)
-        budget_end = search.began + time_limit * share * (index + 1)
-        starts = [rule(placed) for rule in BASELINES.values()]
+        budget_end = search.began + main_limit * share * (index + 1)
         if placement == "contiguous":
             table = segment_bounds(placed)
             search.tables[placement] = table
             best = suffix_minmax(table)
             if not math.isfinite(best[0][0]):
                 raise ZboptError(_infeasible_message(model))
-            starts.append(argmin_partition(table, best))
             floor = best[0][0]
         else:
             table, best = None, None
-            starts.append(_balanced(placed))
             if placement in PAIRED:  # up to seconds on large models: say what runs
                 search.tell("bounds")
             floor = placement_floor(placed)
@@ -611,25 +666,12 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
                 bounds[placement] = floor
                 continue
         search.bound = min([*bounds.values(), floor])
-        if table is None:  # a third of the placement's time at most walks the cheap guide
-            now = time.perf_counter()
-            starts += search.guided_starts(placement, starts, now + GUIDE_SHARE * (budget_end - now))
-        for sizes in starts:
-            if sizes is not None:
-                search.schedule(placement, sizes, phase="baselines")
-        search.tell("baselines", placement=placement)
-        local = [s for (pl, _), s in search.cache.items() if pl == placement and s.result]
+        search.schedule_starts(placement, search.starts(placement, best), budget_end)
         if search.best is not None and search.best.span <= floor * (1 + TOLERANCE):
             bounds[placement] = floor  # a split already meets the least bound of any split
             continue
-        # the shortest start climbs; without a segment table to list the splits, so do the
-        # others after it, each to where no move shortens it, while the placement's time lasts
-        for start in sorted(local, key=lambda s: s.span)[:1 if table is not None else None]:
-            if time.perf_counter() >= budget_end:
-                break
-            search.improve_locally(placement, start, budget_end)
+        search.climb(placement, budget_end)
         if table is None:
-            search.explore(placement, budget_end)
             bounds[placement] = floor
             pending.extend(s for (pl, _), s in search.cache.items() if pl == placement)
             continue
@@ -754,6 +796,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
                 options.append(search.schedule(placement, sizes))
         fitting = [s for s in options if s.result is not None]
         baselines[name] = min(fitting, key=lambda s: s.span) if fitting else (options[0] if options else None)
+    tried = _try_others(search, floors, min(search.began + time_limit, time.perf_counter()
+                                            + OTHERS_SHARE * time_limit)) if floors is not None else None
     search.tell("done")
     weakest = min(pending, key=lambda s: s.bound, default=None)
     bound_split = weakest.sizes if weakest is not None and weakest.bound <= lower and \
@@ -764,7 +808,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs,
                 bound_split, bound_placement, floors,
                 weakest.bound_name if bound_split is not None else None,
-                proof if status == "optimal" else None)
+                proof if status == "optimal" else None, tried)
 
 
 def _least_placement(placements: Sequence[str], unlisted: dict[str, float],
@@ -795,6 +839,10 @@ MIN_LOAD_FLOOR_SECONDS = 0.01  # below this CP-SAT is not started
 # layers at p = 16, interleaved to about 43 at p = 8), so the hint takes little of the search's
 # time; past it zbopt.plan.load_floor stands in (weaker, still a bound)
 OTHERS_BUDGET = BUDGET / 10
+# of plan(others=True)'s time limit: a short search on each placement not planned over whose
+# bound lies below the plan's span (Plan.tried), so that the plan can show a shorter schedule
+# there rather than only say that one may exist
+OTHERS_SHARE = 0.15
 
 
 def placed(model: LayeredModel, placement: str) -> LayeredModel:
@@ -821,6 +869,33 @@ def placement_floor(model: LayeredModel, budget: float = BUDGET) -> float:
     if value is None and seconds >= MIN_LOAD_FLOOR_SECONDS:  # 3+ chunks, or past the budget
         value = load_floor(model, seconds)
     return max(floor, value or 0.0)
+
+
+def _try_others(search: "_Search", floors: dict[str, float], deadline: float) \
+        -> dict[str, Optional[Split]]:
+    """Plan.tried: on each placement not planned over whose bound lies below the plan's span,
+    least bound first, the shortest schedule a short search finds (step 1 of the module doc: its
+    starts, the guided ones first, and the climbs, in a search of its own so the plan stays on
+    its placements), an even share each of the time until `deadline`; None where none fits."""
+    span = search.best.span
+    open_ = sorted((name for name, floor in floors.items() if floor < span * (1 - TOLERANCE)),
+                   key=floors.__getitem__)
+    tried: dict[str, Optional[Split]] = {}
+    for index, name in enumerate(open_):
+        now = time.perf_counter()
+        end = now + max(0.0, deadline - now) / (len(open_) - index)
+
+        def told(info: dict, name: str = name) -> None:
+            search.tell("other placements", placement=name, scheduled_there=info["scheduled"])
+
+        other = _Search(search.model, end - now, told, search.solver, search.threads)
+        if name == "contiguous":
+            other.tables[name] = segment_bounds(other.placed(name))
+        search.tell("other placements", placement=name)
+        other.schedule_starts(name, other.starts(name), end, every=False)
+        other.climb(name, end)
+        tried[name] = other.best
+    return tried
 
 
 def _other_floors(search: "_Search", placements: Sequence[str]) -> dict[str, float]:
