@@ -664,9 +664,9 @@ def test_other_placements_bounds_are_below_every_schedule_they_could_run():
         except ZboptError:
             continue
         assert set(mine.others) <= set(PLACEMENTS) - {model.placement}
-        # the short searches ran exactly where the bound leaves room below the plan, and what
+        # the short searches ran only where the bound leaves room below the plan, and what
         # they found is a schedule of that placement within the cap, no shorter than the bound
-        assert set(mine.tried) == {name for name, floor in mine.others.items()
+        assert set(mine.tried) <= {name for name, floor in mine.others.items()
                                    if floor < mine.result.span * (1 - 1e-9)}
         for name, split in mine.tried.items():
             if split is not None:

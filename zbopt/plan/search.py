@@ -28,7 +28,9 @@ bound over all partitions (the least over partitions of the
 largest device bound from its load and memory, zbopt.plan.paired_bound, on V, dualpipe and
 two-chunk interleaved; the total load over p otherwise). With others=True the plan also
 bounds the placements it was not asked to plan over (placement_floor), so that a plan over one
-placement can say whether another could be shorter.
+placement can say whether another could be shorter, and where that bound lies below the plan's
+span, a short search of their own (step 1 and the climbs, OTHERS_SHARE of the time limit kept
+for them) shows what schedule they reach (Plan.tried).
 """
 
 from __future__ import annotations
@@ -147,7 +149,8 @@ class Plan:
     # split's bound is at least the span too. None: not optimal
     optimal_proof: Optional[str] = None
     # plan(others=True): for each of `others` whose bound lies below the plan's span, the best
-    # split a short search found there (None: none fits in its time); not part of the plan
+    # split a short search found there (None: none of those it scheduled fits; left out when
+    # it had no time to schedule one); not part of the plan
     tried: Optional[dict[str, Optional[Split]]] = None
 
     @property
@@ -876,7 +879,8 @@ def _try_others(search: "_Search", floors: dict[str, float], deadline: float) \
     """Plan.tried: on each placement not planned over whose bound lies below the plan's span,
     least bound first, the shortest schedule a short search finds (step 1 of the module doc: its
     starts, the guided ones first, and the climbs, in a search of its own so the plan stays on
-    its placements), an even share each of the time until `deadline`; None where none fits."""
+    its placements), an even share each of the time until `deadline`; None where none of the
+    splits it scheduled fits, left out where it had no time to schedule one."""
     span = search.best.span
     open_ = sorted((name for name, floor in floors.items() if floor < span * (1 - TOLERANCE)),
                    key=floors.__getitem__)
@@ -894,7 +898,8 @@ def _try_others(search: "_Search", floors: dict[str, float], deadline: float) \
         search.tell("other placements", placement=name)
         other.schedule_starts(name, other.starts(name), end, every=False)
         other.climb(name, end)
-        tried[name] = other.best
+        if other.cache:  # left out when its time ran out before a split was scheduled
+            tried[name] = other.best
     return tried
 
 
