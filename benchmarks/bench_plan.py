@@ -733,25 +733,42 @@ def part_guided(args) -> list[str]:
 
 
 def part_guided16(args) -> list[str]:
-    """The same on the p=16 estimated models at their tight caps (--time-limit-p16 each)."""
-    return _guided(args, 16, ["tight"], args.time_limit_p16)
+    """The same on the p=16 estimated models at their tight caps (--time-limit-p16 each), with
+    a second peer: the guided walk weighing every move (no shortlist, zbopt.plan.moves.MANY)."""
+    return _guided(args, 16, ["tight"], args.time_limit_p16, every_move=True)
 
 
-def _guided(args, devices: int, caps: list[str], limit: float) -> list[str]:
+def _guided(args, devices: int, caps: list[str], limit: float,
+            every_move: bool = False) -> list[str]:
+    import zbopt.plan.moves as moves_module
     import zbopt.plan.search as search_module
-    from zbopt.plan.moves import adjacent
     placements = ("v", "interleaved", "dualpipe")
+    old_walk = [mock.patch.object(search_module._Search, "guided_starts", lambda self, *a: []),
+                mock.patch.object(search_module._Search, "explore", lambda self, *a: None),
+                mock.patch.object(search_module, "transfers", moves_module.adjacent)]
+    runs = [("peer", old_walk)]
+    if every_move:
+        runs.append(("every move", [mock.patch.object(moves_module, "MANY", math.inf)]))
+    runs.append(("guided", []))
+    names = [name for name, _ in runs]
     lines = [f"`plan(placements=(P,))` for {limit:g} s on each placement P without a "
-             f"segment table, twice one after the other: without the guide (the peer: no guided "
-             f"starts, no exploration, and the local search moves one boundary by one layer, as "
-             f"before zbopt.plan.moves) and with it (starts where the cheap bound leads, moves of "
-             f"one layer between any two stages, then the splits in the order of that bound); "
-             f"`contiguous` is `plan` on the contiguous placement in the same run, for scale. "
-             f"Spans in us; gain = (peer - guided) / peer.", "",
+             f"segment table, {len(runs)} times one after the other: without the guide (the "
+             f"peer: no guided starts, no exploration, and the local search moves one boundary "
+             f"by one layer, as before zbopt.plan.moves)"
+             + (", with the guide weighing every move (every move: past zbopt.plan.moves.MANY "
+                "moves, no shortlist)" if every_move else "")
+             + " and with it (starts where the cheap bound leads, moves of one layer between "
+             "any two stages, then the splits in the order of that bound; past MANY moves a "
+             "split, the shortlist the per-split paired bound ranks first); `contiguous` is "
+             "`plan` on the contiguous placement in the same run, for scale. Spans in us; gain "
+             "= (peer - guided) / peer" + ("; vs every = (every move - guided) / every move"
+                                           if every_move else "") + ".", "",
              "| model | cap | contiguous | " + " | ".join(
-                 f"{pl} (peer) | {pl} | gain" for pl in placements) + " |",
-             _rule("|" * (3 + 3 * len(placements) + 1))]
+                 " | ".join(f"{pl} ({name})" if name != "guided" else pl for name in names)
+                 + " | gain" + (" | vs every" if every_move else "") for pl in placements) + " |",
+             _rule("|" * (3 + (len(runs) + 1 + every_move) * len(placements) + 1))]
     gains = {pl: [] for pl in placements}
+    versus = {pl: [] for pl in placements}
     for model, p, _, cap_name, capped in _estimated_caps(args):
         if p != devices or cap_name not in caps:
             continue
@@ -760,14 +777,9 @@ def _guided(args, devices: int, caps: list[str], limit: float) -> list[str]:
         cells = [_fmt(plan(capped, time_limit=limit).result.span)]
         for placement in placements:
             spans = []
-            for use in (False, True):
-                print(f"[bench_plan] guided {model.name} {cap_name} {placement} "
-                      f"{'with' if use else 'without'} the guide", file=sys.stderr, flush=True)
-                patches = [] if use else [
-                    mock.patch.object(search_module._Search, "guided_starts",
-                                      lambda self, *a: []),
-                    mock.patch.object(search_module._Search, "explore", lambda self, *a: None),
-                    mock.patch.object(search_module, "transfers", adjacent)]
+            for name, patches in runs:
+                print(f"[bench_plan] guided {model.name} {cap_name} {placement} {name}",
+                      file=sys.stderr, flush=True)
                 with contextlib.ExitStack() as stack:
                     for patch in patches:
                         stack.enter_context(patch)
@@ -777,20 +789,23 @@ def _guided(args, devices: int, caps: list[str], limit: float) -> list[str]:
                     except ZboptError as err:
                         print(f"[bench_plan]   {err}", file=sys.stderr, flush=True)
                         spans.append(math.inf)
-            peer, mine = spans
-            gain = (peer - mine) / peer if math.isfinite(peer) and math.isfinite(mine) else None
-            if gain is not None:
-                gains[placement].append(gain)
-            cells += [_fmt(peer) if math.isfinite(peer) else "none fits",
-                      _fmt(mine) if math.isfinite(mine) else "none fits",
-                      _pct(gain) if gain is not None else "-"]
+            mine = spans[-1]
+            cells += [_fmt(x) if math.isfinite(x) else "none fits" for x in spans]
+            for before, store in ((spans[0], gains), (spans[1], versus))[:1 + every_move]:
+                value = (before - mine) / before \
+                    if math.isfinite(before) and math.isfinite(mine) else None
+                if value is not None:
+                    store[placement].append(value)
+                cells.append(_pct(value) if value is not None else "-")
         lines.append(f"| {model.name} | {cap_name} | " + " | ".join(cells) + " |")
         print(lines[-1], file=sys.stderr, flush=True)
     lines.append("")
     for placement, values in gains.items():
         if values:
             lines.append(f"{placement}: gain median {_pct(statistics.median(values))}, min "
-                         f"{_pct(min(values))}, max {_pct(max(values))} over {len(values)} rows.")
+                         f"{_pct(min(values))}, max {_pct(max(values))} over {len(values)} rows"
+                         + (f"; against every move median {_pct(statistics.median(versus[placement]))}"
+                            if versus[placement] else "") + ".")
     return lines
 
 

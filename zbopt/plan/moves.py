@@ -14,8 +14,11 @@ ended at 4,606,934, and with these moves at 3,406,427 on 2-2-2-2-2-1-2-2-2-2-3-2
 shifts by one), and `descend` walks those moves on a guide that costs milliseconds a split (the
 memory a split lacks under the cap, then the best lower bound of zbopt.bounds, which sees each
 device's memory area and round trips), so that scheduling, a second a split, starts where that
-bound is least. At p = 16 a split has about a thousand moves and the guide about 10 ms: there the
-walk costs more than it finds on interleaved (part guided16).
+bound is least. At p = 16 a split of V or interleaved has about a thousand moves and the guide
+costs 10 to 30 ms: weighing every move cost a descent step half a minute, and the walk lost to
+the one-boundary one on interleaved (part guided16). Past MANY moves, on those two placements
+the walk weighs only the SHORTLIST moves that zbopt.plan.paired_bound's per-split bound (half a
+millisecond) ranks first, and descends by the first of them that lowers the guide.
 """
 
 from __future__ import annotations
@@ -29,8 +32,13 @@ from ..errors import ZboptError
 from ..instance import within_cap
 from ..layers import LayeredModel
 from .bound import device_caps
+from .paired_bound import SplitBound
 
 Sizes = tuple[int, ...]
+# past this many moves from a split, V and two-chunk interleaved shortlist them (module doc);
+# at p = 8 (16 stages) a split has at most 240, at p = 16 (32 stages) about 990
+MANY = 400
+SHORTLIST = 64  # the moves weighed with the guide there, by the per-split paired bound's rank
 
 
 def adjacent(sizes: Sequence[int]) -> list[Sizes]:
@@ -70,6 +78,18 @@ class Guide:
         self.free = model.with_settings(memory_cap=None)
         self.caps = device_caps(model)
         self.cache: dict[Sizes, tuple[float, float]] = {}
+        self.quick = SplitBound(model) if SplitBound.applies(model) else None
+        self.quick_cache: dict[Sizes, float] = {}
+
+    def shortlist(self, moves: Sequence[Sizes]) -> Optional[list[Sizes]]:
+        """The SHORTLIST of `moves` of least per-split paired bound, least first, when there
+        are more than MANY and the placement has that bound; None otherwise (weigh them all)."""
+        if self.quick is None or len(moves) <= MANY:
+            return None
+        for sizes in moves:
+            if sizes not in self.quick_cache:
+                self.quick_cache[sizes] = self.quick(sizes)
+        return sorted(moves, key=self.quick_cache.__getitem__)[:SHORTLIST]
 
     def __call__(self, sizes: Sequence[int]) -> tuple[float, float]:
         key = tuple(sizes)
@@ -94,18 +114,23 @@ class Guide:
 
 
 def descend(guide: Guide, start: Sequence[int], deadline: float) -> Optional[Sizes]:
-    """From `start`, the best transfer while it lowers the guide, until none does or `deadline`
-    (perf_counter) passes; the split reached, or None when it still does not fit."""
+    """From `start`, the best transfer while it lowers the guide (past MANY moves, the first of
+    the guide's shortlist that does), until none does or `deadline` (perf_counter) passes; the
+    split reached, or None when it still does not fit."""
     current = tuple(start)
     value = guide(current)
     while time.perf_counter() < deadline:
+        moves = list(transfers(current))
+        shortlist = guide.shortlist(moves)
         best, best_value = None, value
-        for sizes in transfers(current):
+        for sizes in moves if shortlist is None else shortlist:
             if time.perf_counter() >= deadline:
                 break
             candidate = guide(sizes)
             if candidate < best_value:
                 best, best_value = sizes, candidate
+                if shortlist is not None:
+                    break
         if best is None or not best_value < value:
             break
         current, value = best, best_value

@@ -133,6 +133,44 @@ def dualpipe_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[floa
     return _outside_in(n, p // 2, after, lambda q: p - 2 * q - 2, pair)
 
 
+class SplitBound:
+    """The largest device bound of the module doc on one partition of V or of two-chunk
+    interleaved (inf where a device cannot hold its static memory and one micro-batch's two
+    activations): what v_floor and interleaved_floor take the least of over all partitions, in
+    a fraction of a millisecond a partition. `applies(model)` says whether the model's
+    placement is one of those two."""
+
+    def __init__(self, model: LayeredModel):
+        if not self.applies(model):
+            raise ValueError(f"no per-split paired bound on {model.placement} with "
+                             f"{model.num_stages} stages on {model.devices} devices")
+        self.model = model
+        self.costs = _Costs(model)
+
+    @staticmethod
+    def applies(model: LayeredModel) -> bool:
+        return model.placement in ("v", "interleaved") and model.num_stages == 2 * model.devices
+
+    def __call__(self, sizes) -> float:
+        p = self.model.devices
+        cuts = [0]
+        for size in sizes:
+            cuts.append(cuts[-1] + size)
+        worst = 0.0
+        for d in range(p):
+            # (stage, hops from it to its chain's last stage) of device d's two stages: on V
+            # stages p-1 and p share a device (no hop), on interleaved every hop is between two
+            if self.model.placement == "v":
+                held = ((d, 2 * p - 2 - d), (2 * p - 1 - d, d))
+            else:
+                held = ((d, 2 * p - 1 - d), (p + d, p - 1 - d))
+            (one, one_hops), (two, two_hops) = held
+            value = float(self.costs.device(d, (cuts[one], cuts[one + 1], one_hops),
+                                            (cuts[two], cuts[two + 1], two_hops)))
+            worst = max(worst, value)
+        return worst
+
+
 def _outside_in(n: int, levels: int, after: np.ndarray, middle, cost) -> float:
     """The programme from the outside in: level l (from the last) takes layers [i, a) after the
     l outer segments on the left and [b, j) before the l on the right, leaving [a, b) with at

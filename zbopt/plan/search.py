@@ -330,7 +330,9 @@ class _Search:
         (zbopt.plan.moves), best first from those scheduled so far and on along transfers, each
         scheduled when it fits and its bound lies below the best span, until `budget_end`.
         Every split is a few transfers from every other, so given the time this schedules every
-        split whose bound is below the best span, as the listing does on contiguous."""
+        split whose bound is below the best span, as the listing does on contiguous; past
+        zbopt.plan.moves.MANY moves a split it follows only the guide's shortlist, so there
+        it does not reach every split."""
         guide = self.guide(placement)
         seen = {sizes for (pl, sizes) in self.cache if pl == placement}
         heap = [(guide(sizes), sizes) for sizes in seen]
@@ -340,7 +342,8 @@ class _Search:
             if lacking == 0 and (placement, sizes) not in self.cache and \
                     (self.best is None or bound < self.best.span * (1 - TOLERANCE)):
                 self.schedule(placement, sizes, phase="exploring")
-            for moved in transfers(sizes):
+            moves = list(transfers(sizes))
+            for moved in guide.shortlist(moves) or moves:
                 if moved not in seen:
                     if time.perf_counter() >= budget_end:
                         return
@@ -393,9 +396,9 @@ class _Search:
         """Move layers while the best schedule gets shorter, taking the first move that
         shortens it. On contiguous a move shifts one stage boundary by one layer, and a
         neighbour whose segment bound is already at the current span is not scheduled;
-        elsewhere a move takes a layer from any stage to any other (zbopt.plan.moves), tried
-        in the order of the guide, and neighbours that do not fit or whose bound is at the
-        current span are not scheduled."""
+        elsewhere a move takes a layer from any stage to any other (zbopt.plan.moves; past its
+        MANY moves only the guide's shortlist), tried in the order of the guide, and neighbours
+        that do not fit or whose bound is at the current span are not scheduled."""
         current = start
         table = self.tables.get(placement)
         guide = None if table is not None else self.guide(placement)
@@ -405,7 +408,8 @@ class _Search:
                 neighbours = adjacent(current.sizes)
             else:
                 neighbours = []
-                for sizes in transfers(current.sizes):
+                moves = list(transfers(current.sizes))
+                for sizes in guide.shortlist(moves) or moves:
                     if time.perf_counter() >= budget_end:
                         return
                     lacking, bound = guide(sizes)
