@@ -1,21 +1,25 @@
 """The walk plan() takes on placements without a segment table (zbopt.plan.moves)."""
 
 import math
+import random
 import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_plan import _partitions, heuristic_bests
+from test_plan import _partitions, _random_model, _split_instances, heuristic_bests
 
+import zbopt.plan.moves as moves_module
 from zbopt.bounds import best_lower_bound, min_feasible_cap
 from zbopt.compare import best_of
 from zbopt.errors import ZboptError
 from zbopt.estimate import Accelerator, DecoderShape, estimate_model
 from zbopt.instance import within_cap
+from zbopt.layers import Layer, LayeredModel
 from zbopt.plan import plan
 from zbopt.plan.moves import Guide, adjacent, descend, transfers
-from zbopt.plan.search import schedule_methods
+from zbopt.plan.paired_bound import SplitBound, interleaved_floor, v_floor
+from zbopt.plan.search import placed, schedule_methods
 from zbopt.registry import run
 
 
@@ -127,3 +131,78 @@ def test_where_no_heuristic_fits_any_split_the_solver_finds_a_schedule():
     assert result.result.fits() and result.result.kind == "solver"
     assert result.split.sizes in fitting
     assert result.result.lower_bound <= result.result.span + 1e-9
+
+
+def test_split_bound_is_the_paired_floor_split_by_split():
+    """SplitBound, which ranks the moves past MANY, is the bound v_floor and interleaved_floor
+    minimise: their least over every split is the floor, and no schedule of a split beats it."""
+    rng = random.Random(31)
+    compared = beaten = 0
+    for _ in range(80):
+        base = _random_model(rng)
+        for name, floor_of in (("v", v_floor), ("interleaved", interleaved_floor)):
+            try:
+                model = placed(base, name)
+            except ZboptError:
+                continue
+            floor = floor_of(model)
+            if floor is None or model.num_stages > model.num_layers:
+                continue
+            bound = SplitBound(model)
+            assert min(bound(sizes) for sizes in _partitions(model.num_layers, model.num_stages)) \
+                == pytest.approx(floor, rel=1e-9)
+            for sizes, instance in _split_instances(model):
+                best = best_of(run(name, instance) for name in schedule_methods(name))
+                if best is not None:
+                    assert bound(sizes) <= best.span * (1 + 1e-9), (name, sizes)
+                    beaten += bound(sizes) < best.span * (1 - 1e-9)
+            compared += 1
+    assert compared >= 30 and beaten > 0
+    # split by split on estimated models (comm and tight caps make every hop count): the
+    # floor of the model whose layers are that split's stages merged, its only split
+    rng = random.Random(5)
+    for blocks, vocab, cap in ((8, 128256, 20_656_779_264), (10, 32000, 20_221_276_160)):
+        for name, floor_of in (("v", v_floor), ("interleaved", interleaved_floor)):
+            model = _llama(blocks, vocab, 3, 6, cap).with_settings(placement=name)
+            bound = SplitBound(model)
+            splits = list(_partitions(model.num_layers, 6))
+            for sizes in rng.sample(splits, 12):
+                assert bound(sizes) == pytest.approx(floor_of(_merged(model, sizes)), rel=1e-9)
+    llama = _llama(8, 32000, 3, 6, None)
+    assert not SplitBound.applies(llama.with_settings(placement="dualpipe"))
+    with pytest.raises(ValueError, match="no per-split paired bound"):
+        SplitBound(llama.with_settings(placement="contiguous"))
+
+
+def _merged(model: LayeredModel, sizes) -> LayeredModel:
+    """The model with each stage of `sizes` one layer (sums of its layers' costs and memory)."""
+    layers, start = [], 0
+    for k, size in enumerate(sizes):
+        group = model.expanded[start:start + size]
+        start += size
+        layers.append(Layer(f"stage{k}", **{key: sum(getattr(x, key) for x in group)
+                                            for key in ("t_f", "t_b", "t_w", "m_b", "m_w",
+                                                        "static")}))
+    return model.with_settings(layers=tuple(layers))
+
+
+def test_past_many_moves_the_walk_weighs_the_shortlist_and_still_makes_the_split_fit(monkeypatch):
+    model = _llama(8, 128256, 3, 6, 20_656_779_264)
+    quick = SplitBound(model)
+    start = (2, 2, 2, 2, 1, 1)
+    moves = list(transfers(start))
+    assert Guide(model).shortlist(moves) is None  # 20 moves: weigh them all
+    monkeypatch.setattr(moves_module, "MANY", 5)
+    monkeypatch.setattr(moves_module, "SHORTLIST", 6)
+    guide = Guide(model)
+    shortlist = guide.shortlist(moves)
+    assert len(shortlist) == 6 and set(shortlist) <= set(moves)
+    values = [quick(m) for m in shortlist]
+    assert values == sorted(values)
+    assert max(values) <= min(quick(m) for m in moves if m not in shortlist)
+    # dualpipe has no per-split paired bound: every move is weighed
+    assert Guide(model.with_settings(placement="dualpipe")).shortlist(moves) is None
+    reached = descend(guide, start, time.perf_counter() + 60)
+    assert reached is not None and guide(reached)[0] == 0 and guide(start)[0] > 0
+    # where it stops, no move of the shortlist lowers the guide (others may)
+    assert all(not guide(m) < guide(reached) for m in guide.shortlist(list(transfers(reached))))
