@@ -15,10 +15,11 @@ shifts by one), and `descend` walks those moves on a guide that costs millisecon
 memory a split lacks under the cap, then the best lower bound of zbopt.bounds, which sees each
 device's memory area and round trips), so that scheduling, a second a split, starts where that
 bound is least. At p = 16 a split of V or interleaved has about a thousand moves and the guide
-costs 10 to 30 ms: weighing every move cost a descent step half a minute, and the walk lost to
-the one-boundary one on interleaved (part guided16). Past MANY moves, on those two placements
-the walk weighs only the SHORTLIST moves that zbopt.plan.paired_bound's per-split bound (half a
-millisecond) ranks first, and descends by the first of them that lowers the guide.
+costs 10 to 30 ms: weighing every move cost a descent step half a minute. Past MANY moves, on
+those two placements the walk weighs only the SHORTLIST moves that zbopt.plan.paired_bound's
+per-split bound (half a millisecond) ranks first, and descends by the first of them that lowers
+the guide (part guided16: V 0.3% and 5.9% shorter than weighing every move, interleaved 5.4%
+shorter on the 32k model and 3.8% longer on the 128k one).
 """
 
 from __future__ import annotations
