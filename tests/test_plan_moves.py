@@ -152,7 +152,7 @@ def test_split_bound_is_the_paired_floor_split_by_split():
             assert min(bound(sizes) for sizes in _partitions(model.num_layers, model.num_stages)) \
                 == pytest.approx(floor, rel=1e-9)
             for sizes, instance in _split_instances(model):
-                best = best_of(run(name, instance) for name in schedule_methods(name))
+                best = best_of(run(method, instance) for method in schedule_methods(name))
                 if best is not None:
                     assert bound(sizes) <= best.span * (1 + 1e-9), (name, sizes)
                     beaten += bound(sizes) < best.span * (1 - 1e-9)
