@@ -9,7 +9,7 @@ first leg's stages (their activations are held for the whole round trip down and
 on the second leg's, the way from the balanced split to them shifts a layer across every stage
 in between, and the one-boundary walk stalls on the way (results/plan.md, part guided: on the
 32-block Llama model at p = 8, m = 32 and the tight cap, V planned with the one-boundary walk
-ended at 4,606,934, and with these moves at 3,406,427 on 2-2-2-2-2-1-2-2-2-2-3-2-2-2-2-4).
+ends at about 4.6M, and with these moves at about 3.41M, e.g. on 2-2-2-2-2-1-2-2-2-2-3-2-2-2-2-4).
 `transfers` takes one layer from any stage and gives it to any other (every boundary in between
 shifts by one), and `descend` walks those moves on a guide that costs milliseconds a split (the
 memory a split lacks under the cap, then the best lower bound of zbopt.bounds, which sees each
