@@ -745,7 +745,7 @@ def _guided(args, devices: int, caps: list[str], limit: float,
     placements = ("v", "interleaved", "dualpipe")
     old_walk = [mock.patch.object(search_module._Search, "guided_starts", lambda self, *a: []),
                 mock.patch.object(search_module._Search, "explore", lambda self, *a: None),
-                mock.patch.object(search_module, "transfers", moves_module.adjacent)]
+                mock.patch.object(moves_module, "transfers", moves_module.adjacent)]
     runs = [("peer", old_walk)]
     if every_move:
         runs.append(("every move", [mock.patch.object(moves_module, "MANY", math.inf)]))

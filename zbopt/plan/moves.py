@@ -92,6 +92,11 @@ class Guide:
                 self.quick_cache[sizes] = self.quick(sizes)
         return sorted(moves, key=self.quick_cache.__getitem__)[:SHORTLIST]
 
+    def moves(self, sizes: Sequence[int]) -> list[Sizes]:
+        """The transfers from `sizes` to weigh with the guide: all, or past MANY the shortlist."""
+        moves = list(transfers(sizes))
+        return self.shortlist(moves) or moves
+
     def __call__(self, sizes: Sequence[int]) -> tuple[float, float]:
         key = tuple(sizes)
         if key not in self.cache:

@@ -39,6 +39,7 @@ average of the device loads, and they are higher when whole layers cannot share 
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Optional
 
@@ -144,31 +145,24 @@ class SplitBound:
         if not self.applies(model):
             raise ValueError(f"no per-split paired bound on {model.placement} with "
                              f"{model.num_stages} stages on {model.devices} devices")
-        self.model = model
         self.costs = _Costs(model)
+        p = model.devices
+        # per device, (stage, hops from it to its chain's last stage) of its two stages: on V
+        # stages p-1 and p share a device (no hop), on interleaved every hop is between two
+        if model.placement == "v":
+            self.held = [((d, 2 * p - 2 - d), (2 * p - 1 - d, d)) for d in range(p)]
+        else:
+            self.held = [((d, 2 * p - 1 - d), (p + d, p - 1 - d)) for d in range(p)]
 
     @staticmethod
     def applies(model: LayeredModel) -> bool:
         return model.placement in ("v", "interleaved") and model.num_stages == 2 * model.devices
 
     def __call__(self, sizes) -> float:
-        p = self.model.devices
-        cuts = [0]
-        for size in sizes:
-            cuts.append(cuts[-1] + size)
-        worst = 0.0
-        for d in range(p):
-            # (stage, hops from it to its chain's last stage) of device d's two stages: on V
-            # stages p-1 and p share a device (no hop), on interleaved every hop is between two
-            if self.model.placement == "v":
-                held = ((d, 2 * p - 2 - d), (2 * p - 1 - d, d))
-            else:
-                held = ((d, 2 * p - 1 - d), (p + d, p - 1 - d))
-            (one, one_hops), (two, two_hops) = held
-            value = float(self.costs.device(d, (cuts[one], cuts[one + 1], one_hops),
-                                            (cuts[two], cuts[two + 1], two_hops)))
-            worst = max(worst, value)
-        return worst
+        cuts = [0, *itertools.accumulate(sizes)]
+        return max(float(self.costs.device(d, (cuts[one], cuts[one + 1], one_hops),
+                                           (cuts[two], cuts[two + 1], two_hops)))
+                   for d, ((one, one_hops), (two, two_hops)) in enumerate(self.held))
 
 
 def _outside_in(n: int, levels: int, after: np.ndarray, middle, cost) -> float:

@@ -68,7 +68,7 @@ from .collision_bound import collision_bound
 from .device_bound import DEVICE_LIMIT, relaxation_bound
 from .load_floor import load_floor
 from .memory_bound import pipeline_bound
-from .moves import Guide, adjacent, descend, transfers
+from .moves import Guide, adjacent, descend
 from .paired_bound import BUDGET, dualpipe_floor, interleaved_floor, v_floor
 from .polish import polish
 from .window_bound import window_bound
@@ -342,8 +342,7 @@ class _Search:
             if lacking == 0 and (placement, sizes) not in self.cache and \
                     (self.best is None or bound < self.best.span * (1 - TOLERANCE)):
                 self.schedule(placement, sizes, phase="exploring")
-            moves = list(transfers(sizes))
-            for moved in guide.shortlist(moves) or moves:
+            for moved in guide.moves(sizes):
                 if moved not in seen:
                     if time.perf_counter() >= budget_end:
                         return
@@ -408,8 +407,7 @@ class _Search:
                 neighbours = adjacent(current.sizes)
             else:
                 neighbours = []
-                moves = list(transfers(current.sizes))
-                for sizes in guide.shortlist(moves) or moves:
+                for sizes in guide.moves(current.sizes):
                     if time.perf_counter() >= budget_end:
                         return
                     lacking, bound = guide(sizes)
