@@ -17,16 +17,30 @@ results/plan.md whose certified gap is above 1%). The window relaxations of zbop
 .window_bound on the devices that hold the fewest activations (6-7, and 5-7), with growing label
 limits: the value, whether it is the window's exact optimum (no labels merged), and the time.
 
+Part `v`: V and two-chunk interleaved splits of the estimated 32-block models (p=8, m=32, 32k
+and 128k vocabularies, tight and mid caps), each the split the cheap guide of zbopt.plan.moves
+leads to from the load-balanced split. For each: the analytic bound (zbopt.bounds), the
+programme over orders of zbopt.solvers.chunk_relaxation on every device (--device-limit seconds
+each; the best, and on how many devices it finished), and solve() (cpsat-lns, --v-solver-limit
+seconds, 2 threads) as it is and told to skip that relaxation (the peer: how solve() ran on
+these splits before the relaxation ran beyond MAX_PASSES), one after the other.
+
 Usage:
-  python benchmarks/bench_relaxations.py [--only interleaved,window] [--relax-limit S]
-                                         [--solver-limit S] [--out results/relaxations.md]
+  python benchmarks/bench_relaxations.py [--only interleaved,window,v] [--relax-limit S]
+                                         [--solver-limit S] [--device-limit S]
+                                         [--v-solver-limit S] [--out results/relaxations.md]
+
+A run of some parts keeps the other parts' sections of --out as they are.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,7 +56,7 @@ from zbopt.solvers.api import solve  # noqa: E402
 from zbopt.solvers.chunk_relaxation import orders_optimum  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("interleaved", "window")
+PARTS = ("interleaved", "window", "v")
 # (p, m) of the interleaved part; the solver runs on those with at most SOLVER_DEVICES devices
 PIPELINES = ((2, 4), (2, 6), (3, 6), (4, 8), (8, 8), (8, 10), (8, 12), (8, 32))
 SOLVER_DEVICES = 4
@@ -131,12 +145,104 @@ def part_window(args) -> list[str]:
     return lines + [""]
 
 
+def guided_split(model, placement: str) -> tuple[int, ...]:
+    """Where zbopt.plan.moves.descend leads from the load-balanced split (no time limit)."""
+    from zbopt.plan.moves import Guide, descend
+    from zbopt.plan.search import _balanced, placed
+    on = placed(model, placement)
+    return descend(Guide(on), _balanced(on), math.inf)
+
+
+def part_v(args) -> list[str]:
+    from unittest import mock
+
+    import zbopt.solvers.api as api
+    from zbopt.plan.search import placed
+    from zbopt.solvers.chunk_relaxation import chunk_relaxation
+    lines = ["## v: the one-device relaxation on V and interleaved at m = 32", "",
+             f"Command: `python benchmarks/bench_relaxations.py --only v --device-limit "
+             f"{args.device_limit:g} --v-solver-limit {args.v_solver_limit:g}` "
+             f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
+             f"{os.getloadavg()[0]:.1f} at the start).", "",
+             f"Llama-3-8B shape, 32 blocks, p=8, m=32 (192 passes a device, beyond "
+             f"MAX_PASSES), the split the guide leads to from the load-balanced one. "
+             f"`relaxation`: the best over the devices of the programme over orders "
+             f"({args.device_limit:g} s each; `-` where none finished); `solve`: cpsat-lns, "
+             f"{args.v_solver_limit:g} s, 2 threads, as it is "
+             f"and told to skip the relaxation (peer). Gaps are (span - bound) / span.", "",
+             "| model | cap | placement | split | analytic | relaxation (device) | "
+             "finished | solve bound | from | span | gap | peer bound | peer span | peer gap |",
+             "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    gains = []
+    for vocab in (32000, 128256):
+        model = estimated(LLAMA3_8B, vocab, 8, 32)
+        for cap_name in ("tight", "mid"):
+            capped = model.with_settings(memory_cap=cap_levels(model)[cap_name])
+            for placement in ("v", "interleaved"):
+                sizes = guided_split(capped, placement)
+                if sizes is None:
+                    continue
+                instance = placed(capped, placement).instance(sizes)
+                print(f"[bench_relaxations] v {model.name} {cap_name} {placement} ...",
+                      file=sys.stderr, flush=True)
+                analytic = bounds.best_lower_bound(instance)[1]
+                best, which, finished = 0.0, None, 0
+                for device in range(instance.devices):
+                    value = chunk_relaxation(instance, device, args.device_limit,
+                                             programme_only=True)
+                    if value > 0:
+                        finished += 1
+                        if value > best:
+                            best, which = value, device
+                runs = []
+                for skip in (False, True):
+                    with mock.patch.object(api, "_chunk_bound", lambda *a: None) if skip \
+                            else contextlib.nullcontext():
+                        runs.append(solve(instance, solver="cpsat-lns",
+                                          time_limit=args.v_solver_limit, threads=2))
+                mine, peer = runs
+                gap = (mine.span - mine.lower_bound) / mine.span
+                peer_gap = (peer.span - peer.lower_bound) / peer.span
+                gains.append(peer_gap - gap)
+                lines.append(
+                    f"| {model.name} | {cap_name} | {placement} | {'-'.join(map(str, sizes))} | "
+                    f"{analytic:,.0f} | "
+                    + (f"{best:,.0f} ({which})" if which is not None else "-")
+                    + f" | {finished} of {instance.devices} | {mine.lower_bound:,.0f} | "
+                    f"{mine.bound_name} | {mine.span:,.0f} | {gap:.2%} | "
+                    f"{peer.lower_bound:,.0f} | {peer.span:,.0f} | {peer_gap:.2%} |")
+                print(lines[-1], file=sys.stderr, flush=True)
+    if gains:
+        lines += ["", f"Certified gap of solve(), peer minus with the relaxation: median "
+                  f"{statistics.median(gains):.2%} points, max {max(gains):.2%}, min "
+                  f"{min(gains):.2%} over {len(gains)} splits."]
+    return lines + [""]
+
+
+def _merged(path: Path, header: list[str], sections: dict[str, list[str]]) -> list[str]:
+    """The file at `path` with the sections run now (by their `## name:` heading) replaced or
+    appended and the others kept; the header only when the file is new or all parts ran."""
+    if not path.exists() or set(sections) == set(PARTS):
+        return header + [line for part in PARTS if part in sections for line in sections[part]]
+    old, current, kept = path.read_text().split("\n"), None, {}
+    top: list[str] = []
+    for line in old:
+        if line.startswith("## "):
+            current = line[3:].split(":")[0]
+            kept[current] = []
+        (top if current is None else kept[current]).append(line)
+    kept.update(sections)
+    return top + [line for part in PARTS if part in kept for line in kept[part]]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(PARTS))
     parser.add_argument("--relax-limit", type=float, default=120.0)
     parser.add_argument("--solver-limit", type=float, default=60.0)
     parser.add_argument("--window-limit", type=float, default=300.0)
+    parser.add_argument("--device-limit", type=float, default=5.0)
+    parser.add_argument("--v-solver-limit", type=float, default=30.0)
     parser.add_argument("--out", default=str(ROOT / "results" / "relaxations.md"))
     args = parser.parse_args()
     parts = [p for p in args.only.split(",") if p]
@@ -144,9 +250,10 @@ def main() -> int:
         print(f"error: --only takes a comma-separated list of {', '.join(PARTS)}",
               file=sys.stderr)
         return 2
-    if not (args.relax_limit > 0 and args.solver_limit >= 0 and args.window_limit > 0):
-        print("error: --relax-limit and --window-limit take a positive number of seconds, "
-              "--solver-limit one >= 0", file=sys.stderr)
+    if not (args.relax_limit > 0 and args.solver_limit >= 0 and args.window_limit > 0
+            and args.device_limit > 0 and args.v_solver_limit > 0):
+        print("error: --relax-limit, --window-limit, --device-limit and --v-solver-limit take "
+              "a positive number of seconds, --solver-limit one >= 0", file=sys.stderr)
         return 2
     command = "python benchmarks/bench_relaxations.py" + \
         ("" if parts == list(PARTS) else f" --only {','.join(parts)}")
@@ -155,13 +262,11 @@ def main() -> int:
              f"`{command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
              f"{platform.machine()}, {os.cpu_count()} cores, load average "
              f"{os.getloadavg()[0]:.1f} at the start).", ""]
-    if "interleaved" in parts:
-        lines += part_interleaved(args)
-    if "window" in parts:
-        lines += part_window(args)
+    runners = {"interleaved": part_interleaved, "window": part_window, "v": part_v}
+    sections = {part: runners[part](args) for part in PARTS if part in parts}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines))
+    out.write_text("\n".join(_merged(out, lines, sections)))
     print(f"[bench_relaxations] wrote {out}", file=sys.stderr)
     return 0
 

@@ -76,7 +76,8 @@ def test_the_relaxation_never_exceeds_the_optimum_and_often_meets_it(monkeypatch
 
 def test_the_programme_over_orders_equals_cp_sats_optimum(monkeypatch):
     """On random tiny interleaved and V instances, the programme over a device's orders
-    (orders_optimum) finds exactly the optimum CP-SAT proves for the same relaxation."""
+    (orders_optimum) finds exactly the optimum CP-SAT proves for the same relaxation, and
+    chunk_relaxation(programme_only=True) returns it."""
     from zbopt.solvers import chunk_relaxation as module
 
     rng = random.Random(3)
@@ -94,6 +95,7 @@ def test_the_programme_over_orders_equals_cp_sats_optimum(monkeypatch):
                 proven = chunk_relaxation(scaled, device, 30)
             assert exact is not None
             assert exact == pytest.approx(proven, abs=1e-6), (instance, device, exact, proven)
+            assert chunk_relaxation(scaled, device, 30, programme_only=True) == exact
             compared += 1
 
 
@@ -150,3 +152,24 @@ def test_a_backend_bounds_its_objective_by_the_lower_bound_it_is_given(name):
                         horizon=horizon + 3, lower=int(plain.objective) + 3)
     assert plain.status == "optimal"
     assert given.bound >= plain.objective + 3
+
+
+
+def test_solve_runs_the_programme_on_every_device_beyond_max_passes():
+    """V, p=3, m=17 under a tight cap: 102 passes a device, beyond MAX_PASSES, where CP-SAT
+    proves little and solve() left the relaxation out. The programme over orders runs there on
+    each device, its best lies above every analytic bound, and solve()'s bound is it, at most
+    its span."""
+    from zbopt.solvers.chunk_relaxation import MAX_PASSES, orders_optimum
+
+    instance = Instance(devices=3, microbatches=17, t_f=[1, 1, 2], t_b=[3, 4, 3], t_w=[0, 0, 1],
+                        comm=1, m_b=2, m_w=2).with_placement("v", 2).with_cap(4.0)
+    assert device_passes(instance) > MAX_PASSES
+    scaled, scale, _ = scaled_instance(instance)
+    values = [orders_optimum(scaled, d, time.perf_counter() + 30) for d in range(3)]
+    assert None not in values
+    assert max(values) / scale > bounds.best_lower_bound(instance)[1] + 1
+    result = solve(instance, time_limit=5)
+    assert result.bound_name == RELAXED
+    assert result.lower_bound == pytest.approx(max(values) / scale, abs=1 / scale)
+    assert result.lower_bound <= result.span + 1e-9

@@ -126,6 +126,10 @@ POLICY_SHARE = 0.2
 # (zbopt.solvers.chunk_relaxation) gets at most this share of the limit, when its model is small
 RELAX_SHARE = 0.15
 RELAX_MAX = 30.0  # seconds, whatever the limit
+# beyond chunk_relaxation.MAX_PASSES, the least time a device's programme over orders gets before
+# the next device's: where it finishes at p = 8, m = 32 on V at a tight cap it takes 1 to 3 s, and
+# the first devices in the order are the likeliest to raise the bound
+PROGRAMME_SECONDS = 2.0
 RELAXED = "device relaxation"  # its bound name
 # on contiguous placements with a cap, the one-device relaxations of zbopt.plan.device_bound, the
 # window relaxations of zbopt.plan.window_bound and then the collision relaxation of
@@ -474,16 +478,30 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
 
 def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads: int,
                  hint: Timeline) -> Optional[int]:
-    """The one-device relaxation (zbopt.solvers.chunk_relaxation) of the device whose analytic
-    bound is highest, in scaled time units, if the placement has one and its model is small;
-    the hint's start times seed it."""
-    seconds = deadline - time.perf_counter()
-    if not chunk_relaxation.applies(instance) or instance.cap is None or seconds <= 0.1 or \
-            chunk_relaxation.device_passes(instance) > chunk_relaxation.MAX_PASSES:
+    """The best one-device relaxation (zbopt.solvers.chunk_relaxation) found before `deadline`,
+    in scaled time units, if the placement has one: where its model is small, that of the
+    device whose analytic bound is highest, the hint's start times seeding CP-SAT;
+    beyond MAX_PASSES the programme over orders alone on every device in that order, each with
+    an even share of the time but at least PROGRAMME_SECONDS, and then those cut short with
+    what is left (zbopt.plan.device_bound.sweep)."""
+    from ..plan.device_bound import sweep
+    if not chunk_relaxation.applies(instance) or instance.cap is None or \
+            deadline - time.perf_counter() <= 0.1:
         return None
-    device = max(range(instance.devices), key=lambda d: bounds.device_bound(instance, d))
-    starts, _ = _hint_starts(scaled, hint)
-    value = chunk_relaxation.chunk_relaxation(scaled, device, seconds, threads, starts)
+    order = sorted(range(instance.devices), key=lambda d: -bounds.device_bound(instance, d))
+    if chunk_relaxation.device_passes(instance) <= chunk_relaxation.MAX_PASSES:
+        starts, _ = _hint_starts(scaled, hint)
+        value = chunk_relaxation.chunk_relaxation(scaled, order[0], deadline - time.perf_counter(),
+                                                  threads, starts)
+    else:
+        def relax(device: int, seconds: float) -> tuple[float, bool]:
+            value = chunk_relaxation.chunk_relaxation(scaled, device, seconds,
+                                                      programme_only=True)
+            return value, value <= 0
+
+        value, _ = sweep(order, deadline,
+                         lambda left, remaining: max(left / remaining, min(left, PROGRAMME_SECONDS)),
+                         relax)
     return math.ceil(value - 1e-6) if value > 0 else None
 
 

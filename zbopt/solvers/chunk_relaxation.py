@@ -12,12 +12,14 @@ costs and the comm lags) is a least delay. What is left is exact on e:
   m_b - m_w and W m_w at their ends), within cap - static at every moment.
 
 Any schedule restricted to e satisfies these rules, and e's span is at most the schedule's span
-(and its makespan). Within the relaxation micro-batches differ only by name, so each stage may
-run each kind in micro-batch order: the k-th earliest pass of a kind can take the k-th name,
-since every rule links one micro-batch's passes by a least delay (the k earliest b have k
-distinct a at least that much before them) and the memory level depends only on how many
-passes of each kind have run. So the bound holds for schedules in any order, as the solver's
-symmetry switch allows.
+(and its makespan). (The span is the largest device span, each from the device's own first
+pass, so the forward path before e's first pass does not add to e's bound.)
+
+Within the relaxation micro-batches differ only by name, so each stage may run each kind in
+micro-batch order: the k-th earliest pass of a kind can take the k-th name, since every rule
+links one micro-batch's passes by a least delay (the k earliest b have k distinct a at least
+that much before them) and the memory level depends only on how many passes of each kind have
+run. So the bound holds for schedules in any order, as the solver's symmetry switch allows.
 
 Small relaxations are solved exactly by a dynamic programme over e's orders (`orders_optimum`):
 for a fixed order, every pass as early as e and its rules allow is best (each rule is an earlier
@@ -31,7 +33,9 @@ is a lower bound. The analytic bounds (zbopt.bounds: ramp, drain) argue about th
 with counts; the relaxation also sees which passes are ready when, so on small pipelines it
 often meets the optimum. Its model grows with e's passes (3 x stages on e x micro-batches): the
 programme's labels multiply beyond a few dozen of them, and CP-SAT proves little within seconds
-beyond about a hundred.
+beyond about a hundred (MAX_PASSES). Beyond that solve() runs the programme alone, on one device
+after another: under a tight cap few orders fit the memory, and at p = 8, m = 32 (192 passes a
+device on V) it still finishes on some devices within seconds (results/relaxations.md, part v).
 """
 
 from __future__ import annotations
@@ -78,18 +82,23 @@ def _longest_from(instance: Instance, links, source) -> dict:
 
 
 def chunk_relaxation(instance: Instance, device: int, time_limit: float, threads: int = 1,
-                     hint: Optional[dict] = None) -> float:
+                     hint: Optional[dict] = None, programme_only: bool = False) -> float:
     """The proven lower bound of device `device`'s relaxation (0 if none was proven in time).
 
     `instance` must have integer costs and memory (solve() scales them); the bound is in its
-    time units. `hint`: start times of the device's passes (e.g. of the warm start)."""
+    time units. `hint`: start times of the device's passes (e.g. of the warm start).
+    programme_only: the programme over orders alone, with all the time (CP-SAT proves little
+    on models beyond MAX_PASSES)."""
     from ortools.sat.python import cp_model
 
     if not applies(instance) or time_limit <= 0:
         return 0.0
-    exact = orders_optimum(instance, device, time.perf_counter() + ORDERS_SHARE * time_limit)
+    share = 1.0 if programme_only else ORDERS_SHARE
+    exact = orders_optimum(instance, device, time.perf_counter() + share * time_limit)
     if exact is not None:
         return exact
+    if programme_only:
+        return 0.0
     time_limit *= 1 - ORDERS_SHARE
     links = neighbours(instance)
     stages = instance.stages_of(device)
