@@ -12,8 +12,17 @@ costs and the comm lags) is a least delay. What is left is exact on e:
   m_b - m_w and W m_w at their ends), within cap - static at every moment.
 
 Any schedule restricted to e satisfies these rules, and e's span is at most the schedule's span
-(and its makespan). (The span is the largest device span, each from the device's own first
-pass, so the forward path before e's first pass does not add to e's bound.)
+(and its makespan). The span is the largest device span, each from the device's own first pass,
+so the forward path before e's first pass does not lengthen e's; it lengthens that of the device
+holding the chain's first stage f (device 0). With s e's first stage on the chain: that device's
+first pass starts no later than F(f, j) for every j, which precedes F(s, j) by the forward path
+(`first_stage_tail`: the longest path of one micro-batch's graph between them); its last pass
+ends no earlier than W(f, j) for every j, which follows the start of B(s, j) by the backward
+path and t_w(f). Take j the micro-batch of e's first pass for the one and of e's last B on s for
+the other: in e's time (its first pass at 0) the schedule's span is also at least the start of
+e's last B on s plus that tail (the forward path, the backward path and t_w(f)), which the
+relaxation minimises together with e's own span. On a V placement at a tight cap this counts
+most on the device at the turn (stages p - 1 and p), the farthest from device 0.
 
 Within the relaxation micro-batches differ only by name, so each stage may run each kind in
 micro-batch order: the k-th earliest pass of a kind can take the k-th name, since every rule
@@ -81,9 +90,27 @@ def _longest_from(instance: Instance, links, source) -> dict:
     return dist
 
 
+def first_stage_tail(instance: Instance, links, device: int) -> float:
+    """The module doc's tail of `device` (0 for the device holding the chain's first stage): the
+    least time from the start of F(first stage, j) to the start of F(s, j), with s the device's
+    first stage on the chain, plus that from the start of B(s, j) to the end of
+    W(first stage, j)."""
+    order = instance.chains[0][0]
+    mb = instance.chains[0][1][0]
+    first = order[0]
+    own = min(instance.stages_of(device), key=order.index)
+    if own == first:
+        return 0.0
+    head = _longest_from(instance, links, (first, mb, "F"))[(own, mb, "F")]
+    back = _longest_from(instance, links, (own, mb, "B"))[(first, mb, "W")]
+    return head + back + duration(instance, (first, mb, "W"))
+
+
 def chunk_relaxation(instance: Instance, device: int, time_limit: float, threads: int = 1,
                      hint: Optional[dict] = None, programme_only: bool = False) -> float:
-    """The proven lower bound of device `device`'s relaxation (0 if none was proven in time).
+    """The proven lower bound of device `device`'s relaxation (0 if none was proven in time):
+    the least, over its schedules, of the larger of e's span and the first stage's device's
+    (module doc).
 
     `instance` must have integer costs and memory (solve() scales them); the bound is in its
     time units. `hint`: start times of the device's passes (e.g. of the warm start).
@@ -142,6 +169,10 @@ def chunk_relaxation(instance: Instance, device: int, time_limit: float, threads
     span = model.new_int_var(0, horizon, "span")
     for q in mine:
         model.add(span >= start[q] + cost[q])
+    tail = first_stage_tail(instance, links, device)
+    if tail > 0:  # the first stage's device's span (module doc)
+        own = min(stages, key=instance.chains[0][0].index)
+        model.add(span >= start[(own, mbs[-1], "B")] + math.floor(tail + 1e-9))
     model.minimize(span)
     if hint:
         offset = hint.get(first, 0)
@@ -179,9 +210,11 @@ def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional
         if instance.cap is not None else math.inf
     limit = cap_limit(room)  # the cap test of within_cap, its tolerance folded in once
     total = m * len(kinds)
-    # a label: (free, release of the next chain pass of each micro-batch in flight, oldest first)
+    tail = first_stage_tail(instance, links, device)
+    # a label: (free, release of the next chain pass of each micro-batch in flight, oldest
+    # first, the span the first stage's device needs after the last B of e's first stage)
     layers: dict[int, dict] = defaultdict(dict)
-    layers[0][(0,) * len(kinds)] = [(0.0, ())]
+    layers[0][(0,) * len(kinds)] = [(0.0, (), 0.0)]
     best = math.inf
     for done in range(total):
         if time.perf_counter() > deadline:
@@ -195,7 +228,7 @@ def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional
                 if delta[i] > 0 and level + delta[i] > limit:
                     continue
                 grown = counts[:i] + (counts[i] + 1,) + counts[i + 1:]
-                for free, releases in group:
+                for free, releases, late in group:
                     j = counts[i] - oldest
                     start = free if i == 0 or i >= n else max(free, releases[j])
                     free_after = start + cost[i]
@@ -203,16 +236,19 @@ def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional
                         releases = releases + (start + step[0],)
                     elif i == n - 1:
                         releases = releases[1:]
+                        if grown[i] == m:  # the last B of e's first stage
+                            late = start + tail
                     elif i < n:
                         releases = releases[:j] + (start + step[i],) + releases[j + 1:]
                     if done + 1 == total:
-                        best = min(best, free_after)
+                        best = min(best, max(free_after, late))
                         continue
                     keep_earliest(labels_of(layers[done + 1], grown),
-                                  (free_after, tuple(max(r, free_after) for r in releases)), _flat)
+                                  (free_after, tuple(max(r, free_after) for r in releases), late),
+                                  _flat)
     return best if math.isfinite(best) else None
 
 
 def _flat(label) -> tuple[float, ...]:
-    free, releases = label
-    return (free, *releases)
+    free, releases, late = label
+    return (free, *releases, late)
