@@ -26,7 +26,7 @@ from ..errors import ZboptError
 from ..heuristics import policy_search
 from ..heuristics.list_scheduler import list_schedule, sequential_schedule, single_passes
 from ..instance import Instance
-from ..passes import Pass
+from ..passes import Pass, neighbours
 from ..registry import get_method, solver_names
 from ..result import Result
 from ..schedule import Schedule, Timeline, evaluate, validate
@@ -480,20 +480,26 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
                  hint: Timeline) -> Optional[int]:
     """The best one-device relaxation (zbopt.solvers.chunk_relaxation) found before `deadline`,
     in scaled time units, if the placement has one: where its model is small, that of the
-    device whose analytic bound is highest, the hint's start times seeding CP-SAT;
-    beyond MAX_PASSES the programme over orders alone on every device in that order, each with
-    an even share of the time but at least PROGRAMME_SECONDS, and then those cut short with
-    what is left (zbopt.plan.device_bound.sweep)."""
+    device whose analytic bound is highest, the hint's start times seeding CP-SAT; beyond
+    MAX_PASSES the programme over orders alone on every device, those whose first stage lies
+    farthest along the chain (the longest tail through device 0, chunk_relaxation's module doc)
+    first, each with an even share of the time but at least PROGRAMME_SECONDS, and then those
+    cut short with what is left (zbopt.plan.device_bound.sweep)."""
     from ..plan.device_bound import sweep
     if not chunk_relaxation.applies(instance) or instance.cap is None or \
             deadline - time.perf_counter() <= 0.1:
         return None
-    order = sorted(range(instance.devices), key=lambda d: -bounds.device_bound(instance, d))
     if chunk_relaxation.device_passes(instance) <= chunk_relaxation.MAX_PASSES:
+        order = sorted(range(instance.devices), key=lambda d: -bounds.device_bound(instance, d))
         starts, _ = _hint_starts(scaled, hint)
         value = chunk_relaxation.chunk_relaxation(scaled, order[0], deadline - time.perf_counter(),
                                                   threads, starts)
     else:
+        # the farthest devices first: the tail through device 0 raises theirs most
+        links = neighbours(scaled)
+        order = sorted(range(instance.devices), key=lambda d: (
+            -chunk_relaxation.first_stage_tail(scaled, links, d), -bounds.device_bound(instance, d)))
+
         def relax(device: int, seconds: float) -> tuple[float, bool]:
             value = chunk_relaxation.chunk_relaxation(scaled, device, seconds,
                                                       programme_only=True)
