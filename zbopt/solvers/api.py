@@ -128,8 +128,11 @@ RELAX_SHARE = 0.15
 RELAX_MAX = 30.0  # seconds, whatever the limit
 # beyond chunk_relaxation.MAX_PASSES, the least time a device's programme over orders gets before
 # the next device's: where it finishes at p = 8, m = 32 on V at a tight cap it takes 1 to 3 s, and
-# the first devices in the order are the likeliest to raise the bound
+# the first devices in the order are the likeliest to raise the bound; and the share of the limit
+# the programmes get there (the relaxation is the only bound above the analytic ones, and raised
+# V's by 5-11% where it finished: results/relaxations.md, part v)
 PROGRAMME_SECONDS = 2.0
+PROGRAMME_SHARE = 0.25
 RELAXED = "device relaxation"  # its bound name
 # on contiguous placements with a cap, the one-device relaxations of zbopt.plan.device_bound, the
 # window relaxations of zbopt.plan.window_bound and then the collision relaxation of
@@ -371,7 +374,9 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                 candidate.objective(objective) < warm.objective(objective):
             warm = candidate
     if objective in ("span", "makespan") and round(warm.objective(objective) * scale) > bound_scaled:
-        relax_until = time.perf_counter() + min(RELAX_MAX, RELAX_SHARE * time_limit)
+        share = PROGRAMME_SHARE if chunk_relaxation.applies(instance) and \
+            chunk_relaxation.device_passes(instance) > chunk_relaxation.MAX_PASSES else RELAX_SHARE
+        relax_until = time.perf_counter() + min(RELAX_MAX, share * time_limit)
         relaxed = _chunk_bound(instance, scaled, relax_until, threads, hint)
         if relaxed is not None and relaxed > bound_scaled:
             bound_scaled, bound_name = relaxed, RELAXED
@@ -481,10 +486,10 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
     """The best one-device relaxation (zbopt.solvers.chunk_relaxation) found before `deadline`,
     in scaled time units, if the placement has one: where its model is small, that of the
     device whose analytic bound is highest, the hint's start times seeding CP-SAT; beyond
-    MAX_PASSES the programme over orders alone on every device, those whose first stage lies
-    farthest along the chain (the longest tail through device 0, chunk_relaxation's module doc)
-    first, each with an even share of the time but at least PROGRAMME_SECONDS, and then those
-    cut short with what is left (zbopt.plan.device_bound.sweep)."""
+    MAX_PASSES the programme over orders alone on every device, highest analytic bound plus
+    tail through device 0 (chunk_relaxation's module doc) first, each with an even share of the
+    time but at least PROGRAMME_SECONDS, and then those cut short with what is left
+    (zbopt.plan.device_bound.sweep)."""
     from ..plan.device_bound import sweep
     if not chunk_relaxation.applies(instance) or instance.cap is None or \
             deadline - time.perf_counter() <= 0.1:
@@ -495,10 +500,10 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
         value = chunk_relaxation.chunk_relaxation(scaled, order[0], deadline - time.perf_counter(),
                                                   threads, starts)
     else:
-        # the farthest devices first: the tail through device 0 raises theirs most
+        # the likeliest to be highest first: the analytic bound plus the tail through device 0
         links = neighbours(scaled)
-        order = sorted(range(instance.devices), key=lambda d: (
-            -chunk_relaxation.first_stage_tail(scaled, links, d), -bounds.device_bound(instance, d)))
+        order = sorted(range(instance.devices), key=lambda d: -(
+            bounds.device_bound(scaled, d) + chunk_relaxation.first_stage_tail(scaled, links, d)))
 
         def relax(device: int, seconds: float) -> tuple[float, bool]:
             value = chunk_relaxation.chunk_relaxation(scaled, device, seconds,
