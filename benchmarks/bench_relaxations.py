@@ -242,7 +242,7 @@ def main() -> int:
     parser.add_argument("--solver-limit", type=float, default=60.0)
     parser.add_argument("--window-limit", type=float, default=300.0)
     parser.add_argument("--device-limit", type=float, default=5.0)
-    parser.add_argument("--v-solver-limit", type=float, default=30.0)
+    parser.add_argument("--v-solver-limit", type=float, default=60.0)
     parser.add_argument("--out", default=str(ROOT / "results" / "relaxations.md"))
     args = parser.parse_args()
     parts = [p for p in args.only.split(",") if p]

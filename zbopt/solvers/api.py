@@ -131,7 +131,7 @@ RELAX_MAX = 30.0  # seconds, whatever the limit
 # the first devices in the order are the likeliest to raise the bound; and the share of the limit
 # the programmes get there (the relaxation is the only bound above the analytic ones, and raised
 # V's by 5-11% where it finished: results/relaxations.md, part v)
-PROGRAMME_SECONDS = 2.0
+PROGRAMME_SECONDS = 3.0
 PROGRAMME_SHARE = 0.25
 RELAXED = "device relaxation"  # its bound name
 # on contiguous placements with a cap, the one-device relaxations of zbopt.plan.device_bound, the
