@@ -39,3 +39,19 @@ def test_window_row_merged_labels_stay_below_the_exact_window():
     merged = window_row(instance, 1, 2, labels=1, limit=60.0)
     assert exact["exact"] and exact["value"] <= span + 1e-6
     assert merged["value"] <= exact["value"] + 1e-6
+
+
+def test_a_run_of_one_part_keeps_the_other_parts_sections(tmp_path):
+    from bench_relaxations import _merged
+
+    out = tmp_path / "relaxations.md"
+    out.write_text("# title\n\nheader\n\n## interleaved: old\n\nrow i\n\n## window: old\n\nrow w\n")
+    lines = _merged(out, ["# new title"], {"v": ["## v: new", "", "row v", ""]})
+    text = "\n".join(lines)
+    assert text.startswith("# title") and "# new title" not in text
+    assert "row i" in text and "row w" in text and text.index("row w") < text.index("row v")
+    again = _merged(out, ["# new title"], {"window": ["## window: new", "", "row w2", ""]})
+    assert "row w2" in "\n".join(again) and "row w\n" not in "\n".join(again) + "\n"
+    every = _merged(out, ["# new title"], {part: [f"## {part}: x"] for part in
+                                            ("interleaved", "window", "v")})
+    assert every[0] == "# new title" and "row i" not in every
