@@ -128,11 +128,8 @@ RELAX_SHARE = 0.15
 RELAX_MAX = 30.0  # seconds, whatever the limit
 # beyond chunk_relaxation.MAX_PASSES, the least time a device's programme over orders gets before
 # the next device's: where it finishes at p = 8, m = 32 on V at a tight cap it takes 1 to 3 s, and
-# the first devices in the order are the likeliest to raise the bound; and the share of the limit
-# the programmes get there (the relaxation is the only bound above the analytic ones, and raised
-# V's by 5-11% where it finished: results/relaxations.md, part v)
+# the first devices in the order are the likeliest to raise the bound
 PROGRAMME_SECONDS = 3.0
-PROGRAMME_SHARE = 0.25
 RELAXED = "device relaxation"  # its bound name
 # on contiguous placements with a cap, the one-device relaxations of zbopt.plan.device_bound, the
 # window relaxations of zbopt.plan.window_bound and then the collision relaxation of
@@ -374,9 +371,7 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                 candidate.objective(objective) < warm.objective(objective):
             warm = candidate
     if objective in ("span", "makespan") and round(warm.objective(objective) * scale) > bound_scaled:
-        share = PROGRAMME_SHARE if chunk_relaxation.applies(instance) and \
-            chunk_relaxation.device_passes(instance) > chunk_relaxation.MAX_PASSES else RELAX_SHARE
-        relax_until = time.perf_counter() + min(RELAX_MAX, share * time_limit)
+        relax_until = time.perf_counter() + min(RELAX_MAX, RELAX_SHARE * time_limit)
         relaxed = _chunk_bound(instance, scaled, relax_until, threads, hint)
         if relaxed is not None and relaxed > bound_scaled:
             bound_scaled, bound_name = relaxed, RELAXED
