@@ -126,10 +126,6 @@ POLICY_SHARE = 0.2
 # (zbopt.solvers.chunk_relaxation) gets at most this share of the limit, when its model is small
 RELAX_SHARE = 0.15
 RELAX_MAX = 30.0  # seconds, whatever the limit
-# beyond chunk_relaxation.MAX_PASSES, the least time a device's programme over orders gets before
-# the next device's: where it finishes at p = 8, m = 32 on V at a tight cap it takes 1 to 3 s, and
-# the first devices in the order are the likeliest to raise the bound
-PROGRAMME_SECONDS = 3.0
 RELAXED = "device relaxation"  # its bound name
 # on contiguous placements with a cap, the one-device relaxations of zbopt.plan.device_bound, the
 # window relaxations of zbopt.plan.window_bound and then the collision relaxation of
@@ -482,8 +478,8 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
     in scaled time units, if the placement has one: where its model is small, that of the
     device whose analytic bound is highest, the hint's start times seeding CP-SAT; beyond
     MAX_PASSES the programme over orders alone on every device, highest analytic bound plus
-    tail through device 0 (chunk_relaxation's module doc) first, each with an even share of the
-    time but at least PROGRAMME_SECONDS, and then those cut short with what is left
+    tail through device 0 (chunk_relaxation's module doc) first, each with half the time left
+    (at least an even share of it), and then those cut short with what is left
     (zbopt.plan.device_bound.sweep)."""
     from ..plan.device_bound import sweep
     if not chunk_relaxation.applies(instance) or instance.cap is None or \
@@ -505,8 +501,10 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
                                                       programme_only=True)
             return value, value <= 0
 
-        value, _ = sweep(order, deadline,
-                         lambda left, remaining: max(left / remaining, min(left, PROGRAMME_SECONDS)),
+        # where the programme finishes at p = 8, m = 32 on V at a tight cap it takes 1 to 5 s a
+        # device, and the first in the order are the likeliest to be highest: halving the time
+        # lets the first two finish
+        value, _ = sweep(order, deadline, lambda left, remaining: max(left / remaining, left / 2),
                          relax)
     return math.ceil(value - 1e-6) if value > 0 else None
 
