@@ -36,6 +36,17 @@ def _random_instance(rng: random.Random) -> Instance:
     return placed.with_cap(rng.randint(stages, stages * m) * 1.0)
 
 
+def _scaled_cases(seed: int):
+    """Random tiny instances (those whose cap holds one micro-batch) with their scaled copies."""
+    rng = random.Random(seed)
+    while True:
+        try:
+            instance = _random_instance(rng)
+        except ZboptError:
+            continue
+        yield instance, scaled_instance(instance)[0]
+
+
 def _optimum(instance: Instance, symmetry: bool, monkeypatch) -> float | None:
     """The span CP-SAT proves optimal with every zbopt.bounds cut taken out of its model (None
     if it proves nothing within the limit)."""
@@ -80,14 +91,10 @@ def test_the_programme_over_orders_equals_cp_sats_optimum(monkeypatch):
     chunk_relaxation(programme_only=True) returns it."""
     from zbopt.solvers import chunk_relaxation as module
 
-    rng = random.Random(3)
     compared = 0
-    while compared < 30:
-        try:
-            instance = _random_instance(rng)
-        except ZboptError:
-            continue
-        scaled, _, _ = scaled_instance(instance)
+    for instance, scaled in _scaled_cases(3):
+        if compared >= 30:
+            break
         for device in range(instance.devices):
             exact = module.orders_optimum(scaled, device, time.perf_counter() + 30)
             with monkeypatch.context() as patch:
@@ -182,14 +189,10 @@ def test_the_first_stages_device_raises_the_relaxation(monkeypatch):
     several (the slow test above checks both against the optimum)."""
     from zbopt.solvers import chunk_relaxation as module
 
-    rng = random.Random(5)
     compared = raised = 0
-    while compared < 40:
-        try:
-            instance = _random_instance(rng)
-        except ZboptError:
-            continue
-        scaled, _, _ = scaled_instance(instance)
+    for instance, scaled in _scaled_cases(5):
+        if compared >= 40:
+            break
         for device in range(instance.devices):
             with_tail = module.orders_optimum(scaled, device, time.perf_counter() + 30)
             with monkeypatch.context() as patch:
