@@ -486,9 +486,9 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
             deadline - time.perf_counter() <= 0.1:
         return None
     if chunk_relaxation.device_passes(instance) <= chunk_relaxation.MAX_PASSES:
-        order = sorted(range(instance.devices), key=lambda d: -bounds.device_bound(instance, d))
+        device = max(range(instance.devices), key=lambda d: bounds.device_bound(instance, d))
         starts, _ = _hint_starts(scaled, hint)
-        value = chunk_relaxation.chunk_relaxation(scaled, order[0], deadline - time.perf_counter(),
+        value = chunk_relaxation.chunk_relaxation(scaled, device, deadline - time.perf_counter(),
                                                   threads, starts)
     else:
         # the likeliest to be highest first: the analytic bound plus the tail through device 0
