@@ -6,8 +6,8 @@
 
 Sweeps are `zbopt sweep sweeps/NAME.toml --out results/NAME`; the frontiers are
 `zbopt frontier instances/paper/zb-*-p8-m24.toml --caps 1p:3p:0.25p`. On top of the sweep
-reports this writes the comparisons with the reference values (tests/data/, copies of
-shared/reference/): results/paper/vs_paper.md and results/unit/vs_reference.md.
+reports this writes the comparisons with the published reference values (tests/data/,
+sources in its REFERENCE.md): results/paper/vs_paper.md and results/unit/vs_reference.md.
 """
 
 from __future__ import annotations

@@ -7,12 +7,11 @@ import pytest
 from zbopt.solvers import api
 from zbopt.solvers.protocol import BackendResult
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 REFERENCE = Path(__file__).resolve().parent / "data"
 
 
 def load_reference(name: str) -> dict:
-    """Reference values: the repo's copy in tests/data (shared/reference is not in the repo)."""
+    """Reference values: the published tables in tests/data (sources in tests/data/REFERENCE.md)."""
     return json.loads((REFERENCE / name).read_text())
 
 

@@ -1,4 +1,4 @@
-"""The published values of shared/reference, reproduced by evaluate() (span, within 0.5)."""
+"""The published values in tests/data (REFERENCE.md), reproduced by evaluate() (span, within 0.5)."""
 
 import pytest
 
