@@ -90,15 +90,19 @@ def _longest_from(instance: Instance, links, source) -> dict:
     return dist
 
 
+def own_first_stage(instance: Instance, device: int) -> int:
+    """The device's first stage along the chain (the s of the module doc)."""
+    return min(instance.stages_of(device), key=instance.chains[0][0].index)
+
+
 def first_stage_tail(instance: Instance, links, device: int) -> float:
     """The module doc's tail of `device` (0 for the device holding the chain's first stage): the
     least time from the start of F(first stage, j) to the start of F(s, j), with s the device's
-    first stage on the chain, plus that from the start of B(s, j) to the end of
-    W(first stage, j)."""
-    order = instance.chains[0][0]
+    first stage on the chain (own_first_stage), plus that from the start of B(s, j) to the end
+    of W(first stage, j)."""
     mb = instance.chains[0][1][0]
-    first = order[0]
-    own = min(instance.stages_of(device), key=order.index)
+    first = instance.chains[0][0][0]
+    own = own_first_stage(instance, device)
     if own == first:
         return 0.0
     head = _longest_from(instance, links, (first, mb, "F"))[(own, mb, "F")]
@@ -171,8 +175,8 @@ def chunk_relaxation(instance: Instance, device: int, time_limit: float, threads
         model.add(span >= start[q] + cost[q])
     tail = first_stage_tail(instance, links, device)
     if tail > 0:  # the first stage's device's span (module doc)
-        own = min(stages, key=instance.chains[0][0].index)
-        model.add(span >= start[(own, mbs[-1], "B")] + math.floor(tail + 1e-9))
+        last_b = (own_first_stage(instance, device), mbs[-1], "B")
+        model.add(span >= start[last_b] + math.floor(tail + 1e-9))
     model.minimize(span)
     if hint:
         offset = hint.get(first, 0)
