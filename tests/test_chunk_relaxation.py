@@ -37,14 +37,16 @@ def _random_instance(rng: random.Random) -> Instance:
 
 
 def _scaled_cases(seed: int):
-    """Random tiny instances (those whose cap holds one micro-batch) with their scaled copies."""
+    """Random tiny instances (those whose cap holds one micro-batch) with their scaled copies
+    and the scale."""
     rng = random.Random(seed)
     while True:
         try:
             instance = _random_instance(rng)
-        except ZboptError:
+        except ZboptError:  # a cap below what one micro-batch needs: nothing to bound
             continue
-        yield instance, scaled_instance(instance)[0]
+        scaled, scale, _ = scaled_instance(instance)
+        yield instance, scaled, scale
 
 
 def _optimum(instance: Instance, symmetry: bool, monkeypatch) -> float | None:
@@ -65,15 +67,11 @@ def test_the_relaxation_never_exceeds_the_optimum_and_often_meets_it(monkeypatch
     """On random tiny interleaved and V instances under tight caps, no device's relaxation lies
     above the proven optimum (also when CP-SAT may run micro-batches out of order), and it
     lies above every bound of zbopt.bounds on several of them."""
-    rng = random.Random(7)
     checked = raised = met = 0
-    while checked < 24:
-        try:
-            instance = _random_instance(rng)
-        except ZboptError:  # a cap below what one micro-batch needs: nothing to bound
-            continue
+    for instance, scaled, scale in _scaled_cases(7):
+        if checked >= 24:
+            break
         best = bounds.best_lower_bound(instance)[1]
-        scaled, scale, _ = scaled_instance(instance)
         values = [chunk_relaxation(scaled, d, 30) / scale for d in range(instance.devices)]
         optimum = _optimum(instance, checked % 2 == 0, monkeypatch)
         if optimum is None:
@@ -92,7 +90,7 @@ def test_the_programme_over_orders_equals_cp_sats_optimum(monkeypatch):
     from zbopt.solvers import chunk_relaxation as module
 
     compared = 0
-    for instance, scaled in _scaled_cases(3):
+    for instance, scaled, _ in _scaled_cases(3):
         if compared >= 30:
             break
         for device in range(instance.devices):
@@ -161,7 +159,6 @@ def test_a_backend_bounds_its_objective_by_the_lower_bound_it_is_given(name):
     assert given.bound >= plain.objective + 3
 
 
-
 def test_solve_runs_the_programme_on_every_device_beyond_max_passes():
     """V, p=3, m=17 under a tight cap: 102 passes a device, beyond MAX_PASSES, where CP-SAT
     proves little and solve() left the relaxation out. The programme over orders runs there on
@@ -190,7 +187,7 @@ def test_the_first_stages_device_raises_the_relaxation(monkeypatch):
     from zbopt.solvers import chunk_relaxation as module
 
     compared = raised = 0
-    for instance, scaled in _scaled_cases(5):
+    for instance, scaled, _ in _scaled_cases(5):
         if compared >= 40:
             break
         for device in range(instance.devices):
