@@ -819,6 +819,26 @@ def test_plan_file_is_a_schedule_file_with_the_partition(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
+def test_a_dualpipe_plan_says_it_has_no_runtime_form_and_export_refuses_it(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(EXAMPLE), "--placements", "dualpipe", "--time-limit", "5",
+                 "--quiet", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "note: placement 'dualpipe'" in printed and "--placements contiguous" in printed
+    titan = tmp_path / "titan"
+    assert main(["export", str(out), "--torchtitan", str(titan)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "re-plan with --placements contiguous,v,interleaved" in err
+    assert not titan.exists()
+    # the trace has no runtime to satisfy
+    assert main(["export", str(out), "--chrome-trace", str(tmp_path / "trace.json")]) == 0
+    capsys.readouterr()
+    # a contiguous plan carries no such note
+    assert main(["plan", str(EXAMPLE), "--placements", "contiguous", "--time-limit", "5",
+                 "--quiet"]) == 0
+    assert "note: placement" not in capsys.readouterr().out
+
+
 def test_the_plan_table_shows_memory_in_gb_when_the_file_counts_bytes(capsys, tmp_path):
     model = load_model(EXAMPLE)
     in_bytes = tmp_path / "bytes.json"

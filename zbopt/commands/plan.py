@@ -280,5 +280,8 @@ def _print(result, model, args) -> None:
     out.print(base)
     for line in _others(result):
         out.print(line)
+    if inst.placement == "dualpipe":
+        from ..export.plan_parts import NO_RUNTIME_FORM
+        out.print(f"note: {NO_RUNTIME_FORM}")
     if args.out:
         out.print(f"wrote {args.out}")

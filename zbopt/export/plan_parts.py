@@ -12,6 +12,12 @@ from typing import Any
 from ..errors import ZboptError
 from .schedule_file import ScheduleFile
 
+# why a dualpipe plan has no runtime export, and what to do instead
+NO_RUNTIME_FORM = ("placement 'dualpipe' runs two copies of each model part in opposite "
+                   "directions, which PyTorch's pipelining and torchtitan cannot run: re-plan "
+                   "with --placements contiguous,v,interleaved for a plan they run (export "
+                   "--chrome-trace still draws this one)")
+
 
 def plan_model(loaded: ScheduleFile) -> dict[str, Any] | None:
     """The plan's layered model dict, if it has one."""
@@ -28,8 +34,9 @@ def stage_layer_names(loaded: ScheduleFile) -> list[list[str]] | None:
     source = loaded.meta.get("path", "plan")
     if not (isinstance(stages, list) and all(isinstance(g, list) and g for g in stages)):
         raise ZboptError(f"{source}: the partition lists no layer names per stage: re-plan it")
+    if loaded.instance.placement == "dualpipe":
+        raise ZboptError(f"{source}: {NO_RUNTIME_FORM}")
     if len(stages) != loaded.instance.num_stages:
-        # dualpipe's two directions run the same parts twice; torch and torchtitan cannot
         raise ZboptError(f"{source}: the partition has {len(stages)} model parts but the "
                          f"schedule runs {loaded.instance.num_stages} stages: a runtime needs "
                          f"one part per stage")
