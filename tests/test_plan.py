@@ -898,6 +898,19 @@ def test_plan_progress_goes_to_stderr_when_asked_and_json_stays_clean(capsys):
         assert capsys.readouterr().err == ""
 
 
+def test_plan_progress_shows_the_solvers_incumbent_while_it_runs(capsys):
+    from argparse import Namespace
+
+    from zbopt.commands.plan import _Progress
+    show = _Progress(Namespace(progress=True, quiet=False))
+    line = {"elapsed": 1.0, "phase": "solver", "incumbent": 120.0, "bound": 90.0, "gap": 0.25,
+            "scheduled": 3}
+    show({**line, "solver_incumbent": 100.0})
+    assert "best span 100  bound 90  gap 10.00%" in capsys.readouterr().err
+    show({**line, "phase": "done", "solver_incumbent": 130.0})  # not better: the search's
+    assert "best span 120  bound 90  gap 25.00%" in capsys.readouterr().err
+
+
 def test_the_shipped_model_is_planned_by_name_from_any_directory(capsys, monkeypatch, tmp_path):
     assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "5", "--json"]) == 0
     from_file = json.loads(capsys.readouterr().out)

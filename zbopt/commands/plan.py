@@ -133,10 +133,13 @@ class _Progress:
         if self.quiet or (info["phase"] == self.phase and now - self.last < 1.0):
             return
         self.last, self.phase = now, info["phase"]
-        best = info.get("incumbent")
-        gap = info.get("gap")
+        best, gap, bound = info.get("incumbent"), info.get("gap"), info.get("bound")
+        found = info.get("solver_incumbent")  # the exact solver's, while it runs on one split
+        if found is not None and (best is None or found < best):
+            best = found
+            gap = None if bound is None else max(0.0, (best - bound) / best)
         print(f"plan: {info['elapsed']:6.1f}s {info['phase']:<12} best span {fmt(best)}  bound "
-              f"{fmt(info.get('bound'))}  gap {'-' if gap is None else f'{gap:.2%}'}  "
+              f"{fmt(bound)}  gap {'-' if gap is None else f'{gap:.2%}'}  "
               f"splits scheduled {info.get('scheduled', 0)}", file=sys.stderr, flush=True)
 
 
