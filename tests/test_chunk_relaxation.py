@@ -199,3 +199,34 @@ def test_the_first_stages_device_raises_the_relaxation(monkeypatch):
             raised += with_tail > without + 1e-9
             compared += 1
     assert raised >= 5
+
+
+def test_probe_order_puts_the_fastest_probed_programmes_first(monkeypatch):
+    from zbopt.solvers import chunk_relaxation as module
+    # V on 4 devices: device d holds stages d and 7 - d; room 100 on every device. Device 1's
+    # stage 1 holds 10 activations (m_b 10), more than the probe's 8 micro-batches: not probed
+    m_b = [30, 10, 30, 30, 30, 30, 30, 30]
+    instance = Instance(devices=4, microbatches=32, placement="v", t_f=1, t_b=1, t_w=1,
+                        m_b=m_b, m_w=0, memory_cap=100)
+    seconds = {0: 0.2, 2: 0.05, 3: 5.0}  # device 3's probe does not finish in PROBE_SECONDS
+    clock = types.SimpleNamespace(now=0.0)
+    probed = []
+
+    def fake_optimum(small, device, deadline):
+        assert small.microbatches == module.PROBE_MICROBATCHES and small.m_b == instance.m_b
+        probed.append(device)
+        clock.now = min(deadline, clock.now + seconds[device])
+        return None if clock.now >= deadline else 1.0
+
+    monkeypatch.setattr(module, "orders_optimum", fake_optimum)
+    monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    order = module.probe_order(instance, [3, 1, 0, 2], deadline=100.0)
+    assert sorted(probed) == [0, 2, 3]
+    # finished probes fastest first, then the rest (an unfinished probe, an unprobed device) in
+    # the order given
+    assert order == [2, 0, 3, 1]
+    # past the deadline nothing more is probed and the order stands
+    probed.clear()
+    clock.now = 200.0
+    assert module.probe_order(instance, [3, 1, 0, 2], deadline=100.0) == [3, 1, 0, 2]
+    assert probed == []

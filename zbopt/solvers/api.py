@@ -477,9 +477,10 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
     """The best one-device relaxation (zbopt.solvers.chunk_relaxation) found before `deadline`,
     in scaled time units, if the placement has one: where its model is small, that of the
     device whose analytic bound is highest, the hint's start times seeding CP-SAT; beyond
-    MAX_PASSES the programme over orders alone on every device, highest analytic bound plus
-    tail through device 0 (chunk_relaxation's module doc) first, each with half the time left
-    (at least an even share of it), and then those cut short with what is left
+    MAX_PASSES the programme over orders alone on every device, those a probe on fewer
+    micro-batches finds fastest first (chunk_relaxation.probe_order), the others by highest
+    analytic bound plus tail through device 0 (chunk_relaxation's module doc), each with half
+    the time left (at least an even share of it), and then those cut short with what is left
     (zbopt.plan.device_bound.sweep)."""
     from ..plan.device_bound import sweep
     if not chunk_relaxation.applies(instance) or instance.cap is None or \
@@ -491,10 +492,12 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
         value = chunk_relaxation.chunk_relaxation(scaled, device, deadline - time.perf_counter(),
                                                   threads, starts)
     else:
-        # the likeliest to be highest first: the analytic bound plus the tail through device 0
+        # the likeliest to be highest first: the analytic bound plus the tail through device 0;
+        # then the likeliest to finish soon before the rest (probe_order)
         links = neighbours(scaled)
         order = sorted(range(instance.devices), key=lambda d: -(
             bounds.device_bound(scaled, d) + chunk_relaxation.first_stage_tail(scaled, links, d)))
+        order = chunk_relaxation.probe_order(scaled, order, deadline)
 
         def relax(device: int, seconds: float) -> tuple[float, bool]:
             value = chunk_relaxation.chunk_relaxation(scaled, device, seconds,
@@ -502,8 +505,8 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
             return value, value <= 0
 
         # where the programme finishes at p = 8, m = 32 on V at a tight cap it takes 1 to 5 s a
-        # device, and the first in the order are the likeliest to be highest: halving the time
-        # lets the first two finish
+        # device, and the first in the order are the likeliest to finish or to be highest:
+        # halving the time lets the first two finish
         value, _ = sweep(order, deadline, lambda left, remaining: max(left / remaining, left / 2),
                          relax)
     return math.ceil(value - 1e-6) if value > 0 else None
