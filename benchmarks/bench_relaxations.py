@@ -158,7 +158,7 @@ def part_v(args) -> list[str]:
 
     import zbopt.solvers.api as api
     from zbopt.plan.search import placed
-    from zbopt.solvers.chunk_relaxation import chunk_relaxation
+    from zbopt.solvers.chunk_relaxation import PROBE_GROWTH, PROBE_MICROBATCHES, chunk_relaxation, probe_order
     lines = ["## v: the one-device relaxation on V and interleaved at m = 32", "",
              f"Command: `python benchmarks/bench_relaxations.py --only v --device-limit "
              f"{args.device_limit:g} --v-solver-limit {args.v_solver_limit:g}` "
@@ -173,7 +173,7 @@ def part_v(args) -> list[str]:
              "| model | cap | placement | split | analytic | relaxation (device) | "
              "finished | solve bound | from | span | gap | peer bound | peer span | peer gap |",
              "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
-    gains = []
+    gains, growths = [], []
     for vocab in (32000, 128256):
         model = estimated(LLAMA3_8B, vocab, 8, 32)
         for cap_name in ("tight", "mid"):
@@ -188,10 +188,14 @@ def part_v(args) -> list[str]:
                 analytic = bounds.best_lower_bound(instance)[1]
                 best, which, finished = 0.0, None, 0
                 for device in range(instance.devices):
+                    probe = probe_order(instance, [device], math.inf)[1].get(device)
+                    began = time.perf_counter()
                     value = chunk_relaxation(instance, device, args.device_limit,
                                              programme_only=True)
                     if value > 0:
                         finished += 1
+                        if probe:
+                            growths.append((time.perf_counter() - began) / probe)
                         if value > best:
                             best, which = value, device
                 runs = []
@@ -216,6 +220,12 @@ def part_v(args) -> list[str]:
         lines += ["", f"Certified gap of solve(), peer minus with the relaxation: median "
                   f"{statistics.median(gains):.2%} points, max {max(gains):.2%}, min "
                   f"{min(gains):.2%} over {len(gains)} splits."]
+    if growths:
+        lines += ["", f"The programme's time over its probe's (chunk_relaxation.probe_order: the "
+                  f"programme on {PROBE_MICROBATCHES} micro-batches), on the devices probed where "
+                  f"both finish: median {statistics.median(growths):.1f}, min {min(growths):.1f}, "
+                  f"max {max(growths):.1f} over {len(growths)} devices (solve() gives a probed "
+                  f"device {PROBE_GROWTH} times its probe's time where that is left)."]
     return lines + [""]
 
 

@@ -220,13 +220,14 @@ def test_probe_order_puts_the_fastest_probed_programmes_first(monkeypatch):
 
     monkeypatch.setattr(module, "orders_optimum", fake_optimum)
     monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
-    order = module.probe_order(instance, [3, 1, 0, 2], deadline=100.0)
+    order, taken = module.probe_order(instance, [3, 1, 0, 2], deadline=100.0)
     assert sorted(probed) == [0, 2, 3]
+    assert taken == pytest.approx({0: 0.2, 2: 0.05})
     # finished probes fastest first, then the rest (an unfinished probe, an unprobed device) in
     # the order given
     assert order == [2, 0, 3, 1]
     # past the deadline nothing more is probed and the order stands
     probed.clear()
     clock.now = 200.0
-    assert module.probe_order(instance, [3, 1, 0, 2], deadline=100.0) == [3, 1, 0, 2]
+    assert module.probe_order(instance, [3, 1, 0, 2], deadline=100.0) == ([3, 1, 0, 2], {})
     assert probed == []

@@ -480,8 +480,8 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
     MAX_PASSES the programme over orders alone on every device, those a probe on fewer
     micro-batches finds fastest first (chunk_relaxation.probe_order), the others by highest
     analytic bound plus tail through device 0 (chunk_relaxation's module doc), each with half
-    the time left (at least an even share of it), and then those cut short with what is left
-    (zbopt.plan.device_bound.sweep)."""
+    the time left (at least an even share of it; a probed device at least PROBE_GROWTH times
+    its probe's), and then those cut short with what is left (zbopt.plan.device_bound.sweep)."""
     from ..plan.device_bound import sweep
     if not chunk_relaxation.applies(instance) or instance.cap is None or \
             deadline - time.perf_counter() <= 0.1:
@@ -497,16 +497,20 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
         links = neighbours(scaled)
         order = sorted(range(instance.devices), key=lambda d: -(
             bounds.device_bound(scaled, d) + chunk_relaxation.first_stage_tail(scaled, links, d)))
-        order = chunk_relaxation.probe_order(scaled, order, deadline)
+        order, probed = chunk_relaxation.probe_order(scaled, order, deadline)
 
         def relax(device: int, seconds: float) -> tuple[float, bool]:
+            if device in probed:  # enough for what its probe foretells, where time is left
+                wanted = chunk_relaxation.PROBE_GROWTH * probed[device]
+                seconds = max(seconds, min(wanted, deadline - time.perf_counter()))
             value = chunk_relaxation.chunk_relaxation(scaled, device, seconds,
                                                       programme_only=True)
             return value, value <= 0
 
         # where the programme finishes at p = 8, m = 32 on V at a tight cap it takes 1 to 5 s a
         # device, and the first in the order are the likeliest to finish or to be highest:
-        # halving the time lets the first two finish
+        # halving the time lets the first two finish, and a probed device gets what its probe
+        # foretells
         value, _ = sweep(order, deadline, lambda left, remaining: max(left / remaining, left / 2),
                          relax)
     return math.ceil(value - 1e-6) if value > 0 else None

@@ -65,6 +65,10 @@ MAX_PASSES = 100  # passes on the device beyond which solve() does not try the r
 ORDERS_SHARE = 0.25  # of the time: the exact programme over orders first, then CP-SAT
 PROBE_MICROBATCHES = 8  # micro-batches of the instance probe_order times the programme on
 PROBE_SECONDS = 0.3  # the most one probe may take (at p = 8 on V they take 0.05-0.3 s)
+# the whole programme's time over its probe's where both finish: 5 to 32, median 18, on the
+# devices of results/relaxations.md, part v (p = 8, m = 32); solve() gives a probed device at
+# least this many times its probe's seconds, where the time is left
+PROBE_GROWTH = 30
 
 
 def applies(instance: Instance) -> bool:
@@ -197,8 +201,10 @@ def chunk_relaxation(instance: Instance, device: int, time_limit: float, threads
     return max(0.0, float(solver.best_objective_bound))
 
 
-def probe_order(instance: Instance, order: Sequence[int], deadline: float) -> list[int]:
-    """`order` with the devices whose programme (orders_optimum) likely finishes soonest first.
+def probe_order(instance: Instance, order: Sequence[int],
+                deadline: float) -> tuple[list[int], dict[int, float]]:
+    """(`order` with the devices whose programme (orders_optimum) likely finishes soonest
+    first, the probe's seconds on each device where it finished).
 
     The programme's states count the passes a device has in flight, which its memory bounds.
     Where every stage of a device holds fewer activations than PROBE_MICROBATCHES, memory bounds
@@ -208,8 +214,9 @@ def probe_order(instance: Instance, order: Sequence[int], deadline: float) -> li
     bounds them in the probe and not on the whole, and the probe says little. The devices whose
     probe finished come first, fastest first; the others follow in their order in `order`. How
     long the programme takes follows neither the analytic bound nor the place in the chain: on
-    V at p = 8, m = 32 and the 128k model's tight cap only device 0, near last by its analytic
-    bound, finishes within 3 s (results/relaxations.md, part v)."""
+    V at p = 8, m = 32 and the 128k model's tight cap device 0, near last by its analytic bound,
+    gives the highest value, and solve() reached it only once probed (results/relaxations.md,
+    part v; docs/model.md)."""
     order = list(order)
     small = dataclasses.replace(instance, microbatches=PROBE_MICROBATCHES)
     taken: dict[int, float] = {}
@@ -224,7 +231,7 @@ def probe_order(instance: Instance, order: Sequence[int], deadline: float) -> li
             break
         if orders_optimum(small, device, min(deadline, began + PROBE_SECONDS)) is not None:
             taken[device] = time.perf_counter() - began
-    return sorted(order, key=lambda d: (d not in taken, taken.get(d, 0.0), order.index(d)))
+    return sorted(order, key=lambda d: (d not in taken, taken.get(d, 0.0), order.index(d))), taken
 
 
 def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional[float]:
