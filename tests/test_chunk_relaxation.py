@@ -231,3 +231,23 @@ def test_probe_order_puts_the_fastest_probed_programmes_first(monkeypatch):
     clock.now = 200.0
     assert module.probe_order(instance, [3, 1, 0, 2], deadline=100.0) == ([3, 1, 0, 2], {})
     assert probed == []
+
+
+def test_solve_gives_a_probed_device_what_its_probe_foretells(monkeypatch):
+    import zbopt.solvers.api as api
+    from zbopt.solvers import chunk_relaxation as module
+    # V on 3 devices, 20 micro-batches: 120 passes a device, beyond MAX_PASSES
+    instance = Instance(devices=3, microbatches=20, placement="v", t_f=1, t_b=1, t_w=1,
+                        m_b=1, m_w=0, memory_cap=3)
+    assert device_passes(instance) > module.MAX_PASSES
+    given = {}
+    monkeypatch.setattr(module, "probe_order",
+                        lambda inst, order, deadline: ([1, 0, 2], {1: 0.3}))
+    monkeypatch.setattr(module, "chunk_relaxation",
+                        lambda inst, device, seconds, programme_only: given.setdefault(device, seconds) * 0)
+    api._chunk_bound(instance, instance, time.perf_counter() + 10.0, 1, None)
+    # the fake takes no time, so about 10 s stay left throughout: device 1, probed in 0.3 s,
+    # gets PROBE_GROWTH times that (9 s) where half of what is left would give 5; device 0, not
+    # probed, half of what is left
+    assert 8.5 < given[1] <= 10.0
+    assert 4.5 < given[0] < 5.5
