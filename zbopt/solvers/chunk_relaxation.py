@@ -55,7 +55,7 @@ import time
 from collections import defaultdict
 from typing import Optional, Sequence
 
-from ..bounds import held_count
+from ..bounds import activation_capacity, held_count
 from ..dominance import keep_earliest, labels_of
 from ..instance import Instance, cap_limit
 from ..passes import dependencies, duration, lag, memory_delta, neighbours
@@ -221,8 +221,7 @@ def probe_order(instance: Instance, order: Sequence[int],
     small = dataclasses.replace(instance, microbatches=PROBE_MICROBATCHES)
     taken: dict[int, float] = {}
     for device in order:
-        room = instance.cap[device] - instance.static_memory[device] \
-            if instance.cap is not None else math.inf
+        room = activation_capacity(instance, device)
         if any(held_count(room, instance.m_b[s], PROBE_MICROBATCHES) >= PROBE_MICROBATCHES
                for s in instance.stages_of(device)):
             continue
@@ -231,7 +230,8 @@ def probe_order(instance: Instance, order: Sequence[int],
             break
         if orders_optimum(small, device, min(deadline, began + PROBE_SECONDS)) is not None:
             taken[device] = time.perf_counter() - began
-    return sorted(order, key=lambda d: (d not in taken, taken.get(d, 0.0), order.index(d))), taken
+    # a stable sort: the unprobed and the unfinished keep their order
+    return sorted(order, key=lambda d: (d not in taken, taken.get(d, 0.0))), taken
 
 
 def orders_optimum(instance: Instance, device: int, deadline: float) -> Optional[float]:
