@@ -679,3 +679,21 @@ def test_a_memory_cap_axis_may_be_written_in_bytes(tmp_path):
     with pytest.raises(ZboptError, match="memory_cap '80GB' is in bytes but the memory unit is 'sb'"):
         parse_spec({"instances": ["zb-1.5b-p8-m24"], "methods": ["1f1b"],
                     "axes": {"memory_cap": ["80GB"]}}, base_dir=tmp_path)
+
+
+def test_the_spec_copy_beside_the_results_says_whose_folder_its_paths_are_from(tmp_path):
+    spec = small_spec(tmp_path)
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet", "--no-report"]) == 0
+    first, rest = (out / "sweep-spec.toml").read_text().split("\n", 1)
+    assert first.startswith("# A copy of the sweep spec spec.toml") and rest == SMALL_SPEC
+    # run again from the copy, then from a copy of the copy: one note, the first spec named
+    assert main(["sweep", str(out / "sweep-spec.toml"), "--out", str(out), "--quiet",
+                 "--no-report"]) == 0
+    again = tmp_path / "again"
+    assert main(["sweep", str(out / "sweep-spec.toml"), "--out", str(again), "--quiet",
+                 "--no-report"]) == 0
+    for folder in (out, again):
+        text = (folder / "sweep-spec.toml").read_text()
+        assert text.count("# A copy of the sweep spec") == 1 and text.endswith(SMALL_SPEC)
+        assert "spec.toml:" in text.splitlines()[0]

@@ -18,7 +18,9 @@ def register(sub) -> None:
     parser.add_argument("--torch-csv", metavar="CSV",
                         help="evaluate this PyTorch CSV; FILE is then the instance")
     parser.add_argument("--mem", default=None, metavar="CAP",
-                        help="memory cap overriding the instance's: a number, '1p', 'none'")
+                        help="memory cap overriding the instance's: a number, '1p', '1.5p', "
+                             "'none', or a size such as 80GB where the memory unit is a "
+                             "byte size")
     parser.add_argument("--out", metavar="FILE",
                         help="write the evaluated schedule as a zbopt.schedule/1 file")
     parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")

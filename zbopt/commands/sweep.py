@@ -23,7 +23,7 @@ _SPEC_HELP = """spec format (see sweeps/*.toml; top-level keys come before the t
   microbatches = [8, 16, 32]               # every base (the [base] and each file)
   memory_cap = ["1p", "2p", "none"]
   [[solvers]]
-  name = "cpsat"                           # cpsat | cbc | highs
+  name = "cpsat"                           # any solver of `zbopt methods`
   time_limit = 30
   threads = 1
 """

@@ -7,7 +7,6 @@ killed), every finished job is already on disk, and a rerun continues where this
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import threading
 from dataclasses import dataclass
@@ -126,8 +125,17 @@ def check_same_spec(store: ResultStore, spec: SweepSpec, jobs: list, force: bool
                      f"--force to add this spec's results there")
 
 
+# The first line of the spec's copy: its relative paths still point from the original's folder.
+COPY_NOTE = ("# A copy of the sweep spec {name}: its relative paths are relative to that "
+             "file's folder, not this one.\n")
+
+
 def _keep_spec_copy(spec_path: Path, out: Path) -> None:
     """A copy of the spec beside the results: what produced them (our own file, refreshed)."""
     target = out / "sweep-spec.toml"
-    if spec_path.resolve() != target.resolve():
-        shutil.copyfile(spec_path, target)
+    if spec_path.resolve() == target.resolve():
+        return
+    text = spec_path.read_text()
+    if not text.startswith(COPY_NOTE.split("{")[0]):
+        text = COPY_NOTE.format(name=spec_path.name) + text
+    target.write_text(text)
