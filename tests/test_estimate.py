@@ -75,7 +75,7 @@ def test_model_carries_comm_and_cap(tmp_path):
     assert model.memory_cap == 40_000_000_000
     assert model.comm == pytest.approx(2 * 768 * 4 * 1024 / 50e9 * 1e6, abs=1e-3)
     assert [x.name for x in model.expanded][:2] == ["tok_embeddings", "layers.0"]
-    assert model.expanded[-1].name == "norm+output"
+    assert model.expanded[-1].name == "norm+lm_head"  # torchtitan's module names
 
 
 @pytest.mark.parametrize("data, fragment", [
@@ -88,6 +88,13 @@ def test_model_carries_comm_and_cap(tmp_path):
     ({"model_type": "llama", "hidden_size": 4096, "intermediate_size": -64},
      "intermediate_size must be a positive integer"),
     ({"model_type": "gpt2", "n_embd": 30, "n_head": 4}, "not a multiple of the 4 heads"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 0},
+     "num_attention_heads must be a positive integer, got 0"),
+    ({"model_type": "gpt2", "n_embd": 64, "n_head": 0}, "n_head must be a positive integer"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+      "num_key_value_heads": 3}, "num_key_value_heads 3 must divide num_attention_heads 4"),
+    ({"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4,
+      "num_local_experts": 8}, "num_local_experts = 8: estimate models dense decoders only"),
 ])
 def test_bad_configs_say_what_to_change(tmp_path, data, fragment):
     with pytest.raises(ZboptError, match=fragment):
@@ -164,3 +171,40 @@ def test_a_config_transformers_rejects_is_one_line(tmp_path, capsys, extra):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("zbopt: error:")
     assert not (tmp_path / "m.toml").exists()
+
+
+def test_head_dim_and_grouped_heads_count_the_parameters_transformers_builds(tmp_path):
+    """A block's parameters with head_dim != hidden / heads and grouped key/value heads are
+    those of the model transformers builds from the same config."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    data = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 96,
+            "num_hidden_layers": 2, "vocab_size": 100, "hidden_act": "silu"}
+    shape = shape_from_config(_config(tmp_path, **data))
+    config = transformers.AutoConfig.for_model(**data)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    block = sum(p.numel() for p in model.model.layers[0].parameters())
+    assert shape.block_params() == block
+    assert shape.block_params() != shape_from_config(_config(
+        tmp_path, name="plain.json", **{k: v for k, v in data.items() if k != "head_dim"})
+    ).block_params()  # head_dim is read, not ignored
+
+
+@pytest.mark.parametrize("flag, value, fragment", [
+    ("--peak-flops", "1e-300", "overflows: give realistic --peak-flops"),
+    ("--optimizer-bytes", "1e308", "overflows: give realistic --optimizer-bytes"),
+    ("--peak-flops", "1e30", "rounds to 0 us"),
+])
+def test_figures_a_float_cannot_hold_are_refused_and_nothing_written(tmp_path, capsys, flag,
+                                                                     value, fragment):
+    config = _config(tmp_path, model_type="llama", hidden_size=64, num_attention_heads=4,
+                     num_hidden_layers=2, vocab_size=100, intermediate_size=128,
+                     hidden_act="silu")
+    out = tmp_path / "model.toml"
+    assert main(["estimate", str(config), "--seq-len", "16", "--devices", "2", flag, value,
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

@@ -259,3 +259,23 @@ def test_torchtitan_trains_the_profiled_preset_itself(tmp_path):
     assert result.ok, result.message
     assert any("profiled preset llama-tiny" in note for note in result.notes)
     assert result.parameters > 7 * 4 and result.max_grad_error <= 1e-6
+
+
+def test_the_installed_decoder_has_the_modules_zbopt_names_its_layers_after():
+    """estimate writes norm+lm_head and export checks names against DECODER_MODULES: both are the
+    installed torchtitan's own (0.2.x called lm_head 'output')."""
+    needs_torchtitan()
+    assigned = titan.installed_decoder_modules()
+    assert assigned is not None and set(titan.DECODER_MODULES) <= assigned
+    assert "output" not in assigned
+
+
+def test_a_layer_torchtitans_decoder_lacks_is_noted_not_refused():
+    instance = LayeredModel.from_dict(MODEL).instance((3, 3))
+    ours = titan.settings_for(instance, "schedule.csv", STAGES)
+    assert not any("not modules of torchtitan" in note for note in ours.notes)
+    renamed = [STAGES[0], ["layers.2", "layers.3", "norm+output"]]
+    other = titan.settings_for(instance, "schedule.csv", renamed)
+    note = " ".join(other.notes)
+    assert "module(s) output are not modules of torchtitan" in note and "norm+lm_head" in note
+    assert other.module_fqns[1] == ("layers.2", "layers.3", "norm", "output")

@@ -1,9 +1,11 @@
 """Estimate a layered model without hardware: from a transformers decoder config, the micro-batch
 size, the sequence length and the accelerator's figures, the cost of every layer.
 
-Per token and layer (h hidden, a heads, f MLP width, kv key/value width, V vocabulary, s sequence):
+Per token and layer (h hidden, a heads, d head width (head_dim, else h / a), kv key/value heads,
+f MLP width, V vocabulary, s sequence):
 - time: FLOPs / (peak FLOP/s x efficiency). A block's forward is its matmuls M = 2 x (its weight
-  count) plus attention A = 4sh (scores and weighted sum); B (input gradient) is M + 2A, W
+  count: q and o of h x ad each, k and v of h x kv d) plus attention A = 4s ad (scores and
+  weighted sum); B (input gradient) is M + 2A, W
   (weight gradient) is M. The output layer (norm, projection to V, loss) is 2hV each pass; the
   embedding is a lookup (no FLOPs forward, no input gradient) and a scatter-add for W.
 - activations: a block holds the Zero Bubble paper's m_b = 34h + 5as bytes from F to B and
@@ -12,7 +14,9 @@ Per token and layer (h hidden, a heads, f MLP width, kv key/value width, V vocab
   the token ids (8 bytes).
 - static: parameters x optimizer bytes per parameter (16: mixed-precision Adam).
 Everything is multiplied by s x b tokens; times are in microseconds, memory in bytes.
-Layer names follow torchtitan's module names: "tok_embeddings", "layers.<i>", "norm+output".
+Layer names follow the module names of torchtitan's decoder models (the pinned release):
+"tok_embeddings", "layers.<i>", "norm+lm_head". Dense decoders only: a mixture-of-experts config
+is refused (its experts' parameters and routed FLOPs are not modelled).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from .hf_config import read_config
 from .layers import Layer, LayeredModel
 
 OPTIMIZER_BYTES = 16
+# the experts of a mixture-of-experts config (mixtral, gpt-oss; qwen2-moe; deepseek)
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 ACTIVATION_BYTES = 2  # bf16 activations crossing a stage boundary
 
 
@@ -62,10 +68,15 @@ class DecoderShape:
     gated_mlp: bool  # three MLP matrices (LLaMA) rather than two (GPT-2)
     positions: int = 0  # learned position embeddings (GPT-2), 0 for rotary
     model_type: str = ""
+    head_dim: int = 0  # the config's head_dim, 0: hidden / heads
+
+    def head_width(self) -> int:
+        return self.head_dim or self.hidden // self.heads
 
     def block_params(self) -> int:
-        kv = self.hidden // self.heads * self.kv_heads
-        attention = self.hidden * (self.hidden + 2 * kv) + self.hidden * self.hidden
+        q = self.head_width() * self.heads
+        kv = self.head_width() * self.kv_heads
+        attention = self.hidden * (q + 2 * kv) + q * self.hidden
         mlp = (3 if self.gated_mlp else 2) * self.hidden * self.ffn
         return attention + mlp + 2 * self.hidden  # two norms
 
@@ -84,11 +95,23 @@ def shape_from_config(path: str | Path) -> DecoderShape:
     ffn = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
     gated = getattr(config, "hidden_act", "") in ("silu", "swiglu")
     positions = getattr(config, "n_positions", 0) if kind == "gpt2" else 0
-    if hidden % heads:
-        raise ZboptError(f"{path}: hidden size {hidden} is not a multiple of the {heads} heads")
+    head_dim = getattr(config, "head_dim", None) or 0
+    experts = {key: getattr(config, key, None) for key in EXPERT_KEYS}
+    experts = {key: n for key, n in experts.items() if isinstance(n, int) and n > 1}
+    if experts:
+        key, n = next(iter(experts.items()))
+        raise ZboptError(f"{path}: {key} = {n}: estimate models dense decoders only, not a "
+                         f"mixture of experts; write the layers' costs by hand "
+                         f"(docs/formats.md) or profile them")
+    if not head_dim and hidden % heads:
+        raise ZboptError(f"{path}: hidden size {hidden} is not a multiple of the {heads} heads: "
+                         f"fix the sizes or give head_dim")
+    if kv_heads > heads or heads % kv_heads:
+        raise ZboptError(f"{path}: num_key_value_heads {kv_heads} must divide "
+                         f"num_attention_heads {heads}")
     return DecoderShape(hidden=hidden, heads=heads, kv_heads=int(kv_heads), layers=layers,
                         ffn=int(ffn), vocab=vocab, gated_mlp=bool(gated), positions=int(positions),
-                        model_type=kind)
+                        model_type=kind, head_dim=int(head_dim))
 
 
 def block_activation_bytes(hidden: int, heads: int, sequence: int) -> tuple[float, float]:
@@ -114,7 +137,7 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
         return _round(flops_per_token * tokens / rate)
 
     matmul = shape.block_matmul_flops()
-    attention = 4.0 * sequence * h
+    attention = 4.0 * sequence * shape.head_width() * shape.heads
     m_b, m_w = block_activation_bytes(h, shape.heads, sequence)
     embedding_params = (vocab + shape.positions) * h
     output_params = vocab * h + h
@@ -124,10 +147,28 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
         Layer("layers", t_f=us(matmul + attention), t_b=us(matmul + 2 * attention), t_w=us(matmul),
               m_b=m_b * tokens, m_w=m_w * tokens,
               static=float(shape.block_params() * optimizer_bytes), count=shape.layers),
-        Layer("norm+output", t_f=us(2.0 * h * vocab), t_b=us(2.0 * h * vocab),
+        Layer("norm+lm_head", t_f=us(2.0 * h * vocab), t_b=us(2.0 * h * vocab),
               t_w=us(2.0 * h * vocab), m_b=(4.0 * h + 4.0 * vocab) * tokens, m_w=2.0 * h * tokens,
               static=float(output_params * optimizer_bytes)),
     )
+
+
+def _check_figures(layers: tuple[Layer, ...], comm: float) -> None:
+    """Refuse figures beyond what a float holds or so small every time rounds away: the flags
+    that produced them are what to change."""
+    for layer in layers:
+        for key in ("t_f", "t_b", "t_w", "m_b", "m_w", "static"):
+            if not math.isfinite(getattr(layer, key)):
+                flags = ("--optimizer-bytes" if key == "static" else
+                         "--peak-flops and --efficiency" if key.startswith("t_") else
+                         "--microbatch-size and --seq-len")
+                raise ZboptError(f"the estimate of {layer.name}'s {key} overflows: give "
+                                 f"realistic {flags}")
+    if not math.isfinite(comm):
+        raise ZboptError("the estimate of comm overflows: give a realistic --link-bandwidth")
+    if all(getattr(layer, key) == 0 for layer in layers for key in ("t_f", "t_b", "t_w")):
+        raise ZboptError("every estimated time rounds to 0 us: give realistic --peak-flops "
+                         "and --efficiency")
 
 
 def _round(x: float) -> float:
@@ -143,6 +184,7 @@ def estimate_model(shape: DecoderShape, microbatch: int, sequence: int, accelera
     layers = estimate_layers(shape, microbatch, sequence, accelerator, optimizer_bytes)
     comm = _round(ACTIVATION_BYTES * shape.hidden * microbatch * sequence
                   / accelerator.link_bandwidth * 1e6)
+    _check_figures(layers, comm)
     cap = accelerator.hbm_bytes
     if cap is not None:
         cap = int(cap) if float(cap).is_integer() else cap

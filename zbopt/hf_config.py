@@ -20,6 +20,8 @@ from .errors import ZboptError, reason
 POSITIVE = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
 # sizes some configs leave unset (None: derived from the others)
 OPTIONAL = ("intermediate_size", "n_inner", "num_key_value_heads", "head_dim")
+# the same sizes under gpt2's own names, as a config.json may spell them
+ALIASES = ("n_embd", "n_head", "n_layer", "n_positions")
 
 
 def require_transformers() -> None:
@@ -68,6 +70,10 @@ def read_config(path: str | Path) -> Any:
         raise ZboptError(f"{path}: model_type {kind!r} is not a decoder-only language model: give "
                          f"the config of a causal LM (llama, gpt2, mistral, qwen2, ...)")
     settings = {k: v for k, v in data.items() if k != "model_type"}
+    for key in (*POSITIVE, *OPTIONAL, *ALIASES):  # before transformers divides by them
+        value = settings.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 1:
+            raise ZboptError(f"{path}: {key} must be a positive integer, got {value!r}")
     try:
         config = AutoConfig.for_model(kind, **settings)
     except Exception as err:  # noqa: BLE001  transformers validates with many exception types

@@ -37,6 +37,9 @@ SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 # torchtitan splits top-level modules and the items of a top-level ModuleDict/ModuleList only
 _FQN_RE = re.compile(r"^[A-Za-z_]\w*(\.\w+)?$")
+# the top-level modules of the pinned release's decoder (torchtitan.models.common.decoder.Decoder:
+# its llama3, qwen3, deepseek_v3 ... models); 0.2.x called lm_head "output"
+DECODER_MODULES = ("tok_embeddings", "layers", "norm", "lm_head")
 
 
 def schedule_class(instance: Instance) -> str:
@@ -120,6 +123,12 @@ def settings_for(instance: Instance, csv_path: str | Path,
         if repeated:
             raise ZboptError(f"module(s) {', '.join(repeated)} appear in more than one stage of "
                              f"the partition: each module belongs to one stage")
+        foreign = sorted({f for f in flat if f.split(".")[0] not in DECODER_MODULES})
+        if foreign:
+            notes.append(
+                f"module(s) {', '.join(foreign)} are not modules of torchtitan {TORCHTITAN_PIN}'s "
+                f"decoder models ({', '.join(DECODER_MODULES)}): fine for a model of your own; "
+                f"for torchtitan's models rename the layers (e.g. norm+lm_head)")
     return TitanSettings(degree=instance.devices, schedule=name, csv_path=str(csv_path),
                          microbatch_size=microbatch_size,
                          local_batch_size=instance.microbatches * microbatch_size,
@@ -197,6 +206,27 @@ def installed_key_problems() -> list[str]:
         if sections is not None and sections.get(section) != class_name:
             problems.append(f"[{section}] is not a {class_name} in torchtitan's Trainer.Config")
     return problems
+
+
+def installed_decoder_modules() -> set[str] | None:
+    """The modules the installed torchtitan's Decoder.__init__ assigns (`self.<name> = ...`),
+    read from its source (importing it needs triton); None where torchtitan has no such class."""
+    spec = importlib.util.find_spec("torchtitan")  # not the module's: its package imports it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]) / "models" / "common" / "decoder.py"
+    if not path.is_file():
+        return None
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Decoder":
+            for inner in node.body:
+                if isinstance(inner, ast.FunctionDef) and inner.name == "__init__":
+                    return {target.attr for item in ast.walk(inner)
+                            if isinstance(item, ast.Assign) for target in item.targets
+                            if isinstance(target, ast.Attribute)
+                            and isinstance(target.value, ast.Name) and target.value.id == "self"}
+    return None
 
 
 def require_torchtitan() -> str:
