@@ -367,3 +367,188 @@ def test_a_module_failing_without_a_usable_first_line_is_one_line(tmp_path, caps
     assert main(["profile", "--module", f"{path}:layers"]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+USER_CODE = textwrap.dedent("""
+    import sys
+    import torch
+    from torch import nn
+
+    class Lin(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.l(x)
+
+    class Loss(Lin):
+        def forward(self, x):
+            return self.l(x).pow(2).mean()
+
+    def inp():
+        return torch.randn(1, 4, 8)
+
+    def model(middle, make_input=inp):
+        return [("a", Lin()), ("b", middle), ("c", Loss())], make_input
+
+    def input_raises():
+        def make_input():
+            raise RuntimeError("boom")
+        return model(Lin(), make_input)
+
+    def input_exits():
+        return model(Lin(), lambda: sys.exit(6))
+
+    def exits():
+        raise SystemExit(3)
+
+    class ExitForward(Lin):
+        def forward(self, x):
+            sys.exit(5)
+
+    def forward_exits():
+        return model(ExitForward())
+
+    class GradOnly(Lin):  # passes the forward without gradients that finds every layer's input
+        def forward(self, x):
+            if torch.is_grad_enabled():
+                raise KeyError("grad on")
+            return self.l(x)
+
+    def forward_raises_with_grad():
+        return model(GradOnly())
+
+    class ExitWithGrad(Lin):
+        def forward(self, x):
+            if torch.is_grad_enabled():
+                sys.exit("bye")
+            return self.l(x)
+
+    def forward_exits_with_grad():
+        return model(ExitWithGrad())
+
+    class Fails(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise ValueError("backward boom")
+
+    class Exits(Fails):
+        @staticmethod
+        def backward(ctx, grad):
+            raise SystemExit(7)
+
+    class Backward(Lin):
+        def __init__(self, function):
+            super().__init__()
+            self.function = function
+
+        def forward(self, x):
+            return self.function.apply(self.l(x))
+
+    def backward_raises():
+        return model(Backward(Fails))
+
+    def backward_exits():
+        return model(Backward(Exits))
+
+    def group_not_a_string():
+        return [("g.0", Lin(), 5), ("g.1", Lin(), 5), ("c", Loss())], inp
+""")
+
+
+@pytest.mark.parametrize("function, message", [
+    ("input_raises", "--module {spec}: make_input() raised RuntimeError: boom"),
+    ("input_exits", "--module {spec}: make_input() raised SystemExit: 6"),
+    ("exits", "--module {spec}: exits() raised SystemExit: 3"),
+    ("forward_exits", "layer 'b' failed on its input (SystemExit: 5)"),
+    ("forward_raises_with_grad", "layer 'b' cannot be measured (KeyError: 'grad on')"),
+    ("forward_exits_with_grad", "layer 'b' cannot be measured (SystemExit: bye)"),
+    # torch's stage_backward_input wraps it in "Failed to run stage backward input:": its cause is shown
+    ("backward_raises", "layer 'b' cannot be measured (ValueError: backward boom)"),
+    ("backward_exits", "layer 'b' cannot be measured (SystemExit: 7)"),
+    ("group_not_a_string",
+     "--module {spec}: layer 'g.0': its group (the name of the pooled layer) must be a string, got int"),
+])
+def test_whatever_the_users_code_raises_is_one_line_and_nothing_is_written(tmp_path, capsys, function,
+                                                                           message):
+    """make_input(), the function, a layer's forward or backward raising (sys.exit() too: it
+    exited with the model's status and said nothing) is one line naming what raised, exit 2."""
+    path = tmp_path / "user_code.py"
+    path.write_text(USER_CODE)
+    out = tmp_path / "out.toml"
+    spec = f"{path}:{function}"
+    assert main(["profile", "--module", spec, "--warmup", "0", "--repeat", "1", "--quiet",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"zbopt: error: {message.format(spec=spec)}\n"
+    assert not out.exists()
+
+
+def test_sys_exit_while_importing_the_module_is_one_line(tmp_path, capsys):
+    path = tmp_path / "exits_on_import.py"
+    path.write_text("import sys\nsys.exit(4)\n")
+    assert main(["profile", "--module", f"{path}:layers"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"zbopt: error: --module {path}:layers: cannot import {path} (SystemExit: 4)\n"
+
+
+def test_library_make_input_raising_is_a_zbopt_error():
+    from zbopt.profile import profile
+    from zbopt.profile.models import LayerSpec, ModelSpec
+
+    def make_input():
+        raise SystemExit(9)
+
+    spec = ModelSpec((LayerSpec("a", torch.nn.Linear(2, 2)),), make_input)
+    with pytest.raises(ZboptError, match=r"^make_input\(\) raised SystemExit: 9$"):
+        profile(spec, warmup=0, repeat=1)
+
+
+@pytest.mark.parametrize("layer, shown", [
+    ('("c\\nd", Loss())', "layer name 'c\\nd'"),
+    ('("a\\tb", Loss())', "layer name 'a\\tb'"),
+    ('("a\\u2028b", Loss())', "layer name 'a\\u2028b'"),
+    ('("x\\x7f", Loss())', "layer name 'x\\x7f'"),
+    ('("g\\nh.0", Loss(), "g\\nh")', "layer name 'g\\nh.0'"),
+    ('("g.0", Loss(), "g\\rh")', "layer group 'g\\rh'"),
+])
+def test_layer_names_with_control_characters_are_refused(tmp_path, capsys, layer, shown):
+    """A layer's name becomes a module FQN (and a comment line of the TOML header, which a newline
+    would end, leaving a file zbopt cannot read): it must be printable."""
+    path = tmp_path / "names.py"
+    path.write_text(USER_CODE + f"\ndef layers():\n    return [(\"a\", Lin()), {layer}], inp\n")
+    out = tmp_path / "out.toml"
+    assert main(["profile", "--module", f"{path}:layers", "--warmup", "0", "--repeat", "1", "--quiet",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert shown in err and "has a control character or line break" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_odd_printable_names_and_a_model_name_with_a_newline_read_back(tmp_path, capsys):
+    """What profile writes reads back with zbopt's loader: quotes, `#` and non-ASCII in layer names
+    are kept as given; a newline in the model's name (a label, from the user's ModelSpec) is
+    written escaped in the name key and in the header comments."""
+    path = tmp_path / "odd.py"
+    path.write_text(USER_CODE + textwrap.dedent("""
+        from zbopt.profile import LayerSpec, ModelSpec
+
+        def layers():
+            return ModelSpec((LayerSpec('a"b', Lin()), LayerSpec("x # ä\\\\y", Lin()),
+                              LayerSpec("c", Loss())), inp, name="two\\nlines")
+    """))
+    for suffix in (".toml", ".json"):
+        out = tmp_path / f"odd{suffix}"
+        assert main(["profile", "--module", f"{path}:layers", "--warmup", "0", "--repeat", "1",
+                     "--quiet", "--out", str(out)]) == 0
+        model = load_model(out)
+        assert [x.name for x in model.layers] == ['a"b', "x # ä\\y", "c"]
+        assert model.name.startswith("two\\nlines b=1") and "\n" not in model.name
+    header = [line for line in (tmp_path / "odd.toml").read_text().splitlines() if line.startswith("#")]
+    assert "# model two\\nlines: layer names use module module names" in header
+    assert any(line.startswith('#   a"b: ') for line in header)

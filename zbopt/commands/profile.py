@@ -101,12 +101,13 @@ def check_out(path: str | None, force: bool) -> Path | None:
 
 def build(args, dtype, device):
     from ..profile import function_model, hf_model, preset_model, read_config
+    from ..profile.models import escaped
     if args.preset:
         return preset_model(args.preset, args.microbatch_size, args.seq_len, dtype, device, args.naming)
     if args.hf_config:
         config = read_config(args.hf_config)
         return hf_model(config, args.microbatch_size, args.seq_len, dtype, device,
-                        naming=args.naming or "hf", name=Path(args.hf_config).stem,
+                        naming=args.naming or "hf", name=escaped(Path(args.hf_config).stem),
                         source=args.hf_config)
     if args.naming:
         raise ZboptError("--naming applies to --preset and --hf-config; a --module names its own layers")
@@ -181,6 +182,10 @@ def _measure(model, args, device, settings):
 
 
 def header(result, layered) -> str:
+    """The provenance comments of a TOML file. Every line is escaped (`zbopt.profile.models.
+    escaped`): a newline in a name (a --module layer's is refused, but a model's name comes from
+    a file name or the user's ModelSpec) would end the comment and leave the file unreadable."""
+    from ..profile.models import escaped
     s = result.settings
     lines = [
         f"written by `zbopt profile` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
@@ -196,7 +201,7 @@ def header(result, layered) -> str:
     for row in result.summary():
         lines.append(f"  {row['name']}: {row['t_f']:.1f} {row['t_b']:.1f} {row['t_w']:.1f} "
                      f"{row['t_full']:.1f} m_w={row['m_w_measured']}")
-    return "".join(f"# {line}\n" for line in lines) + "\n"
+    return "".join(f"# {escaped(line)}\n" for line in lines) + "\n"
 
 
 def _print(result, layered, clamped, out) -> None:

@@ -7,7 +7,9 @@ two keywords its signature names, or both if it takes **kwargs) returns a `Model
 model order and `make_input()` returns the first layer's input for one micro-batch. Each layer is
 called with the previous layer's output and returns one tensor; the last one returns the loss (a
 scalar) or a tensor whose gradient is taken as random, as a next stage would send it. Floating
-parameters and a floating input are cast to --dtype and moved to the device.
+parameters and a floating input are cast to --dtype and moved to the device. Layer names (and
+groups) are printable text: a name becomes a module FQN downstream. Whatever the user's code
+raises (SystemExit included) is reported in one line naming what raised it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ PRESETS = {
 NAMINGS = ("hf", "torchtitan")
 # blocks a config may have (the largest public decoders have under 200): each is built and timed
 MAX_BLOCKS = 1_000
+# what user code may raise and profile reports in one line (SystemExit too: `sys.exit()` in a
+# model file must not end zbopt silently with the model's status); KeyboardInterrupt stays Ctrl-C
+USER_ERRORS = (Exception, SystemExit)
 # torchtitan's llama3 module names (torchtitan >= 0.3 calls the output layer lm_head; 0.2.x output)
 TORCHTITAN_NAMES = {"embedding": "tok_embeddings", "blocks": "layers", "head": "norm+lm_head"}
 
@@ -200,7 +205,7 @@ def function_model(spec: str, microbatch_size: int, seq_len: int, dtype, device)
         raise ZboptError(f"--module {spec!r}: write pkg.module:function (or file.py:function)")
     try:
         module = _import(target)
-    except Exception as err:  # noqa: BLE001 - any import failure is the user's to fix
+    except USER_ERRORS as err:  # any import failure is the user's to fix
         raise ZboptError(f"--module {spec}: cannot import {target} ({described(err)})") from None
     func = getattr(module, func_name, None)
     if not callable(func):
@@ -211,21 +216,43 @@ def function_model(spec: str, microbatch_size: int, seq_len: int, dtype, device)
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             wanted = {k: v for k, v in wanted.items() if k in params}
         result = func(**wanted)
-    except Exception as err:  # noqa: BLE001 - the user's function failed
+    except USER_ERRORS as err:  # the user's function failed
         raise ZboptError(f"--module {spec}: {func_name}() raised {described(err)}") from None
     model = _as_model_spec(result, spec)
+    settings = _settings(microbatch_size, seq_len, dtype)
     for layer in model.layers:
-        layer.module.to(device=device, dtype=dtype).train()
+        try:
+            layer.module.to(device=device, dtype=dtype).train()
+        except USER_ERRORS as err:
+            raise ZboptError(f"--module {spec}: layer {layer.name!r} cannot be moved to {device} as "
+                             f"{settings['dtype']} ({described(err)})") from None
     make_input = model.make_input
 
     def make_cast_input():
-        x = make_input()
-        if hasattr(x, "is_floating_point") and x.is_floating_point():
-            return x.to(device=device, dtype=dtype)
-        return x.to(device) if hasattr(x, "to") else x
+        try:
+            x = make_input()
+        except USER_ERRORS as err:
+            raise ZboptError(f"--module {spec}: make_input() raised {described(err)}") from None
+        try:
+            if hasattr(x, "is_floating_point") and x.is_floating_point():
+                return x.to(device=device, dtype=dtype)
+            return x.to(device) if hasattr(x, "to") else x
+        except USER_ERRORS as err:
+            raise ZboptError(f"--module {spec}: make_input() returned a {type(x).__name__} that "
+                             f"cannot be moved to {device} as {settings['dtype']} "
+                             f"({described(err)})") from None
 
-    return ModelSpec(model.layers, make_cast_input, name=model.name or spec, naming="module",
-                     settings=_settings(microbatch_size, seq_len, dtype))
+    # the model's name is a label (the file's `name`, a header comment): escaped, not refused
+    return ModelSpec(model.layers, make_cast_input, name=escaped(model.name or spec), naming="module",
+                     settings=settings)
+
+
+def escaped(text: str) -> str:
+    """`text` with its unprintable characters (control characters, line breaks, lone
+    surrogates) written as Python escapes, so that it fits on one line of a comment or message."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _settings(microbatch_size: int, seq_len: int, dtype) -> dict:
@@ -265,6 +292,14 @@ def _as_model_spec(result: Any, spec: str) -> ModelSpec:
                 or not isinstance(layer.module, nn.Module):
             raise ZboptError(f"--module {spec}: each layer is (name, nn.Module) with a non-empty "
                              f"name, got {item!r:.80}")
+        if not isinstance(layer.group, str):
+            raise ZboptError(f"--module {spec}: layer {layer.name!r}: its group (the name of the "
+                             f"pooled layer) must be a string, got {type(layer.group).__name__}")
+        for what, text in (("name", layer.name), ("group", layer.group)):
+            if not text.isprintable():  # it becomes a module FQN, and a line of the file's header
+                raise ZboptError(f"--module {spec}: layer {what} {text!r} has a control character "
+                                 f"or line break: a layer's name is a module FQN, give a printable "
+                                 f"{what}")
         out.append(layer)
     if not out:
         raise ZboptError(f"--module {spec}: no layers (give a non-empty list of (name, module))")
@@ -272,4 +307,7 @@ def _as_model_spec(result: Any, spec: str) -> ModelSpec:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ZboptError(f"--module {spec}: layer names must be unique; repeated: {', '.join(duplicates)}")
+    if not isinstance(name, str):
+        raise ZboptError(f"--module {spec}: the ModelSpec's name must be a string, got "
+                         f"{type(name).__name__}")
     return ModelSpec(tuple(out), make_input, name=name)

@@ -7,10 +7,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from ..errors import ZboptError, described, reason
+from ..errors import ZboptError, described, first_line
 from ..layers import Layer, LayeredModel
 from .measure import CLOCKS, Clock, LayerTimes, Repetition, iqr, median, memory, to_times
-from .models import ModelSpec
+from .models import USER_ERRORS, ModelSpec
 
 DTYPES = ("float32", "bfloat16", "float16")
 TIME_UNIT = "us"
@@ -130,20 +130,33 @@ def threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def cause(err: BaseException) -> str:
+    """zbopt.errors.described of `err`, or of what it wraps when it is torch's pipelining
+    backward saying only that it failed (`Failed to run stage backward input:`): the layer's
+    own error is its cause."""
+    while isinstance(err, RuntimeError) and err.__cause__ is not None \
+            and first_line(err).startswith("Failed to run stage backward"):
+        err = err.__cause__
+    return described(err)
+
+
 def layer_inputs(model: ModelSpec) -> list[Any]:
     """The input of every layer for one micro-batch (a forward without gradients)."""
     import torch
     inputs = []
     with torch.no_grad():
-        x = model.make_input()
+        try:
+            x = model.make_input()
+        except ZboptError:  # function_model's make_input names the --module
+            raise
+        except USER_ERRORS as err:
+            raise ZboptError(f"make_input() raised {described(err)}") from None
         for layer in model.layers:
             inputs.append(x)
             try:
                 x = layer.module(x)
-            except Exception as err:  # noqa: BLE001 - a user's layer may fail in any way
-                raise ZboptError(f"layer {layer.name!r} failed on its input "
-                                 f"({described(err)})"
-                                 ) from None
+            except USER_ERRORS as err:  # a user's layer may fail in any way, sys.exit() too
+                raise ZboptError(f"layer {layer.name!r} failed on its input ({described(err)})") from None
             if not isinstance(x, torch.Tensor):
                 raise ZboptError(f"layer {layer.name!r} returned {type(x).__name__}: every layer "
                                  f"returns one tensor")
@@ -172,24 +185,18 @@ def profile(model: ModelSpec, warmup: int = 2, repeat: int = 10, device=None, th
         inputs = layer_inputs(model)
         timer = Clock(device, clock)
         try:
-            memories = []
-            for layer, x in zip(model.layers, inputs):
-                current = layer.name
-                memories.append(memory(layer.module, x))
+            memories = [_measured(layer.name, memory, layer.module, x)
+                        for layer, x in zip(model.layers, inputs)]
             runs = [Repetition(layer.module, x, timer) for layer, x in zip(model.layers, inputs)]
             samples: list[list] = [[] for _ in runs]
             for i in range(warmup + repeat):
                 for k, (layer, run) in enumerate(zip(model.layers, runs)):
-                    current = layer.name
-                    result = run.run()
+                    result = _measured(layer.name, run.run)
                     if i >= warmup:
                         samples[k].append(result)
                     done += 1
                     if progress is not None:
                         progress(layer.name, done, total)
-        except (TypeError, RuntimeError) as err:
-            raise ZboptError(f"layer {current!r} cannot be measured "
-                             f"({reason(err)})") from None
         finally:
             for layer in model.layers:
                 for p in layer.module.parameters():
@@ -201,3 +208,12 @@ def profile(model: ModelSpec, warmup: int = 2, repeat: int = 10, device=None, th
             "machine": platform.machine(), "processor": platform.processor() or platform.machine()}
     return Profile(name=model.name, naming=model.naming, layers=measured,
                    settings={**model.settings, **(settings or {}), **info})
+
+
+def _measured(name: str, call: Callable[..., Any], *args: Any) -> Any:
+    """`call(*args)`, which runs layer `name`'s forward and backward: whatever the layer raises
+    (sys.exit() too), or torch raises on what it returns, is one line naming the layer."""
+    try:
+        return call(*args)
+    except USER_ERRORS as err:
+        raise ZboptError(f"layer {name!r} cannot be measured ({cause(err)})") from None
