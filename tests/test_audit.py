@@ -57,7 +57,7 @@ def test_a_cap_equal_to_the_need_is_accepted_in_floating_point():
     assert instance.cap == (0.3,)
     timeline = evaluate(instance, generate("1f1b", instance))
     assert timeline.fits_cap and timeline.peak_memory[0] == pytest.approx(0.3)
-    with pytest.raises(ZboptError, match="below one activation"):
+    with pytest.raises(ZboptError, match="below static memory plus one activation"):
         Instance(devices=1, microbatches=1, m_b=0.2, m_w=0.1, static_memory=0.1,
                  memory_cap=0.299)
 

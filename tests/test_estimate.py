@@ -95,6 +95,8 @@ def test_model_carries_comm_and_cap(tmp_path):
       "num_key_value_heads": 3}, "num_key_value_heads 3 must divide num_attention_heads 4"),
     ({"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4,
       "num_local_experts": 8}, "num_local_experts = 8: estimate models dense decoders only"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+      "num_hidden_layers": 5000}, "num_hidden_layers 5,000 makes more than zbopt's limit"),
 ])
 def test_bad_configs_say_what_to_change(tmp_path, data, fragment):
     with pytest.raises(ZboptError, match=fragment):

@@ -23,7 +23,7 @@ def _model(**settings) -> LayeredModel:
 def test_example_loads_and_expands_counted_layers():
     model = load_model(EXAMPLE)
     names = [x.name for x in model.expanded]
-    assert names[0] == "tok_embeddings" and names[-1] == "norm+output"
+    assert names[0] == "tok_embeddings" and names[-1] == "norm+lm_head"
     assert names[1:-1] == [f"layers.{i}" for i in range(16)]
     assert model.num_layers == 18 and model.memory_cap == 24000
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .errors import ZboptError
 from .hf_config import read_config
-from .layers import Layer, LayeredModel
+from .layers import MAX_LAYERS, Layer, LayeredModel
 
 OPTIMIZER_BYTES = 16
 # the experts of a mixture-of-experts config (mixtral, gpt-oss; qwen2-moe; deepseek)
@@ -106,6 +106,9 @@ def shape_from_config(path: str | Path) -> DecoderShape:
     if not head_dim and hidden % heads:
         raise ZboptError(f"{path}: hidden size {hidden} is not a multiple of the {heads} heads: "
                          f"fix the sizes or give head_dim")
+    if layers + 2 > MAX_LAYERS:  # the embedding and the output layer come with the blocks
+        raise ZboptError(f"{path}: num_hidden_layers {layers:,} makes more than zbopt's limit "
+                         f"of {MAX_LAYERS:,} layers with the embedding and the output layer")
     if kv_heads > heads or heads % kv_heads:
         raise ZboptError(f"{path}: num_key_value_heads {kv_heads} must divide "
                          f"num_attention_heads {heads}")

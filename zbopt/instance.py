@@ -47,12 +47,31 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _finite(x: Any) -> bool:
-    # an integer too large for a float is as unusable as an infinite one
+def finite(x: Any) -> bool:
+    """Whether a number is finite; an integer too large for a float is as unusable as an
+    infinite one (math.isfinite would raise OverflowError on it)."""
     try:
         return math.isfinite(x)
     except OverflowError:
         return False
+
+
+def shown(x: Any) -> str:
+    """`x` as a message quotes it: repr (str for a float, numpy's included), except an integer
+    of more than 20 digits, which is described by its length rather than spelt out."""
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10**21:
+        return f"{'a negative' if x < 0 else 'an'} integer of {len(str(abs(x)))} digits"
+    return str(x) if isinstance(x, float) else repr(x)
+
+
+def check_integers(**values: Any) -> None:
+    """Counts (devices, microbatches, chunks) must be ints; a whole float such as 2.0 is
+    refused too, with the integer to write instead. Shared by Instance and LayeredModel."""
+    for key, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool):
+            fix = f"write {key} = {int(value)}" if isinstance(value, float) and \
+                value.is_integer() else "give a whole number"
+            raise ZboptError(f"{key} must be an integer, got {shown(value)}: {fix}")
 
 
 def _stage_values(name: str, value: Any, stages: int, parts: int | None = None) -> tuple:
@@ -73,8 +92,9 @@ def _stage_values(name: str, value: Any, stages: int, parts: int | None = None) 
     else:
         raise ZboptError(f"{name} must be a number or a list of numbers, got {value!r}")
     for x in values:
-        if not _finite(x) or x < 0:
-            raise ZboptError(f"{name} must be finite and >= 0, got {x}: fix the cost in the instance")
+        if not finite(x) or x < 0:
+            raise ZboptError(f"{name} must be finite and >= 0, got {shown(x)}: fix the cost in "
+                             f"the instance")
     return values
 
 
@@ -107,10 +127,7 @@ class Instance:
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
-        for key in ("devices", "microbatches", "chunks"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ZboptError(f"{key} must be an integer, got {value!r}")
+        check_integers(devices=self.devices, microbatches=self.microbatches, chunks=self.chunks)
         if self.devices < 1:
             raise ZboptError(f"devices must be >= 1, got {self.devices}")
         if self.microbatches < 1:
@@ -143,8 +160,8 @@ class Instance:
             set_(key, _stage_values(key, getattr(self, key), stages, parts))
         for key in ("comm", "overlap"):
             value = getattr(self, key)
-            if not _is_number(value) or not _finite(value) or value < 0:
-                raise ZboptError(f"{key} must be a finite number >= 0, got {value!r}")
+            if not _is_number(value) or not finite(value) or value < 0:
+                raise ZboptError(f"{key} must be a finite number >= 0, got {shown(value)}")
         if self.overlap > 1:
             raise ZboptError(f"overlap is a fraction in [0, 1], got {self.overlap}")
         for s in range(stages):
@@ -163,8 +180,9 @@ class Instance:
         else:
             raise ZboptError(f"static_memory must be a number or a list with one number per "
                              f"device ({self.devices}), got {self.static_memory!r}")
-        if any(not _finite(x) or x < 0 for x in static):
-            raise ZboptError(f"static_memory must be >= 0, got {list(static)}")
+        bad = [x for x in static if not finite(x) or x < 0]
+        if bad:
+            raise ZboptError(f"static_memory must be finite and >= 0, got {shown(bad[0])}")
         set_("static_memory", static)
         if isinstance(self.memory_cap, list):
             set_("memory_cap", tuple(self.memory_cap))
@@ -259,21 +277,34 @@ class Instance:
             caps = tuple(self._one_cap(x, d) for d, x in enumerate(spec))
         else:
             caps = tuple(self._one_cap(spec, d) for d in range(p))
-        for d, c in enumerate(caps):
-            need = self.static_memory[d] + max(self.m_b[s] for s in self.stages_of(d))
-            if not within_cap(need, c):
-                raise ZboptError(
-                    f"memory_cap {readable(c, self.memory_unit)} on device {d} is below one "
-                    f"activation (needs at least {readable(need, self.memory_unit, at_least=True)}"
-                    f"): raise memory_cap")
+        self._check_room(caps)
         return caps
+
+    def _check_room(self, caps: tuple) -> None:
+        """Every device's cap must hold its static memory plus one micro-batch's activation.
+        Of the devices that fall short the message names the one that needs the most, so that
+        a uniform cap raised to the figure it quotes is enough."""
+        need = [self.static_memory[d] + max(self.m_b[s] for s in self.stages_of(d))
+                for d in range(self.devices)]
+        short = [d for d in range(self.devices) if not within_cap(need[d], caps[d])]
+        if not short:
+            return
+        d = max(short, key=lambda k: need[k])  # the first of equal needs
+        what = "static memory plus one activation" if self.static_memory[d] else "one activation"
+        others = ""
+        if len(short) > 1 and len({caps[k] for k in short}) > 1:  # raising d's alone won't do
+            others = f"; {len(short) - 1} other device(s) fall short too"
+        unit = self.memory_unit
+        raise ZboptError(f"memory_cap {readable(caps[d], unit)} on device {d} is below {what} "
+                         f"(needs at least {readable(need[d], unit, at_least=True)}{others}): "
+                         f"raise memory_cap")
 
     def _one_cap(self, x: Any, device: int) -> float:
         """An absolute cap as given; "kp" is k * p * activation_unit above the device's static
         memory (what 1F1B holds there at k = 1)."""
         if _is_number(x):
-            if not _finite(x) or x <= 0:
-                raise ZboptError(f"memory_cap must be a positive finite number, got {x}")
+            if not finite(x) or x <= 0:
+                raise ZboptError(f"memory_cap must be a positive finite number, got {shown(x)}")
             return x
         if isinstance(x, str):
             match = _CAP_RE.match(x)
@@ -424,6 +455,11 @@ def read_table(path: str | Path) -> dict[str, Any]:
         data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError) as err:
         raise ZboptError(f"{path}: not valid {kind}: {reason(err)}") from None
+    except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
+        digits = re.search(r"has (\d+) digits", str(err))
+        what = f"an integer of {digits.group(1)} digits" if digits else reason(err)
+        raise ZboptError(f"{path}: {what} cannot be read: give every value as a finite number "
+                         f"of sensible size") from None
     if not isinstance(data, dict):
         raise ZboptError(f"{path}: expected a table of keys, got {type(data).__name__}")
     return data

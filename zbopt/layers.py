@@ -21,14 +21,23 @@ accelerator holds, static memory included).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import ZboptError
-from .instance import Instance, check_keys, construct, read_table, resolve_instance, to_toml
+from .instance import (
+    Instance,
+    check_integers,
+    check_keys,
+    construct,
+    finite,
+    read_table,
+    resolve_instance,
+    shown,
+    to_toml,
+)
 
 LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "m_b", "m_w", "static", "count")
 _LAYER_NUMBERS = ("t_f", "t_b", "t_w", "m_b", "m_w", "static")
@@ -36,12 +45,15 @@ MODEL_KEYS = ("name", "devices", "microbatches", "placement", "chunks", "time_un
               "overlap", "memory_unit", "memory_cap", "layers")
 # keys of a per-stage instance that a layered file must not carry (the layers give them)
 STAGE_KEYS = ("t_f", "t_b", "t_w", "m_b", "m_w", "static_memory")
+# most layers a model may expand to (counts included): real models have at most a few hundred,
+# and every command holds each expanded layer (and plan's bounds are quadratic in them)
+MAX_LAYERS = 4096
 
 
 def _number(source: str, key: str, value: Any) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) \
-            or not math.isfinite(value) or value < 0:
-        raise ZboptError(f"{source}: {key} must be a finite number >= 0, got {value!r}")
+            or not finite(value) or value < 0:
+        raise ZboptError(f"{source}: {key} must be a finite number >= 0, got {shown(value)}")
     return value
 
 
@@ -78,7 +90,7 @@ class Layer:
                              f"m_w is the part of m_b kept for W")
         count = data.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ZboptError(f"{where}: count must be an integer >= 1, got {count!r}")
+            raise ZboptError(f"{where}: count must be an integer >= 1, got {shown(count)}")
         return cls(name=name, count=count, **values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,16 +124,18 @@ class LayeredModel:
             raise ZboptError("a layered model needs at least one layer")
         if isinstance(self.memory_cap, list):
             object.__setattr__(self, "memory_cap", tuple(self.memory_cap))
+        check_integers(devices=self.devices, microbatches=self.microbatches, chunks=self.chunks)
+        total = self._check_size()
+        # before the probe below, which holds a list per stage
+        if self.num_parts > total:
+            raise ZboptError(f"{self.num_parts} stages but only {total} layers: every stage "
+                             f"needs at least one layer; use fewer devices or chunks")
         object.__setattr__(self, "expanded", tuple(
             replace(layer, count=1, name=layer.name if layer.count == 1 else f"{layer.name}.{i}")
             for layer in self.layers for i in range(layer.count)))
         # validates devices, microbatches, placement, chunks, comm and overlap
         self._instance_for([1.0] * self.num_parts, [0.0] * self.num_parts,
                            [0.0] * self.devices, cap=None)
-        if self.num_parts > len(self.expanded):
-            raise ZboptError(f"{self.num_parts} stages but only {len(self.expanded)} layers: "
-                             f"every stage needs at least one layer; use fewer devices or "
-                             f"chunks")
         if sum(x.t_f + x.t_b + x.t_w for x in self.expanded) <= 0:
             raise ZboptError("every layer's t_f, t_b and t_w are zero: give the layers their "
                              "times")
@@ -136,6 +150,24 @@ class LayeredModel:
             if not isinstance(getattr(self, key), str):
                 raise ZboptError(f"{key} must be a string, got {getattr(self, key)!r}")
 
+    def _check_size(self) -> int:
+        """The number of layers once counts are expanded, refused past MAX_LAYERS before
+        anything is expanded."""
+        total = sum(layer.count for layer in self.layers)
+        if total <= MAX_LAYERS:
+            return total
+        big = max(self.layers, key=lambda layer: layer.count)  # the first of equal counts
+        size = f"{total:,}" if total < 10**21 else shown(total)
+        limit = f"beyond zbopt's limit of {MAX_LAYERS:,} layers (real models have at most a few " \
+                f"hundred)"
+        rest = total - big.count
+        if big.count > 1 and rest < MAX_LAYERS:
+            count = f"{big.count:,}" if big.count < 10**21 else shown(big.count)
+            raise ZboptError(f"layer {big.name!r} has count {count}, which makes {size} layers, "
+                             f"{limit}: lower its count to at most {MAX_LAYERS - rest:,}")
+        raise ZboptError(f"the layers make {size} (counts included), {limit}: use fewer, larger "
+                         f"layers")
+
     def _check_cap(self) -> None:
         cap = self.memory_cap
         if cap is None:
@@ -149,10 +181,10 @@ class LayeredModel:
             raise ZboptError(f"memory_cap lists {len(cap)} values but there are {self.devices} "
                              f"devices: give one number, or one per device")
         for x in values:
-            if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) \
+            if not isinstance(x, (int, float)) or isinstance(x, bool) or not finite(x) \
                     or x <= 0:
                 raise ZboptError(f"memory_cap must be a positive number (or one per device), "
-                                 f"got {x!r}")
+                                 f"got {shown(x)}")
 
     @property
     def num_stages(self) -> int:
@@ -303,6 +335,13 @@ def load_model(path: str | Path) -> LayeredModel:
     """Read a layered model file (.toml or .json), or a shipped one by name."""
     path = resolve_instance(path)
     data = read_table(path)
+    kind = data.get("format")
+    if isinstance(kind, str) and kind.startswith("zbopt."):  # a file zbopt wrote, not a model
+        schedule = kind.startswith("zbopt.schedule/")
+        raise ZboptError(f"{path} is {'a schedule or plan' if schedule else 'a ' + kind} file, "
+                         f"not a layered model: plan takes a layered model file (.toml or .json "
+                         f"with [[layers]])" + ("; evaluate, solve or export this one as it is"
+                                                if schedule else ""))
     if not is_layered(data):
         raise ZboptError(f"{path}: no [[layers]] array: this is a per-stage instance, not a "
                          f"layered model; give a file with [[layers]] (zbopt estimate or zbopt "

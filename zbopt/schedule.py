@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from .errors import ZboptError
-from .instance import KINDS, Instance
+from .instance import KINDS, Instance, finite
 from .passes import (
     Item,
     Pass,
@@ -260,8 +260,8 @@ def _read(instance: Instance, schedule: Schedule):
     a pass by its id, a block as _block() describes it."""
     problems: list[str] = []
     if schedule.release is not None and (len(schedule.release) != schedule.devices
-                                         or any(r < 0 for r in schedule.release)):
-        problems.append("release must give one non-negative start time per device")
+                                         or any(not finite(r) or r < 0 for r in schedule.release)):
+        problems.append("release must give one finite non-negative start time per device")
     if schedule.devices != instance.devices:
         return [f"the schedule has {schedule.devices} device orders, the instance "
                 f"{instance.devices} devices"], None

@@ -53,8 +53,8 @@ def in_unit(text: str, unit: str) -> Optional[float]:
     if per is None:
         named = f"is {unit!r}" if unit.strip() else "is not named"
         raise ZboptError(f"{text.strip()!r} is in bytes but the memory unit {named}: give the "
-                         f"cap as a plain number in the file's unit, a multiple of p such as "
-                         f"'1p', or 'none'")
+                         f"cap as a plain number in the file's unit or 'none' (a per-stage "
+                         f"instance also takes a multiple of p such as '1p')")
     value = size / per
     return int(value) if value.is_integer() else value
 

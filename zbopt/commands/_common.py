@@ -45,22 +45,24 @@ def byte_count(text: str) -> float:
 
 
 def parse_cap(text: str, unit: str = "") -> Any:
-    """A --mem value: None for no cap, a number, or a "kp" string (Instance checks it). A size
-    with a byte unit ("80GB") is converted to the memory unit `unit` when that names a byte
-    size, and refused otherwise."""
+    """A --mem value: None for no cap, a positive finite number, or a "kp" string (Instance
+    checks it). A size with a byte unit ("80GB") is converted to the memory unit `unit` when
+    that names a byte size, and refused otherwise. Messages do not name the flag: callers
+    prefix it ("--mem X: ...")."""
     if text.strip().lower() in ("none", "unlimited", "inf"):
         return None
     value = in_unit(text, unit)
-    if value is not None:
-        return value
-    try:
-        value = float(text)
-    except ValueError:
-        return text  # "kp"; Instance validates it
+    if value is None:
+        try:
+            value = float(text)
+        except ValueError:
+            return text  # "kp"; Instance validates it
+        value = int(value) if math.isfinite(value) and value == int(value) else value
     if not math.isfinite(value):
-        raise ZboptError(f"--mem {text!r} is not a memory cap: give a number, a multiple of p "
-                         f"such as '1p' or '1.5p', or 'none'")
-    return int(value) if value == int(value) else value
+        raise ZboptError("not a finite number: give a finite cap, or 'none' for no cap")
+    if value <= 0:
+        raise ZboptError("a cap must be above 0: give a positive cap, or 'none' for no cap")
+    return value
 
 
 def load(args: argparse.Namespace) -> Instance:
@@ -76,9 +78,9 @@ def load_with_schedule(args: argparse.Namespace):
     given = getattr(args, "instance", None)
     path = resolve_instance(given) if given else default_instance_path()
     data = read_table(path)
-    stored = None
+    stored, note = None, None
     if "layers" in data:
-        instance = _even_partition(data, path)
+        instance, note = _even_partition(data, path)
     elif isinstance(data.get("format"), str) and data["format"].startswith("zbopt.schedule/"):
         from ..export.schedule_file import read_schedule_file
         stored = read_schedule_file(path)
@@ -87,23 +89,31 @@ def load_with_schedule(args: argparse.Namespace):
         check_file_keys(data, str(path))
         instance = Instance.from_dict(data, source=str(path))
     if getattr(args, "mem", None) is not None:
-        try:
-            instance = instance.with_cap(parse_cap(args.mem, instance.memory_unit))
-        except ZboptError as err:
-            raise ZboptError(f"--mem {args.mem}: {err}") from None
+        instance = with_mem(instance, args.mem)
+    if note:  # once the input is good: bad input gets the error line alone
+        print(note, file=sys.stderr)
     return instance, None if stored is None else stored.schedule
 
 
-def _even_partition(data: dict, path: Path) -> Instance:
-    """The layered model on plan's even split (zbopt.plan.baselines.default_split)."""
+def with_mem(instance: Instance, text: str) -> Instance:
+    """`instance` under the cap --mem `text` gives; its errors name the flag."""
+    try:
+        return instance.with_cap(parse_cap(text, instance.memory_unit))
+    except ZboptError as err:
+        raise ZboptError(f"--mem {text}: {err}") from None
+
+
+def _even_partition(data: dict, path: Path) -> tuple[Instance, str]:
+    """The layered model on plan's even split (zbopt.plan.baselines.default_split), and the
+    note that says so."""
     from ..layers import LayeredModel
     from ..plan.baselines import default_split
     model = LayeredModel.from_dict(data, source=str(path))
     sizes, how = default_split(model)
-    print(f"zbopt: note: {path} is a layered model of {model.num_layers} layers: using {how}, "
-          f"{'+'.join(map(str, sizes))} layers per stage (`zbopt plan` searches for a better one)",
-          file=sys.stderr)
-    return model.instance(sizes)
+    note = (f"zbopt: note: {path} is a layered model of {model.num_layers} layers: using {how}, "
+            f"{'+'.join(map(str, sizes))} layers per stage (`zbopt plan` searches for a better "
+            f"one)")
+    return model.instance(sizes), note
 
 
 # ----- argument types (a bad value is one line and exit 2 through the parser) --------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import ZboptError
 from ..schedule import evaluate
-from ._common import check_input, check_output, console, fmt, load, parse_cap, print_json, print_timeline
+from ._common import check_input, check_output, console, fmt, load, print_json, print_timeline, with_mem
 
 
 def register(sub) -> None:
@@ -31,9 +31,16 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..export.schedule_file import compare_metrics, read_schedule_file, write_schedule_file
+    from ..export.schedule_file import (
+        compare_metrics,
+        plan_entries,
+        read_schedule_file,
+        write_schedule_file,
+    )
 
     stored = solver = None
+    kept: dict = {}  # what --out keeps of a schedule or plan file
+    dropped: list[str] = []  # and what it cannot keep
     if args.out:
         check_output(args.out, args.force, (".json",), "schedule file")
     if args.torch_csv:
@@ -51,16 +58,25 @@ def run(args) -> int:
         loaded = read_schedule_file(args.file)
         instance, schedule = loaded.instance, loaded.schedule
         if args.mem is not None:
-            instance = instance.with_cap(parse_cap(args.mem, instance.memory_unit))
+            instance = with_mem(instance, args.mem)
         else:
             stored = loaded.meta.get("metrics")
         solver = loaded.meta.get("solver")
         source = args.file
+        # the same schedule: a plan stays a plan; the solver's record and the plan's verdict
+        # hold only under the cap they were made for
+        kept = plan_entries(loaded, instance)
+        if loaded.meta.get("plan") is not None and kept.get("plan") is None:
+            dropped.append("the plan's verdict")
+        if solver and instance.cap == loaded.instance.cap:
+            kept["result"] = solver
+        elif solver:
+            dropped.append("the solver's record")
     timeline = evaluate(instance, schedule)
     metrics = timeline.metrics()
     differences = compare_metrics(stored, metrics) if stored is not None else None
     if args.out:
-        write_schedule_file(args.out, timeline, force=args.force)
+        write_schedule_file(args.out, timeline, force=args.force, **kept)
     if args.json:
         data = dict(metrics, source=source, placement=instance.placement,
                     devices=instance.devices, microbatches=instance.microbatches)
@@ -72,6 +88,10 @@ def run(args) -> int:
         print_json(data)
     else:
         _print(timeline, source, differences, solver)
+        if args.out:
+            why = f" (without {' and '.join(dropped)}, made under the file's cap, not --mem's)" \
+                if dropped else ""
+            console().print(f"wrote {args.out}{why}", markup=False, soft_wrap=True)
     return 1 if args.check and differences else 0
 
 

@@ -40,9 +40,13 @@ def run(args) -> int:
     if not (args.torch_csv or args.chrome_trace or args.torchtitan):
         raise ZboptError("nothing to export: give --torch-csv OUT.csv, --chrome-trace "
                          "OUT.json and/or --torchtitan DIR")
-    if args.torch_csv and args.torch_csv.endswith(".json"):
-        raise ZboptError(f"{args.torch_csv}: give the CSV a .csv name")
+    if args.torch_csv:  # its sidecar is then NAME.csv.json, never a schedule file's name
+        from ..export.torch_csv import check_csv_name
+        check_csv_name(args.torch_csv)
     loaded = read_schedule_file(args.file)
+    if args.torch_csv or args.torchtitan:
+        from ..export.plan_parts import refuse_dualpipe_plan
+        refuse_dualpipe_plan(loaded, args.file)
     timeline = loaded.evaluate()
     texts: dict[Path, str] = {}
     lines: list[str] = []

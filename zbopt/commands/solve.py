@@ -57,15 +57,29 @@ def summary(result) -> dict:
 
 def _fitting(schedule, instance, source):
     """`schedule` if it is a valid schedule of `instance` within its cap, else None (said on
-    stderr when there was one)."""
+    stderr when there was one: a hand-edited order may deadlock, --mem may tighten the cap)."""
     from ..schedule import evaluate, validate
     if schedule is None:
         return None
-    if not validate(instance, schedule) and evaluate(instance, schedule).fits_cap:
+    problems = validate(instance, schedule)
+    if not problems and evaluate(instance, schedule).fits_cap:
         return schedule
-    print(f"zbopt: note: the schedule in {source} does not fit this cap: not used as a warm "
-          f"start", file=sys.stderr)
+    why = problems[0] if problems else "it does not fit this cap"
+    print(f"zbopt: note: the schedule in {source} is not used as a warm start: {why}",
+          file=sys.stderr)
     return None
+
+
+def _plan_entries(args, instance) -> tuple[dict, str]:
+    """A plan file's partition, model and verdict, which --out keeps ({} for other inputs),
+    and what the --out line says of a verdict it cannot keep."""
+    from ..export.schedule_file import plan_entries, read_schedule_file
+    from ..instance import resolve_instance
+    loaded = read_schedule_file(resolve_instance(args.instance))
+    kept = plan_entries(loaded, instance)
+    if loaded.meta.get("plan") is not None and kept.get("plan") is None:
+        return kept, " (without the plan's verdict, made under the file's cap, not --mem's)"
+    return kept, ""
 
 
 def run(args) -> int:
@@ -73,11 +87,14 @@ def run(args) -> int:
     check_solver(args.solver)  # an unknown solver is refused before any work
     if args.out:  # before spending the time limit
         check_output(args.out, args.force, (".json",), "schedule file")
-    instance, stored = load_with_schedule(args)
+    instance, stored = load_with_schedule(args)  # notes (a layered file's split) once it is good
+    # a plan file solved again keeps its split (export --torchtitan needs it)
+    kept, why = _plan_entries(args, instance) if args.out and stored is not None else ({}, "")
     args.solver = solver_for(args.solver, instance)
-    # a schedule or plan file's own schedule is a candidate warm start, if it fits the cap
-    # (which --mem may have tightened)
-    warm = False if args.no_warm_start else (_fitting(stored, instance, args.instance) or True)
+    # a schedule or plan file's own schedule is a candidate warm start, if it is valid and fits
+    # the cap (which --mem may have tightened)
+    warm = False if args.no_warm_start else \
+        (_fitting(stored, instance, args.instance) or True)
     with progress(args) as report:
         result = run_method(args.solver, instance, objective=args.objective,
                             time_limit=args.time_limit, threads=args.threads,
@@ -90,7 +107,7 @@ def run(args) -> int:
         raise ZboptError(f"infeasible: {result.message}")
     if args.out and result.timeline is not None:
         from ..export.schedule_file import write_schedule_file
-        write_schedule_file(args.out, result.timeline, result=result, force=args.force)
+        write_schedule_file(args.out, result.timeline, result=result, force=args.force, **kept)
     data = summary(result)
     if args.json:
         print_json(data)
@@ -118,5 +135,5 @@ def run(args) -> int:
     if result.message:
         out.print(f"[dim]{result.message}[/]")
     if args.out:
-        out.print(f"wrote {args.out}")
+        out.print(f"wrote {args.out}{why}")
     return 0

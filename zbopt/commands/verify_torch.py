@@ -60,6 +60,8 @@ def run(args) -> int:
     if args.steps < 1 or args.warmup < 0 or args.rows < 1:
         raise ZboptError("--steps and --rows must be >= 1 and --warmup >= 0")
     loaded = read_schedule_file(args.file)
+    from ..export.plan_parts import refuse_dualpipe_plan
+    refuse_dualpipe_plan(loaded, args.file)
     loaded.evaluate()  # a deadlocking or malformed order is reported by our evaluator first
     from ..export.torch_csv import torch_rows
     torch_rows(loaded.instance, loaded.schedule)  # what torch cannot run is refused before a launch

@@ -19,6 +19,13 @@ NO_RUNTIME_FORM = ("placement 'dualpipe' runs two copies of each model part in o
                    "--chrome-trace still draws this one)")
 
 
+def refuse_dualpipe_plan(loaded: ScheduleFile, source: str) -> None:
+    """A dualpipe plan (a file with a partition) has no runtime form: say what to re-plan over
+    (a plain dualpipe schedule file gets torch_csv's own message)."""
+    if loaded.instance.placement == "dualpipe" and loaded.meta.get("partition") is not None:
+        raise ZboptError(f"{source}: {NO_RUNTIME_FORM}")
+
+
 def plan_model(loaded: ScheduleFile) -> dict[str, Any] | None:
     """The plan's layered model dict, if it has one."""
     model = loaded.meta.get("model")

@@ -8,7 +8,7 @@ Layout (JSON):
                {"item": "0F1", "start": t0, "end": t1} for one pass, or for an atomic block
                (fused full backward, overlapped F&B) {"item": "(0B1;0W1)", "start", "end",
                "passes": [{"pass": "0B1", "start", "end"}, ...]} so blocks stay blocks
-    release    per-device earliest start (only when the schedule has one)
+    release    per-device earliest start, a finite number >= 0 (only when the schedule has one)
     metrics    Timeline.metrics() at write time
     solver     {"solver", "status", "objective", "lower_bound", "gap", "runtime", "scale", ...}
                when a solver made it
@@ -18,6 +18,8 @@ Layout (JSON):
     plan       a plan's verdict: status, bound over all partitions, gap, scope, baselines, gain
 The times are informative: reading a file keeps only the orders (and release) and the instance;
 `evaluate()` recomputes everything, so a hand-edited file cannot lie about its own quality.
+A file written again from a plan's split (evaluate --out, solve --out) keeps the plan's
+entries: `plan_entries`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any, Optional
 
 from ..dag import format_pass
 from ..errors import ZboptError
-from ..instance import Instance
+from ..instance import Instance, finite, shown
 from ..schedule import Schedule, Timeline, evaluate, format_item, parse_item, structure_problems
 
 FORMAT = "zbopt.schedule/1"
@@ -40,7 +42,8 @@ FORMAT = "zbopt.schedule/1"
 class ScheduleFile:
     """What a schedule file holds: the problem, the orders, who made them, and the rest as meta.
 
-    `meta` has the stored "metrics", "solver" (if any) and "path".
+    `meta` has the stored "metrics", "solver" (if any) and "path"; a plan's "partition" and
+    "model" (checked against the instance) and "plan" (its verdict, as stored).
     """
 
     instance: Instance
@@ -82,7 +85,10 @@ def solver_meta(result) -> dict:
 
 def schedule_document(timeline: Timeline, result=None, partition: Optional[dict] = None,
                       model: Optional[dict] = None, plan: Optional[dict] = None) -> dict:
-    """The file's content as a dict (see the module doc); a plan adds its partition and model."""
+    """The file's content as a dict (see the module doc); a plan adds its partition and model.
+
+    `result` is the solver's Result, or the "solver" entry of a file read back (kept as it is).
+    """
     schedule = timeline.schedule
     devices = []
     for d, order in enumerate(schedule.orders):
@@ -105,7 +111,7 @@ def schedule_document(timeline: Timeline, result=None, partition: Optional[dict]
         doc["release"] = [_number(float(r)) for r in schedule.release]
     doc["metrics"] = _clean(timeline.metrics())
     if result is not None:
-        doc["solver"] = solver_meta(result)
+        doc["solver"] = _clean(result) if isinstance(result, dict) else solver_meta(result)
     if partition is not None:
         doc["partition"] = _clean(partition)
         doc["model"] = _clean(model)
@@ -210,12 +216,13 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
         raise _fail(source, "missing the 'instance' object")
     instance = Instance.from_dict(doc["instance"], source=f"{source}: instance")
     orders = _parse_orders(source, doc.get("devices"), instance)
-    release = doc.get("release")
-    if release is not None:
-        if not (isinstance(release, list) and len(release) == instance.devices
-                and all(isinstance(r, (int, float)) and not isinstance(r, bool) and r >= 0
-                        for r in release)):
-            raise _fail(source, f"'release' must list {instance.devices} non-negative numbers")
+    release = _release(source, doc.get("release"), instance.devices)
+    for key, what in _RECORDS.items():
+        if key in doc and not isinstance(doc[key], dict):
+            raise _fail(source, f"'{key}' must be an object ({what}), got "
+                                f"{_shown(doc[key])}: fix or remove the entry (evaluate recomputes "
+                                f"the schedule's quality without it)")
+    _check_solver(source, doc.get("solver"))
     method = doc.get("method") or ""
     if not isinstance(method, str):
         raise _fail(source, "'method' must be a string")
@@ -228,9 +235,74 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
         meta["solver"] = doc["solver"]
     if "partition" in doc or "model" in doc:
         meta["partition"], meta["model"] = _plan_partition(source, doc, instance)
-    if isinstance(doc.get("plan"), dict):
+    if "plan" in doc:
         meta["plan"] = doc["plan"]
     return ScheduleFile(instance, schedule, method, meta)
+
+
+# the entries a reader only stores (evaluate recomputes them), with what each holds
+_RECORDS = {"metrics": "the metrics at write time", "solver": "the solver's status, objective, "
+            "bound and gap", "plan": "the plan search's verdict"}
+
+
+def _shown(value: Any) -> str:
+    """`value` for a one-line message, cut short (a hand-edited number may have 400 digits:
+    zbopt.instance.shown)."""
+    text = shown(value)
+    return text if len(text) <= 32 or isinstance(value, int) else f"{text[:20]}..."
+
+
+def _finite(value: Any) -> bool:
+    """A JSON number that is finite as a float (a huge integer is not: zbopt.instance.finite)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value)
+
+
+def _release(source: str, release: Any, devices: int) -> Optional[list]:
+    """The per-device earliest starts, each a finite number >= 0 (None when absent)."""
+    if release is None:
+        return None
+    if not isinstance(release, list) or len(release) != devices:
+        raise _fail(source, f"'release' must list {devices} non-negative numbers, one per "
+                            f"device (its earliest start)")
+    for d, value in enumerate(release):
+        if not _finite(value) or value < 0:
+            raise _fail(source, f"'release' of device {d} is {_shown(value)}: give a finite "
+                                f"number >= 0")
+    return release
+
+
+def _check_solver(source: str, solver: Optional[dict]) -> None:
+    """The fields evaluate prints: names are strings, numbers are finite (or null)."""
+    for key in ("solver", "status"):
+        if solver and not isinstance(solver.get(key), (str, type(None))):
+            raise _fail(source, f"'solver': {key} must be a string, got "
+                                f"{_shown(solver[key])}")
+    for key in ("objective", "lower_bound", "gap"):
+        if solver and solver.get(key) is not None and not _finite(solver[key]):
+            raise _fail(source, f"'solver': {key} must be a finite number or null, got "
+                                f"{_shown(solver[key])}")
+
+
+def plan_entries(loaded: ScheduleFile, instance: Optional[Instance] = None) -> dict:
+    """What a file written from `loaded`'s split keeps of it, as keyword arguments of
+    write_schedule_file: a plan's "partition", "model" and "plan" ({} for a plain schedule file).
+
+    `instance` is the one the new file holds; where its cap is not the file's (--mem), the
+    model takes the new cap and the plan's verdict, judged under the old one, is left out.
+    """
+    if loaded.meta.get("partition") is None:
+        return {}
+    entries = {"partition": loaded.meta["partition"], "model": loaded.meta["model"],
+               "plan": loaded.meta.get("plan")}
+    if instance is not None and instance.cap != loaded.instance.cap:
+        from ..layers import LayeredModel
+        cap = instance.cap
+        if cap is not None and len(set(cap)) == 1:
+            cap = cap[0]
+        model = LayeredModel.from_dict(loaded.meta["model"], source=loaded.meta["path"])
+        entries["model"] = model.with_settings(memory_cap=cap).to_dict()
+        entries["plan"] = None
+    return entries
 
 
 def _plan_partition(source: str, doc: dict, instance: Instance) -> tuple[dict, dict]:
@@ -281,11 +353,16 @@ def compare_metrics(stored: Optional[dict], fresh: dict, rel: float = 1e-9) -> l
         a, b = stored.get(key), fresh.get(key)
         if isinstance(b, (list, tuple)):
             same = isinstance(a, list) and len(a) == len(b) and all(
-                math.isclose(x, y, rel_tol=rel, abs_tol=1e-12) for x, y in zip(a, b))
+                _close(x, y, rel) for x, y in zip(a, b))
         elif isinstance(b, bool) or b is None:
             same = a == b
         else:
-            same = isinstance(a, (int, float)) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+            same = _close(a, b, rel)
         if not same:
             out.append(f"{key}: file {a!r}, now {b!r}")
     return out
+
+
+def _close(stored: Any, fresh: float, rel: float) -> bool:
+    """A stored number equal to a fresh one; anything else a hand edit put there is not."""
+    return _finite(stored) and math.isclose(stored, fresh, rel_tol=rel, abs_tol=1e-12)

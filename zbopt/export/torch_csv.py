@@ -47,6 +47,8 @@ _SKIPPED_RE = re.compile(r"^\d+(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDU
 
 
 def _check_exportable(instance: Instance) -> None:
+    """A dualpipe schedule has no CSV form (a dualpipe *plan* is refused before this, with
+    plan_parts.NO_RUNTIME_FORM: re-plan it)."""
     if instance.placement == "dualpipe":
         raise ZboptError(
             "placement 'dualpipe' runs two model copies in opposite directions; PyTorch's CSV "
@@ -108,10 +110,21 @@ def torchtitan_schedule_name(instance: Instance) -> str:
     return schedule_class(instance)
 
 
+def check_csv_name(csv_path: str | Path) -> Path:
+    """The CSV's name ends in .csv, so its sidecar (`sidecar_path`) ends in .csv.json: a name
+    such as `keep` would give the sidecar `keep.json`, the name of a schedule or plan file."""
+    path = Path(csv_path)
+    if path.suffix.lower() != ".csv":
+        name = f"{path.stem}.csv" if path.stem.strip(".") else "schedule.csv"
+        raise ZboptError(f"{csv_path}: give the CSV a name ending in .csv, such as {name} "
+                         f"(its sidecar is then {name}.json)")
+    return path
+
+
 def sidecar_path(csv_path: str | Path) -> Path:
     """The sidecar of `s.csv` is `s.csv.json`: named after the whole CSV name, so it never
     takes the name of the schedule file the CSV came from (`s.json`)."""
-    path = Path(csv_path)
+    path = check_csv_name(csv_path)
     return path.with_name(path.name + ".json")
 
 
