@@ -5,19 +5,20 @@ from __future__ import annotations
 import re
 import sys
 import time
+from pathlib import Path
 
 from ..errors import ZboptError
 from ..progress import wanted
 from ..sizes import byte_unit, readable
 from ._common import (
     add_progress_arguments,
+    check_output,
     check_solver,
     console,
     fmt,
     parse_cap,
     positive_int,
     print_json,
-    refuse_overwrite,
 )
 
 
@@ -46,9 +47,11 @@ def register(sub) -> None:
     parser.add_argument("--threads", type=positive_int, default=2, help="solver threads (default 2)")
     parser.add_argument("--max-partitions", type=int, default=2000,
                         help="most splits listed for scheduling (default 2000)")
-    parser.add_argument("--out", metavar="FILE", help="write the plan file (a schedule file "
-                                                      "with the partition)")
-    parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    parser.add_argument("--out", metavar="FILE.json", help="write the plan file (a schedule "
+                        "file with the partition; checked before the search, never the model "
+                        "file itself)")
+    parser.add_argument("--force", action="store_true", help="overwrite --out if it exists (not "
+                                                             "the model file)")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     add_progress_arguments(parser)
     parser.set_defaults(func=run)
@@ -138,9 +141,11 @@ class _Progress:
         if found is not None and (best is None or found < best):
             best = found
             gap = None if bound is None else max(0.0, (best - bound) / best)
+        table = "" if info.get("table") is None else \
+            f"  {info.get('placement', '')} segment table {info['table']:.0%}"
         print(f"plan: {info['elapsed']:6.1f}s {info['phase']:<12} best span {fmt(best)}  bound "
               f"{fmt(bound)}  gap {'-' if gap is None else f'{gap:.2%}'}  "
-              f"splits scheduled {info.get('scheduled', 0)}", file=sys.stderr, flush=True)
+              f"splits scheduled {info.get('scheduled', 0)}{table}", file=sys.stderr, flush=True)
 
 
 def compact(names: list[str]) -> str:
@@ -164,13 +169,25 @@ def compact(names: list[str]) -> str:
     return ", ".join(out)
 
 
+def check_out(args) -> None:
+    """--out before any search (as solve, evaluate and plot check theirs): never the model file
+    read, --force or not (the model is what a user re-plans from); a .json name in a folder
+    that exists; not an existing file without --force."""
+    from ..instance import resolve_instance
+    out, model = Path(args.out), resolve_instance(args.model)
+    if out.exists() and model.exists() and out.resolve() == model.resolve():
+        raise ZboptError(f"--out {args.out} would replace the model file {args.model}: choose "
+                         f"another name for the plan file")
+    check_output(out, args.force, (".json",), "plan file")
+
+
 def run(args) -> int:
     from ..plan import plan
     check_solver(args.solver)
     model = load_model(args)
     placements = _placements(args, model)
-    if args.out:
-        refuse_overwrite(args.out, args.force)
+    if args.out:  # before spending the time limit
+        check_out(args)
     if args.max_partitions < 1:
         raise ZboptError(f"--max-partitions must be >= 1, got {args.max_partitions}")
     result = plan(model, placements, time_limit=args.time_limit, solver=args.solver,
@@ -226,6 +243,18 @@ def _others(result) -> list[str]:
     return lines
 
 
+def _caps(inst) -> str:
+    """The header's cap: one value, or per device when the devices' caps differ (in the memory
+    columns' unit)."""
+    if inst.cap is None:
+        return "cap=unlimited"
+    if len(set(inst.cap)) == 1:
+        return f"cap={readable(inst.cap[0], inst.memory_unit)}"
+    per, unit = _memory_column(inst)
+    return "caps per device=" + "/".join(fmt(c * per, 2) for c in inst.cap) + unit.replace(
+        "(", "").replace(")", "")
+
+
 def _print(result, model, args) -> None:
     from rich.table import Table
 
@@ -234,9 +263,8 @@ def _print(result, model, args) -> None:
     r = result.result
     inst = r.instance
     unit = f" {inst.time_unit}" if inst.time_unit else ""
-    cap = "unlimited" if inst.cap is None else readable(max(inst.cap), inst.memory_unit)
     out.print(f"[bold]{model.name or args.model}[/]: {model.num_layers} layers, p={inst.devices} "
-              f"m={inst.microbatches} placement={inst.placement} cap={cap}")
+              f"m={inst.microbatches} placement={inst.placement} {_caps(inst)}")
     gap = "-" if r.gap is None else f"{r.gap:.2%}"
     out.print(f"status      {r.status} ({result.scope})")
     out.print(f"span        {fmt(r.span)}{unit} ({r.method})")

@@ -35,6 +35,12 @@ along both chunks at once (device d takes the segment after stage d-1 and the on
 p+d-1), for every cut where the second chunk starts. None is below the total load over p, the
 average of the device loads, and they are higher when whole layers cannot share the load evenly
 (a heavy output layer, few layers per stage) or the cap holds few micro-batches.
+
+Where no partition fits the cap, `least_shortfall` says by how much it falls short at best, on
+any placement: the partition whose largest memory shortfall over the devices (static memory
+and one micro-batch's activations on its chain, zbopt.bounds.min_feasible_cap, beyond the
+device's cap) is least, by CP-SAT over the cuts (zbopt.plan.load_floor's model, with that
+shortfall for the objective), and the device short by it, for plan's error message.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ import numpy as np
 
 from ..bounds import held_area
 from ..instance import cap_limit, within_cap
-from ..layers import LayeredModel
+from ..layers import LayeredModel, even_partition
 from .bound import device_caps
 
 # element operations of a programme (V, dualpipe: p n^4 / 4, interleaved: p n^5 / 30): at p = 16
@@ -55,6 +61,65 @@ from .bound import device_caps
 # on 102 (4.3e8) 3 s and 7 s; past this budget the plan would spend too much of its time here
 # and keeps the total load over p
 BUDGET = 4e8
+
+
+SHORTFALL_SECONDS = 2.0  # least_shortfall's CP-SAT, for an error message
+
+
+def least_shortfall(model: LayeredModel, time_limit: float = SHORTFALL_SECONDS
+                    ) -> Optional[tuple[float, int, tuple[int, ...], bool]]:
+    """For a cap no partition fits (see the module doc): (the largest shortfall of a device
+    on the partition where that is least, the first device short by it, the partition, whether
+    CP-SAT proved it least within `time_limit`; else it is the least it found). None without a
+    cap, or when CP-SAT finds no partition in time. Memory is scaled to integers as in
+    zbopt.plan.load_floor; the shortfall returned is the partition's own, in floats."""
+    from ortools.sat.python import cp_model
+
+    from ..bounds import min_feasible_cap
+    from .load_floor import _integers
+
+    caps = device_caps(model)
+    if caps is None or time_limit <= 0:
+        return None
+    layers, p, parts = model.expanded, model.devices, model.num_parts
+    n = len(layers)
+    free = model.with_settings(memory_cap=None)
+    probe = free.instance(even_partition(free))  # chains and devices, whatever the split
+    scale, (static, held) = _integers([x.static for x in layers], [x.m_b for x in layers],
+                                      top=max(caps))
+    cp = cp_model.CpModel()
+    cuts = [cp.NewConstant(0)] + [cp.NewIntVar(k, n - parts + k, f"c{k}")
+                                  for k in range(1, parts)] + [cp.NewConstant(n)]
+    for k in range(parts):
+        cp.Add(cuts[k + 1] >= cuts[k] + 1)
+
+    def sums(table: list[int], name: str) -> list:
+        at = [cp.NewIntVar(0, table[-1], f"{name}{k}") for k in range(parts + 1)]
+        for k in range(parts + 1):
+            cp.AddElement(cuts[k], table, at[k])
+        return at
+
+    static_at, held_at = sums(static, "s"), sums(held, "a")
+    rooms = [math.floor(c * scale) for c in caps]
+    worst = cp.NewIntVar(-max(rooms) - 1, 2 * static[-1] + held[-1] + 1, "worst")
+    for d in range(p):
+        own = [s for s in range(probe.num_stages) if probe.device_of(s) == d]
+        pinned = sum(static_at[s % parts + 1] - static_at[s % parts] for s in own)
+        for stages, _ in probe.chains:  # one micro-batch's activations on each of its chains
+            on = [s % parts for s in stages if probe.device_of(s) == d]
+            cp.Add(pinned + sum(held_at[k + 1] - held_at[k] for k in on) - rooms[d] <= worst)
+    cp.Minimize(worst)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.num_workers = 1
+    status = solver.Solve(cp)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    at = [solver.Value(c) for c in cuts]
+    sizes = tuple(b - a for a, b in zip(at, at[1:]))
+    short = [need - cap for need, cap in zip(min_feasible_cap(free.instance(sizes)), caps)]
+    device = max(range(p), key=lambda d: (short[d], -d))
+    return short[device], device, sizes, status == cp_model.OPTIMAL
 
 
 def v_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:

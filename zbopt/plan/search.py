@@ -2,7 +2,9 @@
 
 Contiguous placement (exact bound): every partition's lower bound comes from a dynamic
 programme over segments (zbopt.plan.bound), so the least bound over all partitions is known
-before anything is scheduled. The search then
+before anything is scheduled (where its table can be made within the placement's share of the
+time: on large models it cannot, and contiguous is planned as the other placements are, below,
+on bound.least_stage_load). The search then
 1. schedules the baselines (even, torchtitan) and a least-bound partition with every registered
    method of the placement, and improves the best by moving one stage boundary at a time;
 2. lists the partitions whose bound is below the best span found (the only ones that can beat
@@ -31,6 +33,11 @@ bounds the placements it was not asked to plan over (placement_floor), so that a
 placement can say whether another could be shorter, and where that bound lies below the plan's
 span, a short search of their own (step 1 and the climbs, OTHERS_SHARE of the time limit kept
 for them) shows what schedule they reach (Plan.tried).
+
+Every bound over all partitions is taken within the time: the table, the paired programmes and
+CP-SAT's load floor each get what the time left allows and fall back to a weaker valid bound
+past it. A cap no split of the placements holds is refused with the split of least shortfall,
+the device short by it and its cap (_infeasible_message).
 """
 
 from __future__ import annotations
@@ -42,10 +49,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
+from ..bounds import min_feasible_cap
 from ..compare import best_of
 from ..errors import ZboptError
 from ..heuristics.policy_search import search as policy_search
-from ..instance import PLACEMENTS, Instance
+from ..instance import PLACEMENTS, Instance, within_cap
 from ..layers import LayeredModel
 from ..registry import get_method, methods, run
 from ..result import Result
@@ -56,10 +64,14 @@ from .baselines import BASELINES
 from .bound import (
     SegmentBounds,
     argmin_partition,
+    contiguous_fits,
     count_below,
+    count_below_float,
     device_caps,
     least_bound,
-    least_excess,
+    least_excess_of,
+    least_largest_part,
+    least_stage_load,
     partitions_below,
     segment_bounds,
     suffix_minmax,
@@ -69,7 +81,7 @@ from .device_bound import DEVICE_LIMIT, relaxation_bound
 from .load_floor import load_floor
 from .memory_bound import pipeline_bound
 from .moves import Guide, adjacent, descend
-from .paired_bound import BUDGET, dualpipe_floor, interleaved_floor, v_floor
+from .paired_bound import BUDGET, dualpipe_floor, interleaved_floor, least_shortfall, v_floor
 from .polish import polish
 from .window_bound import window_bound
 
@@ -238,11 +250,13 @@ class _Search:
         self.bound = 0.0
         self.solver_runs = 0
         self.tables: dict[str, SegmentBounds] = {}  # per placement with a segment bound
+        self.other_tables: dict[str, SegmentBounds] = {}  # _other_floors' (not planned over)
         # splits whose device relaxations ran with all their time (collide): not run again
         self.relaxed: set[tuple[str, tuple[int, ...]]] = set()
         # per split, what its one-device relaxations finished (device_bound.relaxation_bound)
         self.device_memo: dict[tuple[str, tuple[int, ...]], dict] = {}
         self.guides: dict[str, Guide] = {}  # per placement without a segment table
+        self.on: dict[str, LayeredModel] = {}  # the model on each placement (placed)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.began
@@ -262,13 +276,34 @@ class _Search:
                        "bound": bound, "gap": gap, "scheduled": len(self.cache), **fields})
 
     def placed(self, placement: str) -> LayeredModel:
-        return placed(self.model, placement)
+        if placement not in self.on:  # made once: a model of thousands of layers takes ms
+            self.on[placement] = placed(self.model, placement)
+        return self.on[placement]
+
+    def segment_table(self, placement: str, deadline: float) -> Optional[SegmentBounds]:
+        """zbopt.plan.bound's table of `placement` (contiguous) if it can be made by `deadline`
+        (kept in self.tables), told as phase bounds while it is made; None where it cannot
+        (too large, or too slow for the time: the placement is then planned without it)."""
+        def told(done: int, cells: int) -> None:
+            self.tell("bounds", placement=placement, table=done / max(cells, 1))
+
+        self.tell("bounds", placement=placement)
+        table = segment_bounds(self.placed(placement), deadline=deadline, progress=told)
+        if table is not None:
+            self.tables[placement] = table
+        return table
 
     def instance(self, placement: str, sizes: Sequence[int]) -> Optional[Instance]:
+        """The split's instance; None where no schedule of it fits the cap: a device's static
+        memory and one micro-batch's activations on its chain exceed it (min_feasible_cap)."""
         try:
-            return self.placed(placement).instance(sizes)
+            instance = self.placed(placement).instance(sizes)
         except ZboptError:  # the cap cannot hold this split's static memory and one activation
             return None
+        if instance.cap is not None and not all(
+                within_cap(need, cap) for need, cap in zip(min_feasible_cap(instance), instance.cap)):
+            return None
+        return instance
 
     def schedule(self, placement: str, sizes: Sequence[int], bound: Optional[float] = None,
                  phase: str = "scheduling") -> Split:
@@ -591,10 +626,18 @@ def plan_solver(name: str, instance: Instance) -> str:
     return "cpsat-lns" if instance.num_passes >= LNS_FROM_PASSES else "cpsat"
 
 
+# parts x layers^2 of _balanced's programme (a second or two in Python) past which it bisects
+BALANCED_STEPS = 2_000_000
+
+
 def _balanced(model: LayeredModel) -> tuple[int, ...]:
-    """Contiguous parts with the least largest part load (each part one stage's t_f+t_b+t_w)."""
+    """Contiguous parts with the least largest part load (each part one stage's t_f+t_b+t_w):
+    a dynamic programme, or past BALANCED_STEPS a bisection on that load (the same least, one of
+    the splits that reach it)."""
     parts, n = model.num_parts, model.num_layers
     prefix = [f + b + w for f, b, w in zip(*(model.prefix_sums(k) for k in ("t_f", "t_b", "t_w")))]
+    if parts * n * n > BALANCED_STEPS:
+        return least_largest_part(prefix, parts)[1]
     best = [[math.inf] * (n + 1) for _ in range(parts + 1)]
     cut = [[0] * (n + 1) for _ in range(parts + 1)]
     best[0][0] = 0.0
@@ -612,17 +655,67 @@ def _balanced(model: LayeredModel) -> tuple[int, ...]:
     return tuple(reversed(sizes))
 
 
-def _infeasible_message(model: LayeredModel) -> str:
-    table = segment_bounds(model.with_settings(placement="contiguous", chunks=0))
-    short, device, sizes = least_excess(table)
-    cap = table.model.memory_cap
-    cap_d = cap[device] if isinstance(cap, (list, tuple)) else cap
-    unit = model.memory_unit
-    return (f"memory cap {readable(cap_d, unit)} cannot hold any split: even the best split "
-            f"{'+'.join(map(str, sizes))} needs {readable(short, unit, at_least=True)} more on "
-            f"device {device} for its static memory and one micro-batch's activations; raise "
-            f"memory_cap on device {device} to at least {readable(cap_d + short, unit, at_least=True)} "
-            f"or use more devices")
+# least_excess_of's additions (p n^2) past which the shortfall comes from CP-SAT
+EXCESS_SLOTS = 2_000_000
+
+
+def _least_shortfall(model: LayeredModel) -> Optional[tuple[float, int, tuple[int, ...], bool]]:
+    """paired_bound.least_shortfall on the model's placement; on contiguous up to EXCESS_SLOTS
+    the segment table's exact programme (bound.least_excess_of)."""
+    if model.placement == "contiguous" and \
+            model.devices * model.num_layers ** 2 <= EXCESS_SLOTS:
+        short, device, sizes = least_excess_of(model)
+        return short, device, sizes, True
+    return least_shortfall(model)
+
+
+def _shortfalls(model: LayeredModel, placements: Sequence[str]) -> dict:
+    """_least_shortfall of each of `placements` ({} without a cap: every split fits)."""
+    if device_caps(model) is None:
+        return {}
+    return {placement: _least_shortfall(placed(model, placement)) for placement in placements}
+
+
+def _fits(model: LayeredModel, short: tuple) -> bool:
+    """Whether a least shortfall (_least_shortfall) is one within_cap lets fit."""
+    cap = device_caps(model)[short[1]]
+    return within_cap(cap + short[0], cap)
+
+
+def _infeasible_message(model: LayeredModel, placements: Sequence[str] = ("contiguous",),
+                        shortfalls: Optional[dict] = None) -> str:
+    """The error for a cap under which no split of any of `placements` fits: the split whose
+    largest memory shortfall over the devices is least (on the placement where that is least;
+    `shortfalls`: _shortfalls, computed when not given), the device short by it, by how much,
+    and the cap that device needs."""
+    placements = tuple(placements)
+    shortfalls = shortfalls if shortfalls is not None else _shortfalls(model, placements)
+    caps, unit = device_caps(model), model.memory_unit
+    where = "" if placements == ("contiguous",) else f" on {' or '.join(placements)}"
+    rest = "or use more devices" if set(placements) >= set(PLACEMENTS) or \
+        placements == ("contiguous",) else ", use more devices or allow other placements"
+    found = [(short, placement) for placement, short in shortfalls.items()
+             if short is not None and not _fits(model, short)]
+    if not found:  # CP-SAT found no split in its time
+        cap = readable(caps[0], unit) if len(set(caps)) == 1 else \
+            "(per device " + ", ".join(readable(c, unit) for c in caps) + ")"
+        return (f"memory cap {cap} cannot hold any split{where}: on every one some device's "
+                f"static memory and one micro-batch's activations exceed it; raise memory_cap"
+                f"{rest if rest.startswith(',') else ' ' + rest}")
+    (short, device, sizes, proven), placement = min(found, key=lambda f: f[0][0])
+    cap = caps[device]
+    which = "" if len(set(caps)) == 1 else f" on device {device}"
+    split = "+".join(map(str, sizes)) + ("" if len(placements) == 1 else f" (on {placement})")
+    need = readable(cap + short, unit, at_least=True)
+    if proven:
+        best, then = "even the best split", f"raise memory_cap on device {device} to at least {need}"
+    else:  # CP-SAT's time ran out before it proved this split the least short
+        best, then = "the best split found", f"raise memory_cap on device {device} (that split " \
+            f"fits from {need})"
+    return (f"memory cap {readable(cap, unit)}{which} cannot hold any split{where}: {best} "
+            f"{split} needs {readable(short, unit, at_least=True)} more on device {device} for its "
+            f"static memory and one micro-batch's activations; {then}"
+            f"{rest if rest.startswith(',') else ' ' + rest}")
 
 
 def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_limit: float = 60,
@@ -647,6 +740,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     search = _Search(model, main_limit, progress, solver, threads)
     for placement in placements:
         search.placed(placement)  # ZboptError now if the placement cannot hold the layers
+    if placements == ("contiguous",) and not contiguous_fits(search.placed("contiguous")):
+        raise ZboptError(_infeasible_message(model))  # said before any other work
     floors = _other_floors(search, placements) if others else None
     bounds: dict[str, float] = {}
     pending: list[Split] = []
@@ -655,21 +750,22 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     for index, placement in enumerate(placements):
         placed = search.placed(placement)
         budget_end = search.began + main_limit * share * (index + 1)
+        table, best = None, None
         if placement == "contiguous":
-            table = segment_bounds(placed)
-            search.tables[placement] = table
-            best = suffix_minmax(table)
-            if not math.isfinite(best[0][0]):
-                raise ZboptError(_infeasible_message(model))
-            floor = best[0][0]
+            # no split fits (O(p n)): nothing to tabulate; else the table where it can be
+            # made within the placement's share of the time, the least stage load where not
+            fits = contiguous_fits(placed)
+            table = search.segment_table(placement, budget_end) if fits else None
+            best = suffix_minmax(table) if table is not None else None
+            floor = best[0][0] if best is not None else \
+                least_stage_load(placed) if fits else math.inf
         else:
-            table, best = None, None
             if placement in PAIRED:  # up to seconds on large models: say what runs
                 search.tell("bounds")
-            floor = placement_floor(placed)
-            if math.isinf(floor):  # proven: no split fits, so no schedule on it to look for
-                bounds[placement] = floor
-                continue
+            floor = placement_floor(placed, deadline=budget_end)
+        if math.isinf(floor):  # proven: no split fits, so no schedule on it to look for
+            bounds[placement] = floor
+            continue
         search.bound = min([*bounds.values(), floor])
         search.schedule_starts(placement, search.starts(placement, best), budget_end)
         if search.best is not None and search.best.span <= floor * (1 + TOLERANCE):
@@ -684,7 +780,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         total = count_below(table, threshold)
         listed_below = threshold
         if total > max_partitions:
-            listed_below = _threshold_for(table, best[0][0], threshold, max_partitions)
+            listed_below = _threshold_for(table, best[0][0], threshold, max_partitions,
+                                          search.deadline)
         listed = list(partitions_below(table, listed_below, best))
         if not listed and total:
             # too many splits tie at the least bound: take some of them; the rest keep that bound
@@ -712,14 +809,15 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         bounds[placement] = listed_below
         pending.extend(splits)
     if search.best is None and bounds and all(math.isinf(x) for x in bounds.values()):
-        raise ZboptError(f"memory cap {readable(max(device_caps(model)), model.memory_unit)} "
-                         f"cannot hold any split on {' or '.join(placements)}: on every one some "
-                         f"device's static memory and one micro-batch's activations exceed it; "
-                         f"raise memory_cap, use more devices or allow other placements")
+        raise ZboptError(_infeasible_message(model, placements, _shortfalls(model, placements)))
     if search.best is None and exact:
         # no heuristic fits any split tried (dualpipe at a tight cap can be so): the solver on
         # the splits that hold their static memory and one micro-batch, least bound first
         search.rescue(pending)
+    shortfalls = _shortfalls(model, placements) if search.best is None else {}
+    if shortfalls and all(s is not None and s[3] and not _fits(model, s)
+                          for s in shortfalls.values()):  # CP-SAT proved that none fits
+        raise ZboptError(_infeasible_message(model, placements, shortfalls))
     if search.best is None:
         raise ZboptError("no registered schedule fits the memory cap on any split tried"
                          + (" (nor did the solver find one)" if exact and search.solver_runs else "")
@@ -776,7 +874,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     if chosen.bound >= chosen.span * (1 - TOLERANCE):
         proving.append(chosen)
     proof = max(proving, key=lambda s: s.bound).bound_name if proving else \
-        SEGMENT if chosen.placement == "contiguous" else PLACEMENT_FLOOR
+        SEGMENT if chosen.placement in search.tables else PLACEMENT_FLOOR
     kinds = ", ".join(placements)
     scope = f"among schedules of single passes on the {kinds} placement(s), over all partitions"
     if model.overlap and _has_blocks(chosen.result):
@@ -838,12 +936,22 @@ def _refreshed(split: Split, cache: dict) -> Split:
 PAIRED = {"v": v_floor, "interleaved": interleaved_floor, "dualpipe": dualpipe_floor}
 # CP-SAT's time for the least largest device load where no paired programme runs
 LOAD_FLOOR_SECONDS = 2.0
+# the slowest of the paired programmes at BUDGET (dualpipe on 102 layers at p = 16: 7 s): with a
+# deadline, their budget is BUDGET times the seconds left over this
+BUDGET_SECONDS = 7.0
 MIN_LOAD_FLOOR_SECONDS = 0.01  # below this CP-SAT is not started
+# seconds a layer that load_floor's CP-SAT takes to set up and presolve whatever its time limit
+# (0.25 s at 1,024 layers, 1.3-1.8 s and 600 MB at 4,096, p = 16): given less, it is not started
+LOAD_FLOOR_SETUP = 4e-4
 # the paired programmes' budget for placements not planned over (plan(others=True)): a tenth of
 # theirs, half a second at most each on this project's 2-core machine (V and dualpipe to about 56
 # layers at p = 16, interleaved to about 43 at p = 8), so the hint takes little of the search's
 # time; past it zbopt.plan.load_floor stands in (weaker, still a bound)
 OTHERS_BUDGET = BUDGET / 10
+# of the time left: the most each placement not planned over takes for its bound (the segment
+# table of contiguous, the paired programmes within OTHERS_BUDGET and CP-SAT); past it the
+# least stage load, the total load over p stand in
+OTHERS_TIME_SHARE = 0.1
 # of plan(others=True)'s time limit: a short search on each placement not planned over whose
 # bound lies below the plan's span (Plan.tried), so that the plan can show a shorter schedule
 # there rather than only say that one may exist
@@ -858,22 +966,44 @@ def placed(model: LayeredModel, placement: str) -> LayeredModel:
     return model.with_settings(placement=placement, chunks=chunks)
 
 
-def placement_floor(model: LayeredModel, budget: float = BUDGET) -> float:
+def placement_floor(model: LayeredModel, budget: float = BUDGET,
+                    deadline: Optional[float] = None) -> float:
     """A lower bound on the span of every schedule of single passes of every partition on the
     model's placement (inf: no partition fits the cap): the segment programme's least bound on
-    contiguous; elsewhere the total load over p, raised by zbopt.plan.paired_bound's programme
-    where it applies and runs within `budget` (its element operations), else by
-    zbopt.plan.load_floor's least largest device load (LOAD_FLOOR_SECONDS at the full budget,
-    in proportion below it)."""
+    contiguous (with a `deadline`, where its table can be made by then; else the least largest
+    stage load, bound.least_stage_load); elsewhere the total load over p, raised by
+    zbopt.plan.paired_bound's programme where it applies and runs within `budget` (its element
+    operations; with a `deadline`, no more than BUDGET_SECONDS for BUDGET allows in the time
+    left), else by zbopt.plan.load_floor's least largest device load (LOAD_FLOOR_SECONDS at the
+    full budget, in proportion below it, not past the deadline, and not started with less than
+    LOAD_FLOOR_SETUP a layer)."""
     if model.placement == "contiguous":
-        return least_bound(segment_bounds(model))
+        return _contiguous_floor(model, deadline)[0]
+    if deadline is not None:  # the programme's budget and CP-SAT's time, in the time left
+        budget = min(budget, BUDGET * max(0.0, deadline - time.perf_counter()) / BUDGET_SECONDS)
     floor = _total_load(model) / model.devices
     paired = PAIRED.get(model.placement)
     value = paired(model, budget) if paired is not None else None
     seconds = LOAD_FLOOR_SECONDS * budget / BUDGET
-    if value is None and seconds >= MIN_LOAD_FLOOR_SECONDS:  # 3+ chunks, or past the budget
+    if deadline is not None:
+        seconds = min(seconds, deadline - time.perf_counter())
+    if value is None and seconds >= max(MIN_LOAD_FLOOR_SECONDS,
+                                        LOAD_FLOOR_SETUP * model.num_layers):  # 3+ chunks, or
+        # past the budget, and time for CP-SAT to set the model up
         value = load_floor(model, seconds)
     return max(floor, value or 0.0)
+
+
+def _contiguous_floor(model: LayeredModel, deadline: Optional[float] = None) \
+        -> tuple[float, Optional[SegmentBounds]]:
+    """placement_floor on contiguous, and the table it came from (None: no split fits, or the
+    table could not be made by `deadline`)."""
+    if not contiguous_fits(model):
+        return math.inf, None
+    table = segment_bounds(model, deadline=deadline)
+    if table is None:
+        return least_stage_load(model), None
+    return least_bound(table), table
 
 
 def _try_others(search: "_Search", floors: dict[str, float], deadline: float) \
@@ -895,8 +1025,8 @@ def _try_others(search: "_Search", floors: dict[str, float], deadline: float) \
             search.tell("other placements", placement=name, scheduled_there=info["scheduled"])
 
         other = _Search(search.model, end - now, told, search.solver, search.threads)
-        if name == "contiguous":
-            other.tables[name] = segment_bounds(other.placed(name))
+        if name in search.other_tables:  # contiguous: _other_floors made its table in time
+            other.tables[name] = search.other_tables[name]
         search.tell("other placements", placement=name)
         other.schedule_starts(name, other.starts(name), end, every=False)
         other.climb(name, end)
@@ -917,7 +1047,13 @@ def _other_floors(search: "_Search", placements: Sequence[str]) -> dict[str, flo
         except ZboptError:  # too few layers, or devices, for this placement
             continue
         search.tell("bounds", placement=placement)
-        floor = placement_floor(model, OTHERS_BUDGET)
+        deadline = time.perf_counter() + OTHERS_TIME_SHARE * max(0.0, search.left())
+        if placement == "contiguous":
+            floor, table = _contiguous_floor(model, deadline)
+            if table is not None:
+                search.other_tables[placement] = table
+        else:
+            floor = placement_floor(model, OTHERS_BUDGET, deadline)
         if model.overlap:
             floor = min(floor, _overlap_floor(model))
         floors[placement] = floor
@@ -951,11 +1087,16 @@ def _count_all(table) -> int:
     return count_below(table, math.inf)
 
 
-def _threshold_for(table, low: float, high: float, limit: int) -> float:
-    """A threshold in (low, high] below which at most `limit` partitions lie."""
+def _threshold_for(table, low: float, high: float, limit: int,
+                   deadline: float = math.inf) -> float:
+    """A threshold in [low, high] below which at most `limit` partitions lie, given that at
+    most `limit` lie below `low`: bisection, until `deadline` at the latest (then the highest
+    such threshold found so far)."""
     for _ in range(40):
+        if time.perf_counter() >= deadline:
+            break
         mid = (low + high) / 2
-        if count_below(table, mid) > limit:
+        if count_below_float(table, mid) > limit:
             high = mid
         else:
             low = mid
