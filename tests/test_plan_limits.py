@@ -337,3 +337,18 @@ def test_suffix_minmax_still_gives_the_least_bound_by_enumeration():
         bounds = [table.partition_bound(sizes)
                   for sizes in _partitions(model.num_layers, model.devices)]
         assert best[0][0] == min(bounds)
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--devices", "0"], "argument --devices: '0' is not a positive integer"),
+    (["--microbatches", "0"], "argument --microbatches: '0' is not a positive integer"),
+    (["--devices", "30"], "with --devices 30: 30 stages but only 18 layers"),
+    (["--mem", "0"], "--mem 0: a cap must be above 0"),
+])
+def test_a_bad_flag_is_blamed_on_the_flag_not_the_file(flags, fragment, capsys):
+    with pytest.raises(SystemExit) as stop:
+        code = main(["plan", str(EXAMPLE), "--time-limit", "1", *flags])
+        raise SystemExit(code)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and fragment in err and err.count("\n") == 1
+    assert not err.startswith(f"zbopt: error: {EXAMPLE}:")

@@ -27,8 +27,9 @@ def register(sub) -> None:
                                          "model together (lower bound over all splits)")
     parser.add_argument("model", help="layered model file (.toml/.json with [[layers]]) or a "
                         "shipped model's name (`zbopt instances`, group models)")
-    parser.add_argument("--devices", type=int, default=None, metavar="P", help="override devices")
-    parser.add_argument("--microbatches", type=int, default=None, metavar="M",
+    parser.add_argument("--devices", type=positive_int, default=None, metavar="P",
+                        help="override devices")
+    parser.add_argument("--microbatches", type=positive_int, default=None, metavar="M",
                         help="override microbatches")
     parser.add_argument("--placements", default=None,
                         help="comma-separated placements to plan over: contiguous, v, "
@@ -93,11 +94,15 @@ def load_model(args):
         changes["microbatches"] = args.microbatches
     if args.mem is not None:
         changes["memory_cap"] = _cap(args.mem, model.memory_unit)
-    if changes:
+    if changes:  # the flags' values checked against the file's layers: the flags are named
+        flags = " ".join(f"--{key} {getattr(args, key)}" for key in ("devices", "microbatches")
+                         if key in changes)
+        if "memory_cap" in changes:
+            flags = f"{flags} --mem {args.mem}".strip()
         try:
             model = model.with_settings(**changes)
         except ZboptError as err:
-            raise ZboptError(f"{args.model}: {err}") from None
+            raise ZboptError(f"{args.model} with {flags}: {err}") from None
     return model
 
 
