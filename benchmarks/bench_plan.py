@@ -471,8 +471,8 @@ def part_solve(args) -> list[str]:
     limit = args.solve_limit
     lines = [f"solve() on the split of least segment bound, {limit:g} s and 2 threads each: "
              f"`per device` = zbopt.bounds without the coupled bound, `coupled` = its "
-             f"memory_pipeline bound; `with` = solve() as it is (the one-device and collision "
-             f"relaxations for up to 15% of the limit, then CP-SAT), `without` = the same call "
+             f"memory_pipeline bound; `with` = solve() as it is (the one-device, window and "
+             f"collision relaxations for up to 15% of the limit, then CP-SAT), `without` = the same call "
              f"told a bound of 0 (the relaxations skipped: zbopt.bounds and CP-SAT's own "
              f"bound). Gaps are "
              f"(span - bound) / span.", "",
