@@ -26,7 +26,7 @@ within its time limit.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import ZboptError
 from ..instance import cap_limit
@@ -62,6 +62,24 @@ def _integers(*lists: list[float], top: float = 0.0) -> tuple[float, list[list[i
     return scale, tables
 
 
+def cut_variables(cp, n: int, parts: int) -> tuple[list, Callable[[list[int], str], list]]:
+    """A partition of `n` layers into `parts` contiguous parts in the CP-SAT model `cp`: the
+    cuts (0 and n fixed, each part at least one layer) and `sums(table, name)`, the variables
+    holding a prefix-sum table's value at each cut."""
+    cuts = [cp.NewConstant(0)] + [cp.NewIntVar(k, n - parts + k, f"c{k}")
+                                  for k in range(1, parts)] + [cp.NewConstant(n)]
+    for k in range(parts):
+        cp.Add(cuts[k + 1] >= cuts[k] + 1)
+
+    def sums(table: list[int], name: str) -> list:
+        at = [cp.NewIntVar(0, table[-1], f"{name}{k}") for k in range(parts + 1)]
+        for k in range(parts + 1):
+            cp.AddElement(cuts[k], table, at[k])
+        return at
+
+    return cuts, sums
+
+
 def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
     """The least over fitting partitions of the largest device load on interleaved, V or
     dualpipe, or a lower bound of it proven within `time_limit` seconds; inf when CP-SAT proves
@@ -80,18 +98,7 @@ def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
     loads = [runs * (x.t_f + x.t_b + x.t_w) for x in layers]
     scale, (prefix,) = _integers(loads)
     cp = cp_model.CpModel()
-    cuts = [cp.NewConstant(0)] + [cp.NewIntVar(k, n - parts + k, f"c{k}")
-                                  for k in range(1, parts)] + [cp.NewConstant(n)]
-    for k in range(parts):
-        cp.Add(cuts[k + 1] >= cuts[k] + 1)
-
-    def sums(table: list[int], name: str) -> list:
-        """The table's prefix sum at each cut."""
-        at = [cp.NewIntVar(0, table[-1], f"{name}{k}") for k in range(parts + 1)]
-        for k in range(parts + 1):
-            cp.AddElement(cuts[k], table, at[k])
-        return at
-
+    cuts, sums = cut_variables(cp, n, parts)
     at = sums(prefix, "p")
     span = cp.NewIntVar(0, 2 * prefix[-1], "span")
     device_of = model.stage_devices()

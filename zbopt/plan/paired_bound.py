@@ -76,7 +76,7 @@ def least_shortfall(model: LayeredModel, time_limit: float = SHORTFALL_SECONDS
     from ortools.sat.python import cp_model
 
     from ..bounds import min_feasible_cap
-    from .load_floor import _integers
+    from .load_floor import _integers, cut_variables
 
     caps = device_caps(model)
     if caps is None or time_limit <= 0:
@@ -88,17 +88,7 @@ def least_shortfall(model: LayeredModel, time_limit: float = SHORTFALL_SECONDS
     scale, (static, held) = _integers([x.static for x in layers], [x.m_b for x in layers],
                                       top=max(caps))
     cp = cp_model.CpModel()
-    cuts = [cp.NewConstant(0)] + [cp.NewIntVar(k, n - parts + k, f"c{k}")
-                                  for k in range(1, parts)] + [cp.NewConstant(n)]
-    for k in range(parts):
-        cp.Add(cuts[k + 1] >= cuts[k] + 1)
-
-    def sums(table: list[int], name: str) -> list:
-        at = [cp.NewIntVar(0, table[-1], f"{name}{k}") for k in range(parts + 1)]
-        for k in range(parts + 1):
-            cp.AddElement(cuts[k], table, at[k])
-        return at
-
+    cuts, sums = cut_variables(cp, n, parts)
     static_at, held_at = sums(static, "s"), sums(held, "a")
     rooms = [math.floor(c * scale) for c in caps]
     worst = cp.NewIntVar(-max(rooms) - 1, 2 * static[-1] + held[-1] + 1, "worst")
