@@ -74,7 +74,7 @@ def load(args: argparse.Namespace) -> Instance:
 
 
 def load_with_schedule(args: argparse.Namespace):
-    """load(), and the schedule a schedule or plan file stores (None for other inputs)."""
+    """load(), and the schedule or plan file read (its ScheduleFile; None for other inputs)."""
     given = getattr(args, "instance", None)
     path = resolve_instance(given) if given else default_instance_path()
     data = read_table(path)
@@ -92,7 +92,7 @@ def load_with_schedule(args: argparse.Namespace):
         instance = with_mem(instance, args.mem)
     if note:  # once the input is good: bad input gets the error line alone
         print(note, file=sys.stderr)
-    return instance, None if stored is None else stored.schedule
+    return instance, stored
 
 
 def with_mem(instance: Instance, text: str) -> Instance:

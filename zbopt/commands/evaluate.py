@@ -33,14 +33,14 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..export.schedule_file import (
         compare_metrics,
-        plan_entries,
+        kept_entries,
         read_schedule_file,
         write_schedule_file,
     )
 
     stored = solver = None
     kept: dict = {}  # what --out keeps of a schedule or plan file
-    dropped: list[str] = []  # and what it cannot keep
+    left_out = ""  # and what its line says it cannot keep
     if args.out:
         check_output(args.out, args.force, (".json",), "schedule file")
     if args.torch_csv:
@@ -65,13 +65,7 @@ def run(args) -> int:
         source = args.file
         # the same schedule: a plan stays a plan; the solver's record and the plan's verdict
         # hold only under the cap they were made for
-        kept = plan_entries(loaded, instance)
-        if loaded.meta.get("plan") is not None and kept.get("plan") is None:
-            dropped.append("the plan's verdict")
-        if solver and instance.cap == loaded.instance.cap:
-            kept["result"] = solver
-        elif solver:
-            dropped.append("the solver's record")
+        kept, left_out = kept_entries(loaded, instance, solver=True)
     timeline = evaluate(instance, schedule)
     metrics = timeline.metrics()
     differences = compare_metrics(stored, metrics) if stored is not None else None
@@ -89,9 +83,7 @@ def run(args) -> int:
     else:
         _print(timeline, source, differences, solver)
         if args.out:
-            why = f" (without {' and '.join(dropped)}, made under the file's cap, not --mem's)" \
-                if dropped else ""
-            console().print(f"wrote {args.out}{why}", markup=False, soft_wrap=True)
+            console().print(f"wrote {args.out}{left_out}", markup=False, soft_wrap=True)
     return 1 if args.check and differences else 0
 
 

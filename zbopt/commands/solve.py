@@ -70,18 +70,6 @@ def _fitting(schedule, instance, source):
     return None
 
 
-def _plan_entries(args, instance) -> tuple[dict, str]:
-    """A plan file's partition, model and verdict, which --out keeps ({} for other inputs),
-    and what the --out line says of a verdict it cannot keep."""
-    from ..export.schedule_file import plan_entries, read_schedule_file
-    from ..instance import resolve_instance
-    loaded = read_schedule_file(resolve_instance(args.instance))
-    kept = plan_entries(loaded, instance)
-    if loaded.meta.get("plan") is not None and kept.get("plan") is None:
-        return kept, " (without the plan's verdict, made under the file's cap, not --mem's)"
-    return kept, ""
-
-
 def run(args) -> int:
     from ..registry import run as run_method
     check_solver(args.solver)  # an unknown solver is refused before any work
@@ -89,7 +77,9 @@ def run(args) -> int:
         check_output(args.out, args.force, (".json",), "schedule file")
     instance, stored = load_with_schedule(args)  # notes (a layered file's split) once it is good
     # a plan file solved again keeps its split (export --torchtitan needs it)
-    kept, why = _plan_entries(args, instance) if args.out and stored is not None else ({}, "")
+    from ..export.schedule_file import kept_entries
+    kept, why = kept_entries(stored, instance) if stored is not None else ({}, "")
+    stored = stored.schedule if stored is not None else None
     args.solver = solver_for(args.solver, instance)
     # a schedule or plan file's own schedule is a candidate warm start, if it is valid and fits
     # the cap (which --mem may have tightened)

@@ -305,6 +305,24 @@ def plan_entries(loaded: ScheduleFile, instance: Optional[Instance] = None) -> d
     return entries
 
 
+def kept_entries(loaded: ScheduleFile, instance: Instance, solver: bool = False) \
+        -> tuple[dict, str]:
+    """plan_entries, and with `solver` the stored solver's record where the cap is the file's;
+    with what an --out line says of what is left out ("" where nothing is)."""
+    kept = plan_entries(loaded, instance)
+    dropped = []
+    if loaded.meta.get("plan") is not None and kept.get("plan") is None:
+        dropped.append("the plan's verdict")
+    if solver and loaded.meta.get("solver"):
+        if instance.cap == loaded.instance.cap:
+            kept["result"] = loaded.meta["solver"]
+        else:
+            dropped.append("the solver's record")
+    note = f" (without {' and '.join(dropped)}, made under the file's cap, not --mem's)" \
+        if dropped else ""
+    return kept, note
+
+
 def _plan_partition(source: str, doc: dict, instance: Instance) -> tuple[dict, dict]:
     """A plan's partition and model, checked against the instance they must produce."""
     from ..layers import LayeredModel
