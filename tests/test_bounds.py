@@ -576,3 +576,24 @@ def test_memory_area_stays_below_schedules_and_optima_where_it_is_the_highest_bo
                 proven += 1
                 assert area <= optimum + 1e-9
     assert binds >= 5 and proven >= 2, (binds, proven)
+
+
+def test_many_chunks_skip_the_state_enumeration_and_keep_a_bound(monkeypatch):
+    """At 8 chunks a micro-batch has 24 passes on a device: its closed sets are not enumerated
+    (2^23 masks ran for minutes), the idle they would prove is claimed as none, and every other
+    bound still holds against a schedule that runs."""
+    from zbopt.registry import run
+    instance = Instance(devices=2, microbatches=4, placement="interleaved", chunks=8, t_f=1,
+                       t_b=1, t_w=1, m_b=2, m_w=1, memory_cap="2p")
+    for device in range(2):
+        for stage in instance.stages_of(device):
+            assert bounds._closed_states(instance, device, stage) is None
+            assert bounds.chain_drain_idle(instance, device, stage) == 0.0
+            assert bounds.w_deferral_idle(instance, device, stage) == 0.0
+    found = bounds.lower_bounds(instance)
+    result = run("interleaved-1f1b", instance)
+    assert result.applies and max(found.values()) <= result.span
+    # at 2 chunks (6 passes) the enumeration runs as before
+    two = Instance(devices=2, microbatches=4, placement="interleaved", chunks=2, t_f=1, t_b=1,
+                   t_w=1, m_b=2, m_w=1, memory_cap="2p")
+    assert bounds._closed_states(two, 0, 0) is not None

@@ -331,10 +331,18 @@ def _held(instance: Instance, done: frozenset) -> float:
     return held
 
 
+# most passes of a micro-batch on a device, beyond F(stage) and its ancestors, whose closed sets
+# _closed_states enumerates (2^n masks: 14 is about 16,000, a fraction of a second; at 8 chunks
+# a device holds 24 passes a micro-batch, and the enumeration ran for minutes)
+MAX_OPEN_PASSES = 14
+
+
 @lru_cache(maxsize=256)
 def _closed_states(instance: Instance, device: int, stage: int):
     """(one micro-batch's passes on `device`, the ancestors of its F(stage) among them, every
-    set of them that can have run once F(stage) has: closed under dependencies)."""
+    set of them that can have run once F(stage) has: closed under dependencies); None where
+    more than MAX_OPEN_PASSES passes are left open (many chunks): the bounds built on the
+    states then claim no idle, which is weaker and still a bound."""
     mine = _device_passes(instance, device, stage)
     position = {u: i for i, u in enumerate(instance.chain_of_stage(stage))}
     first = (stage, "F")
@@ -342,6 +350,8 @@ def _closed_states(instance: Instance, device: int, stage: int):
     ancestors = frozenset(a for a, b in before if b == first)
     base = ancestors | {first}
     rest = [q for q in mine if q not in base]
+    if len(rest) > MAX_OPEN_PASSES:
+        return None
     states = []
     for mask in range(1 << len(rest)):
         done = base | {q for i, q in enumerate(rest) if mask >> i & 1}
@@ -350,11 +360,15 @@ def _closed_states(instance: Instance, device: int, stage: int):
     return tuple(mine), ancestors, tuple(states)
 
 
-def _remaining_options(instance: Instance, device: int, stage: int) -> list[tuple[float, float]]:
+def _remaining_options(instance: Instance, device: int, stage: int) \
+        -> Optional[list[tuple[float, float]]]:
     """(memory held, work left) of a micro-batch on `device` once its F(stage) has run, for
     every set of its passes that can have run (closed under dependencies); dominated states
-    (more memory, no more work) are dropped."""
-    mine, _, states = _closed_states(instance, device, stage)
+    (more memory, no more work) are dropped. None where _closed_states gives none."""
+    closed = _closed_states(instance, device, stage)
+    if closed is None:
+        return None
+    mine, _, states = closed
     cost = {q: instance.cost(q[0], q[1]) for q in mine}
     options = [(_held(instance, done), sum(cost[q] for q in mine if q not in done))
                for done in states]
@@ -423,7 +437,10 @@ def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
     # micro-batches of another chain (dualpipe) may not have started: all their work is left
     free = sum(_count(instance, s) * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
                for s in _device_stages(instance)[device] if s not in position)
-    work = _lp_max_work(_remaining_options(instance, device, stage), capacity - held_z, others)
+    options = _remaining_options(instance, device, stage)
+    if options is None:  # too many passes a micro-batch on this device to enumerate: no claim
+        return 0.0
+    work = _lp_max_work(options, capacity - held_z, others)
     return max(0.0, _chain_length(instance, device, stage) - own - work - free)
 
 
@@ -579,7 +596,10 @@ def w_deferral_idle(instance: Instance, device: int, stage: int) -> float:
     trip = forward[k] + backward[0] - backward[k] + instance.t_w[stages[0]]
     path = forward[n - 1] - forward[stages.index(stage)] + instance.t_f[stages[n - 1]] \
         + backward[k]
-    mine, ancestors, states = _closed_states(instance, device, stage)
+    closed = _closed_states(instance, device, stage)
+    if closed is None:  # too many passes a micro-batch on this device to enumerate: no claim
+        return 0.0
+    mine, ancestors, states = closed
     options = set()
     for done in states:
         options |= _deferral_options(instance, mine, done)
