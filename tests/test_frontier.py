@@ -166,3 +166,17 @@ def test_frontier_progress_names_the_cap_and_the_solver_phase(capsys):
     assert any("cap 2p (2/2): done" in line and "incumbent" in line for line in lines)
     assert main(["frontier", str(UNIT), "--caps", "1p", "--time-limit", "5", "--json"]) == 0
     assert capsys.readouterr().err == ""  # quiet when stderr is not a terminal
+
+
+def test_an_instance_name_cannot_put_the_files_outside_the_output_folder(tmp_path, capsys):
+    """The name comes from the instance file: '..' and '/' in it stay inside -o DIR."""
+    source = tmp_path / "odd.toml"
+    source.write_text('name = "../escaped/x"\ndevices = 2\nmicrobatches = 4\nt_f = 1\nt_b = 1\n'
+                      't_w = 1\nm_b = 2\nm_w = 1\nmemory_cap = "2p"\n')
+    out = tmp_path / "out"
+    assert main(["frontier", str(source), "--caps", "1p", "--time-limit", "2", "-o", str(out),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in out.iterdir()) == [
+        "escaped-x-frontier.json", "escaped-x-frontier.md", "escaped-x-frontier.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.toml", "out"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,13 @@ def check_output(path: str | Path, force: bool, suffixes: tuple[str, ...] = (),
     if not parent.is_dir():
         raise ZboptError(f"{parent} is a file, not a directory: give another path")
     return path
+
+
+def file_stem(text: str, default: str = "instance") -> str:
+    """`text` (an instance's name, which a file may set to anything) as a file name in the
+    output folder: letters, digits, '.', '_' and '-' kept, runs of the rest as one '-', no
+    leading dots or dashes (so no '..' or '/' can leave the folder)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).lstrip(".-") or default
 
 
 def check_output_dir(path: str | Path, names: list[str], force: bool) -> list[Path]:

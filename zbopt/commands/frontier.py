@@ -13,6 +13,7 @@ from ._common import (
     check_output_dir,
     check_solver,
     console,
+    file_stem,
     load,
     positive_int,
     positive_seconds,
@@ -59,7 +60,7 @@ def run(args) -> int:
     args.solver = solver_for(args.solver, instance)
     caps = parse_caps(args.caps, instance.memory_unit)
     capped_instances(instance, caps)  # every cap checked before any solving
-    name = instance.name or "instance"
+    name = file_stem(instance.name or "instance")  # the file sets it: no path out of --out
     targets = {}
     if args.out:  # check before hours of solving, not after
         paths = check_output_dir(args.out, [f"{name}-frontier.{ext}" for ext in ("md", "json", "png")],
