@@ -590,3 +590,89 @@ def test_settings_round_trip_from_a_per_stage_instance():
     assert values["t_f"] == "1, 2" and values["memory_cap"] == "8, 9"
     settings = api.parse_settings(values, base)
     assert api.instance_of(settings, base) == base
+
+
+# ----- huge numbers, strict counts, the shape of every error -------------------------------------
+
+HUGE = int("1" + "0" * 339)  # an integer JSON holds and a float does not
+
+
+@pytest.mark.parametrize("what, params, field", [
+    ("evaluate", dict(comm="1e308"), "comm"),
+    ("evaluate", dict(m_b="1e308"), "m_b"),
+    ("evaluate", dict(t_f="1e308", t_b="1e308", t_w="1e308", memory_cap="none",
+                      schedule="1f1b"), "t_f"),
+    ("evaluate", dict(m_b="1e308", m_w="1e308", memory_cap="none"), "m_b"),
+    ("evaluate", dict(t_w="1e20"), "t_w"),
+    ("evaluate", dict(t_b="1e20"), "t_b"),
+    ("compare", dict(t_f="1e308", t_b="1e308", memory_cap="none"), "t_f"),
+    ("compare", dict(comm="1e20"), "comm"),
+])
+def test_huge_figures_get_422_naming_the_figure(server, what, params, field):
+    status, body, _ = server.request(f"/api/{what}?" + q(**params))
+    assert status == 422 and body["field"] == field, body
+    assert body["error"].startswith(f"{field} ") and "limit is 10^15" in body["error"]
+
+
+def test_a_huge_cap_binds_nothing(server):
+    for cap in ("9" * 400 + "p", "1e308"):
+        status, doc, _ = server.request("/api/evaluate?" + q(memory_cap=cap))
+        assert status == 200 and doc["result"]["fits_cap"] is True
+
+
+@pytest.mark.parametrize("body, field, message", [
+    ({"time_limit": HUGE}, "time_limit", "got an integer of 340 digits"),
+    ({"time_limit": True}, "time_limit", "time limit must be a number of seconds"),
+    ({"time_limit": 2, "comm": HUGE}, "comm", "comm must be a finite number >= 0, got an "
+                                              "integer of 340 digits"),
+    ({"time_limit": 2, "t_f": HUGE}, "t_f", "got an integer of 340 digits"),
+    ({"time_limit": 2, "m_b": [1, HUGE]}, "m_b", "got an integer of 340 digits"),
+    ({"time_limit": 2, "memory_cap": [[8], [8]]}, "memory_cap", "memory cap must be a number"),
+    ({"time_limit": 2, "memory_cap": [8, HUGE]}, "memory_cap", "finite number"),
+    ({"time_limit": 2, "devices": HUGE}, "devices", "between 1 and 64, got an integer of 340"),
+])
+def test_a_solve_body_with_odd_json_gets_422_naming_the_field(server, body, field, message):
+    status, answer, _ = server.request("/api/solve", {"page": "odd", **body})
+    assert status == 422 and answer["field"] == field, answer
+    assert message in answer["error"] and "\n" not in answer["error"]
+
+
+@pytest.mark.parametrize("params, field", [
+    (dict(devices="1_0"), "devices"), (dict(microbatches="\u0661\u0660"), "microbatches"),
+    (dict(chunks="2.0"), "chunks"), (dict(group_size="+ 4"), "group_size"),
+    (dict(t_f="1_0"), "t_f"), (dict(memory_cap="1_0"), "memory_cap"),
+    (dict(memory_cap="2,1_0"), "memory_cap"),
+])
+def test_counts_and_numbers_are_plain_decimal(server, params, field):
+    status, body, _ = server.request("/api/evaluate?" + q(**params))
+    assert status == 422 and body["field"] == field, body
+    status, body, _ = server.request("/api/evaluate?" + q(devices="+2"))
+    assert status == 200  # a sign is still a number
+
+
+def test_every_error_answer_has_an_error_and_a_field(server):
+    status, body, _ = server.request("/api/no-such-route")
+    assert status == 404 and body == {"error": "Not Found", "field": None}
+    req = urllib.request.Request(server.url + "api/evaluate", data=b"{}", method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code == 405
+    assert json.loads(err.value.read()) == {"error": "Method Not Allowed", "field": None}
+    # an unknown parameter is named as the field (documented in docs/api.md)
+    status, body, _ = server.request("/api/evaluate?" + q(foo=1, bar=2))
+    assert status == 422 and body["field"] == "bar" and "unknown parameter(s) bar, foo" in \
+        body["error"]
+
+
+def test_a_refused_solve_answers_409_with_a_null_field():
+    import asyncio
+
+    from zbopt.serve.app import create_app
+    app = create_app(Instance(devices=2, microbatches=4), max_solves=1)
+    handler = app.exception_handlers[ZboptError]
+    answer = asyncio.run(handler(None, Refused("a solve is already running for this page: "
+                                               "wait for it to finish")))
+    assert answer.status_code == 409
+    assert json.loads(answer.body) == {"error": "a solve is already running for this page: "
+                                                "wait for it to finish", "field": None}

@@ -10,6 +10,7 @@ import math
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,9 +19,17 @@ from .sizes import readable
 
 PLACEMENTS = ("contiguous", "interleaved", "v", "dualpipe")
 KINDS = ("F", "B", "W")
+COST_KEYS = ("t_f", "t_b", "t_w")
 
 # the evaluator holds every pass in memory: past this an instance would exhaust it
 MAX_PASSES = 20_000_000
+
+# the most any total of times or of memory may come to: the passes' total time (each pass's
+# cost plus comm) and what a device could hold at once (static memory plus every activation
+# it holds). Below 2**53, so sums of integer figures stay exact floats (1e17 + 1 is 1e17), and
+# far from float overflow however the evaluator, bounds and solvers combine them.
+MAX_TOTAL = 10**15
+MAX_TOTAL_TEXT = "10^15"
 
 _CAP_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*p\s*$")
 
@@ -72,6 +81,31 @@ def check_integers(**values: Any) -> None:
             fix = f"write {key} = {int(value)}" if isinstance(value, float) and \
                 value.is_integer() else "give a whole number"
             raise ZboptError(f"{key} must be an integer, got {shown(value)}: {fix}")
+
+
+def _total_text(total: float) -> str:
+    return f"{total:.3g}" if math.isfinite(total) else "more than 1e308"
+
+
+def check_total_time(key: str, value: Any, total: float) -> None:
+    """The passes' total time must stay at or below MAX_TOTAL; `key` is the figure that
+    contributes most, `value` its largest value (both named in the message). Shared by Instance
+    and LayeredModel."""
+    if total > MAX_TOTAL:
+        raise ZboptError(f"{key} {shown(value)} is too large: it makes the passes' total time "
+                         f"(every pass's time, plus comm once per pass) {_total_text(total)}, "
+                         f"and zbopt's limit is {MAX_TOTAL_TEXT} (past it sums lose precision): "
+                         f"give the times in a larger unit")
+
+
+def check_total_memory(key: str, value: Any, total: float, where: str) -> None:
+    """What one device could hold (static memory plus every activation it holds) must stay at
+    or below MAX_TOTAL; `where` says which device. Shared by Instance and LayeredModel."""
+    if total > MAX_TOTAL:
+        raise ZboptError(f"{key} {shown(value)} is too large: with it {where} could hold "
+                         f"{_total_text(total)} at once (static memory plus the activations of "
+                         f"every micro-batch), and zbopt's limit is {MAX_TOTAL_TEXT} (past it "
+                         f"sums lose precision): give the memory in a larger unit")
 
 
 def _stage_values(name: str, value: Any, stages: int, parts: int | None = None) -> tuple:
@@ -184,6 +218,7 @@ class Instance:
         if bad:
             raise ZboptError(f"static_memory must be finite and >= 0, got {shown(bad[0])}")
         set_("static_memory", static)
+        self._check_totals()
         if isinstance(self.memory_cap, list):
             set_("memory_cap", tuple(self.memory_cap))
         set_("cap", self._resolve_cap(self.memory_cap))
@@ -204,7 +239,17 @@ class Instance:
         return stage if stage < p else 2 * p - 1 - stage  # "v" and "dualpipe"
 
     def stages_of(self, device: int) -> tuple[int, ...]:
-        return tuple(s for s in range(self.num_stages) if self.device_of(s) == device)
+        """The stages on `device`, ascending (none for a device not in the instance)."""
+        return self._stages_by_device.get(device, ())
+
+    @cached_property
+    def _stages_by_device(self) -> dict[int, tuple[int, ...]]:
+        """Device -> its stages, built once in one pass over the stages (cached_property writes
+        the instance's __dict__ directly, so it works on this frozen dataclass)."""
+        out: dict[int, list[int]] = {d: [] for d in range(self.devices)}
+        for s in range(self.num_stages):
+            out[self.device_of(s)].append(s)
+        return {d: tuple(stages) for d, stages in out.items()}
 
     @property
     def chains(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
@@ -246,17 +291,44 @@ class Instance:
     def cost(self, stage: int, kind: str) -> float:
         return {"F": self.t_f, "B": self.t_b, "W": self.t_w}[kind][stage]
 
+    # ----- magnitudes --------------------------------------------------------------------------
+
+    def _check_totals(self) -> None:
+        """The passes' total time and each device's most memory stay at or below MAX_TOTAL;
+        the message names the figure that contributes most."""
+        time: dict[str, float] = {}
+        runs = [0] * self.num_stages  # micro-batches through each stage
+        for stages, mbs in self.chains:
+            for s in stages:
+                runs[s] = len(mbs)
+        for key in COST_KEYS:
+            values = getattr(self, key)
+            time[key] = sum(runs[s] * values[s] for s in range(self.num_stages))
+        time["comm"] = self.comm * self.num_passes
+        key = max(time, key=time.__getitem__)  # the first of equal contributions
+        largest = self.comm if key == "comm" else max(getattr(self, key))
+        check_total_time(key, largest, sum(time.values()))
+        for d in range(self.devices):
+            stages = self.stages_of(d)
+            held = sum(runs[s] * self.m_b[s] for s in stages)
+            static = self.static_memory[d]
+            if static + held > MAX_TOTAL:
+                key, value = ("static_memory", static) if static >= held else \
+                    ("m_b", max(self.m_b[s] for s in stages))
+                check_total_memory(key, value, static + held, f"device {d}")
+
     # ----- memory ----------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def activation_unit(self) -> float:
         """Activation of one micro-batch over all layers of device 0: the unit of a "kp" cap.
 
         On dualpipe a micro-batch runs through one of the two copies only, so the unit is the
         larger of device 0's two stages, and "1p" is the same memory as 1F1B's peak there.
+        Computed once (a cap resolves it for every device).
         """
-        return max(sum(self.m_b[s] for s in stages if self.device_of(s) == 0)
-                   for stages, _ in self.chains)
+        mine = self.stages_of(0)
+        return max(sum(self.m_b[s] for s in mine if s in stages) for stages, _ in self.chains)
 
     def cap_in_p(self) -> float | None:
         """The cap as a multiple of p: the most any device holds above its static memory, in
@@ -301,16 +373,19 @@ class Instance:
 
     def _one_cap(self, x: Any, device: int) -> float:
         """An absolute cap as given; "kp" is k * p * activation_unit above the device's static
-        memory (what 1F1B holds there at k = 1)."""
+        memory (what 1F1B holds there at k = 1). A cap above MAX_TOTAL binds nothing (no device
+        can hold that much: _check_totals) and is taken as MAX_TOTAL, so that sums with a cap
+        stay far from overflow."""
         if _is_number(x):
             if not finite(x) or x <= 0:
                 raise ZboptError(f"memory_cap must be a positive finite number, got {shown(x)}")
-            return x
+            return min(x, MAX_TOTAL)
         if isinstance(x, str):
             match = _CAP_RE.match(x)
             if match:
-                k = float(match.group(1))
-                value = k * self.devices * self.activation_unit + self.static_memory[device]
+                k = float(match.group(1))  # inf for 400 digits: a cap that binds nothing
+                unit = self.devices * self.activation_unit
+                value = min((k * unit if unit else 0) + self.static_memory[device], MAX_TOTAL)
                 return int(value) if value == int(value) else value
         raise ZboptError(f"memory_cap {x!r} is not a number, a list per device, "
                          f"or a multiple of p such as '1p', '1.5p', '2p'")
@@ -422,8 +497,6 @@ def to_toml(data: dict[str, Any]) -> str:
     """TOML for a flat dict of strings, numbers and lists (all an instance file holds)."""
     return "".join(f"{key} = {_toml_value(value)}\n" for key, value in data.items())
 
-
-COST_KEYS = ("t_f", "t_b", "t_w")
 
 
 def construct(cls, source: str, **values):

@@ -28,9 +28,13 @@ from typing import Any, Sequence
 
 from .errors import ZboptError
 from .instance import (
+    COST_KEYS,
+    MAX_TOTAL,
     Instance,
     check_integers,
     check_keys,
+    check_total_memory,
+    check_total_time,
     construct,
     finite,
     read_table,
@@ -130,6 +134,7 @@ class LayeredModel:
         if self.num_parts > total:
             raise ZboptError(f"{self.num_parts} stages but only {total} layers: every stage "
                              f"needs at least one layer; use fewer devices or chunks")
+        self._check_totals()
         object.__setattr__(self, "expanded", tuple(
             replace(layer, count=1, name=layer.name if layer.count == 1 else f"{layer.name}.{i}")
             for layer in self.layers for i in range(layer.count)))
@@ -167,6 +172,40 @@ class LayeredModel:
                              f"{limit}: lower its count to at most {MAX_LAYERS - rest:,}")
         raise ZboptError(f"the layers make {size} (counts included), {limit}: use fewer, larger "
                          f"layers")
+
+    def _check_totals(self) -> None:
+        """Instance's limit on totals (MAX_TOTAL), for every partition at once: the passes'
+        total time is the same whatever the split (every micro-batch runs every layer once),
+        and no device holds more than all the layers' static memory (twice on dualpipe, whose
+        devices hold two parts) plus every micro-batch's activations of all the layers. The
+        message names the layer and figure that contribute most."""
+        m, comm = self.microbatches, self.comm
+        if self.devices < 1 or m < 1 or not isinstance(comm, (int, float)) \
+                or isinstance(comm, bool) or not finite(comm) or comm < 0:
+            return  # the probe instance says what is wrong with these
+        passes = 3 * self.num_parts * m  # dualpipe: 2p stages, m/2 micro-batches each
+
+        def total(key: str) -> float:
+            return sum(layer.count * getattr(layer, key) for layer in self.layers)
+
+        def named(key: str) -> tuple[str, float]:
+            """(the label, the value) of the layer whose `key` adds most (counts included;
+            the first of equals)"""
+            layer = max(self.layers, key=lambda x: x.count * getattr(x, key))
+            return f"layer {layer.name!r}: {key}", getattr(layer, key)
+
+        time = {key: m * total(key) for key in COST_KEYS}
+        time["comm"] = comm * passes
+        key = max(time, key=time.__getitem__)
+        if sum(time.values()) > MAX_TOTAL:
+            label, value = ("comm", comm) if key == "comm" else named(key)
+            check_total_time(label, value, sum(time.values()))
+        copies = 2 if self.placement == "dualpipe" else 1
+        memory = {"static": copies * total("static"), "m_b": m * total("m_b")}
+        if sum(memory.values()) > MAX_TOTAL:
+            key = max(memory, key=memory.__getitem__)
+            label, value = named(key)
+            check_total_memory(label, value, sum(memory.values()), "a device with every layer")
 
     def _check_cap(self) -> None:
         cap = self.memory_cap

@@ -8,7 +8,8 @@ Layout (JSON):
                {"item": "0F1", "start": t0, "end": t1} for one pass, or for an atomic block
                (fused full backward, overlapped F&B) {"item": "(0B1;0W1)", "start", "end",
                "passes": [{"pass": "0B1", "start", "end"}, ...]} so blocks stay blocks
-    release    per-device earliest start, a finite number >= 0 (only when the schedule has one)
+    release    per-device earliest start, a finite number in [0, MAX_TOTAL] (only when the
+               schedule has one)
     metrics    Timeline.metrics() at write time
     solver     {"solver", "status", "objective", "lower_bound", "gap", "runtime", "scale", ...}
                when a solver made it
@@ -32,7 +33,7 @@ from typing import Any, Optional
 
 from ..dag import format_pass
 from ..errors import ZboptError
-from ..instance import Instance, finite, shown
+from ..instance import MAX_TOTAL, MAX_TOTAL_TEXT, Instance, finite, shown
 from ..schedule import Schedule, Timeline, evaluate, format_item, parse_item, structure_problems
 
 FORMAT = "zbopt.schedule/1"
@@ -258,7 +259,8 @@ def _finite(value: Any) -> bool:
 
 
 def _release(source: str, release: Any, devices: int) -> Optional[list]:
-    """The per-device earliest starts, each a finite number >= 0 (None when absent)."""
+    """The per-device earliest starts, each a finite number >= 0 and at most MAX_TOTAL, the
+    limit on the passes' total time (None when absent)."""
     if release is None:
         return None
     if not isinstance(release, list) or len(release) != devices:
@@ -268,6 +270,10 @@ def _release(source: str, release: Any, devices: int) -> Optional[list]:
         if not _finite(value) or value < 0:
             raise _fail(source, f"'release' of device {d} is {_shown(value)}: give a finite "
                                 f"number >= 0")
+        if value > MAX_TOTAL:
+            raise _fail(source, f"'release' of device {d} is {_shown(value)}, beyond zbopt's "
+                                f"limit of {MAX_TOTAL_TEXT} on times (past it sums lose "
+                                f"precision): give a start of at most {MAX_TOTAL_TEXT}")
     return release
 
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from ..commands._common import parse_cap
 from ..compare import compare
 from ..errors import ZboptError
-from ..instance import PLACEMENTS, Instance
+from ..instance import PLACEMENTS, Instance, finite, shown
 from ..registry import get_method, methods, prepare, run, solver_names
 from ..result import Result
 from .events import step_states
@@ -99,16 +99,42 @@ def _first_method(placement: str) -> str:
     return next(n for n, m in methods("schedule").items() if m.placement == placement)
 
 
+# a count as text: decimal digits only (int() would also take "1_0", "+ 5" or other scripts'
+# digits), with a sign so that a negative one is told its range
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
 def _integer(field: str, raw: Any) -> int:
     low, high = INTEGER_RANGES[field]
     label = LABELS[field]
-    try:
-        value = int(str(raw).strip()) if not isinstance(raw, int) else raw
-    except ValueError:
-        raise SettingError(field, f"{label} must be a whole number, got {raw!r}") from None
-    if isinstance(value, bool) or not low <= value <= high:
-        raise SettingError(field, f"{label} must be between {low} and {high}, got {value}")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    else:
+        text = str(raw).strip()
+        if isinstance(raw, bool) or not _WHOLE.fullmatch(text):
+            raise SettingError(field, f"{label} must be a whole number, got {_quoted(raw)}")
+        try:
+            value = int(text)
+        except ValueError:  # more digits than Python reads: far out of range
+            raise SettingError(field, f"{label} must be between {low} and {high}, got an "
+                                      f"integer of {len(text.lstrip('+-'))} digits") from None
+    if not low <= value <= high:
+        raise SettingError(field, f"{label} must be between {low} and {high}, got "
+                                  f"{shown(value)}")
     return value
+
+
+def _plain(text: str) -> bool:
+    """Whether text writes a number as the page does: no digit separators or other scripts'
+    digits, which float() and int() would read (a file or a sweep spec cannot hold them)."""
+    return text.isascii() and "_" not in text
+
+
+def _quoted(raw: Any) -> str:
+    """A request's value for a one-line message: repr, a long integer described by its length,
+    long text cut short."""
+    text = shown(raw)
+    return text if len(text) <= 40 or isinstance(raw, int) else f"{text[:30]}...{text[-1]}"
 
 
 def _number(field: str, raw: Any) -> float:
@@ -117,13 +143,18 @@ def _number(field: str, raw: Any) -> float:
     else:
         text = str(raw).strip()
         try:
+            if not _plain(text):
+                raise ValueError(text)
             value = float(text)
         except ValueError:
-            raise SettingError(field, f"{LABELS[field]} must be a number, got {raw!r}") from None
+            raise SettingError(field, f"{LABELS[field]} must be a number, got "
+                                      f"{_quoted(raw)}") from None
         value = int(value) if value.is_integer() and "." not in text and "e" not in text.lower() \
             else value
-    if not math.isfinite(value) or value < 0:
-        raise SettingError(field, f"{LABELS[field]} must be a finite number >= 0, got {raw!r}")
+    # finite(): an integer too large for a float (JSON allows one) is as unusable as inf
+    if not finite(value) or value < 0:
+        raise SettingError(field, f"{LABELS[field]} must be a finite number >= 0, got "
+                                  f"{_quoted(raw)}")
     return value
 
 
@@ -131,6 +162,8 @@ def _numbers(field: str, raw: Any) -> Any:
     """A number, or one number per stage (a list, or text separated by commas or spaces)."""
     if isinstance(raw, (list, tuple)):
         parts = list(raw)
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):  # a JSON number
+        parts = [raw]
     else:
         parts = [x for x in re.split(r"[,\s]+", str(raw).strip()) if x]
     if not parts:
@@ -160,11 +193,15 @@ def parse_settings(params: Mapping[str, Any], base: Instance) -> Settings:
         raise SettingError("memory_cap", "memory cap is empty: give a number, '1p', '1.5p' or "
                                          "'none'")
     if isinstance(given["memory_cap"], (list, tuple)):  # settings are hashable: tuples
-        cap = tuple(given["memory_cap"])
-    elif isinstance(given["memory_cap"], (int, float)):
-        cap = given["memory_cap"]
+        cap = tuple(_number("memory_cap", x) for x in given["memory_cap"])
+    elif isinstance(given["memory_cap"], (int, float)) \
+            and not isinstance(given["memory_cap"], bool):
+        cap = _number("memory_cap", given["memory_cap"])
     elif "," in cap_text:  # one cap per device
         cap = _numbers("memory_cap", cap_text)
+    elif not _plain(cap_text):
+        raise SettingError("memory_cap", f"memory cap must be a number, '1p', '1.5p' or "
+                                         f"'none', got {_quoted(given['memory_cap'])}")
     else:
         try:
             cap = parse_cap(cap_text, base.memory_unit)
@@ -350,14 +387,21 @@ def solve_arguments(params: Mapping[str, Any]) -> tuple[str, float]:
                                      f"{', '.join(solver_names())}")
     low, high = SOLVE_TIME_LIMIT
     raw = params.get("time_limit", 10)
-    try:
-        limit = float(raw)
-    except (TypeError, ValueError):
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
         raise SettingError("time_limit", f"time limit must be a number of seconds, got "
-                                         f"{raw!r}") from None
+                                         f"{_quoted(raw)}")
+    try:
+        if isinstance(raw, str) and not _plain(raw):
+            raise ValueError(raw)
+        limit = float(raw)
+    except ValueError:
+        raise SettingError("time_limit", f"time limit must be a number of seconds, got "
+                                         f"{_quoted(raw)}") from None
+    except OverflowError:  # an integer too large for a float
+        limit = math.inf
     if not (math.isfinite(limit) and low <= limit <= high):
         raise SettingError("time_limit", f"time limit must be between {low:g} and {high:g} "
-                                         f"seconds, got {raw!r}")
+                                         f"seconds, got {_quoted(raw)}")
     return solver, limit
 
 

@@ -1,7 +1,9 @@
 """The explorer's web app (FastAPI): the page, its static files and the JSON API of docs/api.md.
 
 Every answer is computed by zbopt (see api.py); bad parameters get HTTP 422 with the project's
-one-line message and the setting it is about: {"error": "...", "field": "devices"}.
+one-line message and the setting it is about: {"error": "...", "field": "devices"}; every other
+error answer (409, 404, 405, 400, 500) has the same two keys, with "field": null where no setting
+is at fault.
 """
 
 from __future__ import annotations
@@ -48,11 +50,9 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(encode(data), status_code=status, media_type="application/json")
 
 
-def _error(message: str, field: str = "", status: int = 422) -> Response:
-    body = {"error": " ".join(str(message).split())}
-    if field:
-        body["field"] = field
-    return _json(body, status)
+def _error(message: str, field: Optional[str] = None, status: int = 422) -> Response:
+    """An error answer: always both keys, "field" null where no setting is at fault."""
+    return _json({"error": " ".join(str(message).split()), "field": field or None}, status)
 
 
 def _loopback_name(host_header: str) -> bool:
@@ -194,8 +194,10 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
 
     @app.exception_handler(ZboptError)
     async def zbopt_error(request: Request, err: ZboptError) -> Response:
+        if isinstance(err, Refused):  # the server is busy: no setting is at fault
+            return _error(str(err), status=409)
         field = getattr(err, "field", "") or api.field_of(str(err), "")
-        return _error(str(err), field, 409 if isinstance(err, Refused) else 422)
+        return _error(str(err), field)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> Response:

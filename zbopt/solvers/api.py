@@ -25,7 +25,7 @@ from .. import bounds
 from ..errors import ZboptError
 from ..heuristics import policy_search
 from ..heuristics.list_scheduler import list_schedule, sequential_schedule, single_passes
-from ..instance import Instance
+from ..instance import MAX_TOTAL_TEXT, Instance
 from ..passes import Pass, neighbours
 from ..registry import get_method, solver_names
 from ..result import Result
@@ -100,10 +100,16 @@ def scaled_instance(instance: Instance) -> tuple[Instance, int, int]:
     if instance.cap is not None:
         cap = tuple(math.floor(Fraction(c) * memory_scale + Fraction(1, 10 ** 9))
                     for c in instance.cap)
-    scaled = replace(instance, t_f=times(instance.t_f), t_b=times(instance.t_b),
-                     t_w=times(instance.t_w), comm=int(round(instance.comm * time_scale)),
-                     m_b=memory(instance.m_b), m_w=memory(instance.m_w),
-                     static_memory=memory(instance.static_memory), memory_cap=cap)
+    try:
+        scaled = replace(instance, t_f=times(instance.t_f), t_b=times(instance.t_b),
+                         t_w=times(instance.t_w), comm=int(round(instance.comm * time_scale)),
+                         m_b=memory(instance.m_b), m_w=memory(instance.m_w),
+                         static_memory=memory(instance.static_memory), memory_cap=cap)
+    except ZboptError as err:  # the scaled totals pass Instance's limit (MAX_TOTAL)
+        what, scale = ("times", time_scale) if "time" in str(err) else ("memory figures", memory_scale)
+        raise ZboptError(f"exact solvers scale the {what} by {scale:g} to make them whole, and "
+                         f"that takes their total past zbopt's limit of {MAX_TOTAL_TEXT}: round "
+                         f"the {what} to fewer decimals or give them in a larger unit") from None
     return scaled, time_scale, memory_scale
 
 
