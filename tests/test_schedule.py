@@ -74,6 +74,15 @@ def test_validator_names_each_fault():
                for p in validate(inst, misplaced))
     unknown = Schedule.build([rows[0] + ["0F9"], rows[1]])
     assert any("0F9 is not in the instance" in p for p in validate(inst, unknown))
+    # many strangers or repeats: one line each kind, the first few named, the rest counted
+    strangers = [f"0F{j}" for j in range(9, 27)]
+    many = Schedule.build([rows[0] + strangers, rows[1]])
+    [line] = [p for p in validate(inst, many) if "not in the instance" in p]
+    assert line == "18 passes are not in the instance: " + ", ".join(strangers[:10]) + \
+        " and 8 more"
+    repeats = Schedule.build([rows[0] * 2, rows[1] * 2])  # 12 passes twice each
+    lines = [p for p in validate(inst, repeats) if "appear" in p]
+    assert len(lines) == 11 and lines[-1] == "2 more pass(es) appear more than once"
     # device 1 runs its backward before its forward arrives: each device's stuck pass is named
     deadlock = Schedule.build([["0F0", "0B0", "0W0", "0F1", "0B1", "0W1"],
                                ["1B0", "1F0", "1W0", "1F1", "1B1", "1W1"]])

@@ -211,6 +211,28 @@ def test_job_key_is_stable_and_distinguishes_methods():
     ('[base]\ndevices = 2\nmicrobatches = 4\n', "no methods"),
     ('methods = ["1f1b"]\ninstances = ["nothing-here-*.toml"]\n', "matches no file"),
     ('methods = ["1f1b"\n', "not valid TOML"),
+    # a parameter the generator does not take: refused at load, not an error row per job
+    ('methods = [{name = "1f1b", params = {foo = 1}}]\n[base]\ndevices = 2\nmicrobatches = 4\n',
+     "method '1f1b': unknown parameter(s) foo; it takes objective"),
+    ('methods = [{name = "interleaved-1f1b", params = {group_size = 2, size = 2}}]\n'
+     '[base]\ndevices = 2\nmicrobatches = 4\n', "unknown parameter(s) size; it takes group_size"),
+    ('methods = [{name = "zb-greedy", params = {memory_cap = inf}}]\n[base]\ndevices = 2\n'
+     'microbatches = 4\n', "parameter memory_cap = inf: give a finite number"),
+    # inf as nan: refused, not written to results.jsonl as the non-standard token Infinity
+    ('[base]\ndevices = 2\nmicrobatches = 4\n[[solvers]]\nname = "cpsat"\ntime_limit = inf\n',
+     "time_limit must be a positive, finite number of seconds, got inf"),
+    ('[base]\ndevices = 2\nmicrobatches = 4\n[[solvers]]\nname = "cpsat"\ntime_limit = nan\n',
+     "time_limit must be a positive, finite number of seconds, got nan"),
+    ('methods = ["1f1b"]\njob_timeout = inf\n[base]\ndevices = 2\nmicrobatches = 4\n',
+     "job_timeout must be a positive, finite number"),
+    ('methods = ["1f1b", "1f1b"]\n[base]\ndevices = 2\nmicrobatches = 4\n',
+     "method(s) listed twice: 1f1b: list each once"),
+    # 40 x 50 x 60 points x 2 methods: counted, not expanded
+    ('methods = ["1f1b", "zb-h1"]\n[base]\ndevices = 2\nmicrobatches = 4\n[axes]\n'
+     f'microbatches = {list(range(4, 44))}\nt_f = {list(range(1, 51))}\n'
+     f't_b = {list(range(1, 61))}\n',
+     "gives 240,000 jobs (1 base(s) x 40 microbatches x 50 t_f x 60 t_b x 2 method(s)), "
+     "above the limit of 100,000: use fewer axis values"),
 ])
 def test_malformed_spec_is_one_line_and_exit_2(tmp_path, capsys, text, words):
     path = small_spec(tmp_path, text)
@@ -218,7 +240,42 @@ def test_malformed_spec_is_one_line_and_exit_2(tmp_path, capsys, text, words):
     err = capsys.readouterr().err
     assert status == 2
     assert words in err and err.count("\n") == 1 and "Traceback" not in err
-    assert not (tmp_path / "out" / "results.jsonl").exists()
+    assert not (tmp_path / "out").exists()  # nothing written, not even the folder
+
+
+def test_a_grid_above_the_job_limit_is_refused_before_it_is_expanded(monkeypatch):
+    from zbopt.sweep import spec as spec_module
+
+    def no_expansion(*_args):
+        raise AssertionError("the grid was expanded")
+
+    monkeypatch.setattr(spec_module, "_grid", no_expansion)
+    axes = {"microbatches": list(range(4, 14)), "t_f": list(range(1, 101))}  # 1,000 points
+    files = ["zb-1.5b-p8-m24", "unit-p2-m4"]  # two bases: each gets every axis value
+    methods = ["1f1b", "zb-h1"]
+    monkeypatch.setattr(spec_module, "MAX_JOBS", 2 * 1000 * 2 - 1)
+    with pytest.raises(ZboptError, match=r"gives 4,000 jobs \(2 base\(s\) x 10 microbatches x "
+                                         r"100 t_f x 2 method\(s\)\), above the limit of 3,999"):
+        parse_spec({"instances": files, "axes": axes, "methods": methods})
+    # at the limit: expanded (here, into the stub)
+    monkeypatch.setattr(spec_module, "MAX_JOBS", 2 * 1000 * 2)
+    with pytest.raises(AssertionError, match="expanded"):
+        parse_spec({"instances": files, "axes": axes, "methods": methods})
+
+
+def test_method_parameters_the_generator_takes_are_kept():
+    spec = parse_spec({"base": {"devices": 2, "microbatches": 4},
+                       "methods": [{"name": "interleaved-1f1b", "params": {"group_size": 2}},
+                                   {"name": "zb-greedy", "params": {"memory_cap": "1p"}},
+                                   {"name": "dualpipe", "params": {"split_turn": False}},
+                                   {"name": "1f1b", "params": {"objective": "makespan"}}]})
+    assert [m.label for m in spec.methods] == ["interleaved-1f1b[group_size=2]",
+                                               "zb-greedy[memory_cap=1p]",
+                                               "dualpipe[split_turn=False]",
+                                               "1f1b[objective=makespan]"]
+    with pytest.raises(ZboptError, match="objective must be 'span' or 'makespan', got 'time'"):
+        parse_spec({"base": {"devices": 2, "microbatches": 4},
+                    "methods": [{"name": "1f1b", "params": {"objective": "time"}}]})
 
 
 def test_a_non_utf8_spec_or_a_directory_is_one_line_and_exit_2(tmp_path, capsys):
@@ -637,16 +694,31 @@ def test_ray_missing_or_address_misuse_is_a_user_error(tmp_path):
         make_executor("local", 1, address="ray://x:10001")
 
 
-def test_unreachable_ray_address_fails_fast(tmp_path, capsys):
-    pytest.importorskip("ray")
+def test_unreachable_ray_address_fails_fast(tmp_path, capsys, monkeypatch):
+    """An address nobody answers is refused after one connection attempt with a bounded
+    timeout, before ray.init (which would retry for minutes)."""
+    ray = pytest.importorskip("ray")
     import socket
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    start = time.monotonic()
+    timeouts = []
+    connect = socket.create_connection
+
+    def counted(address, timeout=None, *rest, **options):
+        timeouts.append(timeout)
+        return connect(address, timeout, *rest, **options)
+
+    def no_init(*_args, **_options):
+        raise AssertionError("ray.init was reached for an unreachable address")
+
+    monkeypatch.setattr(socket, "create_connection", counted)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
+    monkeypatch.setattr(ray, "init", no_init)
     status = main(["sweep", str(small_spec(tmp_path)), "--out", str(tmp_path / "out"),
                    "--executor", "ray", "--address", f"127.0.0.1:{port}", "--quiet"])
-    assert status == 2 and time.monotonic() - start < 30
+    assert status == 2
+    assert len(timeouts) == 1 and timeouts[0] is not None and 0 < timeouts[0] <= 10
     err = capsys.readouterr().err
     assert "cannot reach a Ray cluster" in err and err.count("\n") == 1
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from .errors import ZboptError
 from .instance import Instance
 from .result import Result
-from .sizes import in_unit
+from .sizes import byte_unit, bytes_with_unit, in_unit
 
 GREEDY = "zb-greedy"
 _CAP_TERM = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(p?)\s*$")
@@ -56,6 +56,12 @@ def parse_caps(text: str, memory_unit: str = "") -> list[Any]:
 
 
 def _cap_term(part: str, text: str, memory_unit: str) -> tuple[float, str]:
+    if bytes_with_unit(part) is not None and byte_unit(memory_unit) is None:
+        # in_unit's own message offers 'none', which --caps does not take
+        named = f"is {memory_unit!r}" if memory_unit.strip() else "is not named"
+        raise ZboptError(f"--caps {text!r}: {part.strip()!r} is in bytes but the memory unit "
+                         f"{named}: give caps as plain numbers in the file's unit or as "
+                         f"multiples of p such as 1p:3p:0.25p")
     try:
         size = in_unit(part, memory_unit)
     except ZboptError as err:

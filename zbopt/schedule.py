@@ -271,6 +271,7 @@ def _read(instance: Instance, schedule: Schedule):
     unknown: list[Pass] = []
     placed: list[str] = []  # per item, in order: empty and malformed blocks, misplaced passes
     rows = []
+    links = None
     for d, order in enumerate(schedule.orders):
         if all(len(item) == 1 for item in order):
             row = list(map(get, map(_first, order)))
@@ -278,32 +279,43 @@ def _read(instance: Instance, schedule: Schedule):
                 seen += row  # single passes, all known and on their device: nothing to say
                 rows.append(row)
                 continue
-        rows.append(_read_items(instance, table, d, order, seen, unknown, placed))
+        if links is None:  # once for every device that needs it (O(stages) each time)
+            links = neighbours(instance)
+        rows.append(_read_items(instance, table, d, order, links, seen, unknown, placed))
     if unknown or len(seen) != len(table.passes) or len(set(seen)) != len(seen):
         counts = [0] * len(table.passes)
         for x in seen:
             counts[x] += 1
-        wrong = dict.fromkeys(unknown, 0)
-        wrong.update((table.passes[i], n) for i, n in enumerate(counts) if n > 1)
-        for p, n in sorted(wrong.items()):
-            problems.append(f"pass {format_pass(p)} is not in the instance" if n == 0
-                            else f"pass {format_pass(p)} appears {n} times")
+        strangers = sorted(set(unknown))
+        if len(strangers) <= 3:
+            problems += [f"pass {format_pass(p)} is not in the instance" for p in strangers]
+        else:
+            problems.append(f"{len(strangers)} passes are not in the instance: "
+                            f"{_first_few(strangers)}")
+        repeated = sorted((table.passes[i], n) for i, n in enumerate(counts) if n > 1)
+        problems += [f"pass {format_pass(p)} appears {n} times" for p, n in repeated[:10]]
+        if len(repeated) > 10:
+            problems.append(f"{len(repeated) - 10} more pass(es) appear more than once")
         missing = sorted(table.passes[i] for i, n in enumerate(counts) if n == 0)
         if missing:
-            shown = ", ".join(format_pass(p) for p in missing[:10])
-            more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-            problems.append(f"{len(missing)} pass(es) missing: {shown}{more}")
+            problems.append(f"{len(missing)} pass(es) missing: {_first_few(missing)}")
     return problems + placed, rows
+
+
+def _first_few(passes: list[Pass], shown: int = 10) -> str:
+    """The first `shown` passes of a list for a one-line message, and how many more."""
+    text = ", ".join(format_pass(p) for p in passes[:shown])
+    return text + (f" and {len(passes) - shown} more" if len(passes) > shown else "")
 
 
 _first = operator.itemgetter(0)
 
 
-def _read_items(instance: Instance, table: _Table, d: int, order: tuple[Item, ...],
+def _read_items(instance: Instance, table: _Table, d: int, order: tuple[Item, ...], links,
                 seen: list[int], unknown: list[Pass], placed: list[str]) -> list:
-    """Device `d`'s items one by one: their ids (into `seen`), unknown passes and problems."""
+    """Device `d`'s items one by one: their ids (into `seen`), unknown passes and problems
+    (`links`: neighbours(instance))."""
     get, device, fused = table.index.get, table.device, table.fused
-    links = neighbours(instance)
     row = []
     for item in order:
         if len(item) == 1:

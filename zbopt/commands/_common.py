@@ -9,7 +9,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from rich.console import Console
 
@@ -101,7 +101,13 @@ def with_mem(instance: Instance, text: str) -> Instance:
     try:
         return instance.with_cap(parse_cap(text, instance.memory_unit))
     except ZboptError as err:
-        raise ZboptError(f"--mem {text}: {err}") from None
+        raise ZboptError(f"--mem {brief(text)}: {err}") from None
+
+
+def brief(text: str, limit: int = 40) -> str:
+    """A flag's value as an error line quotes it: whole up to `limit` characters, else its
+    start and its length (a 400-digit number would fill the line)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _even_partition(data: dict, path: Path) -> tuple[Instance, str]:
@@ -223,15 +229,26 @@ def file_stem(text: str, default: str = "instance") -> str:
 
 
 def check_output_dir(path: str | Path, names: list[str], force: bool) -> list[Path]:
-    """Files `names` the command will write into directory `path` (created later if absent)."""
+    """Files `names` the command will write into directory `path` (created later if absent):
+    every one checked before any is written."""
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
         raise ZboptError(f"{folder} is a file, not a directory: give a directory")
+    refuse_directories([folder / n for n in names])
     existing = [folder / n for n in names if (folder / n).exists()]
     if existing and not force:
         raise ZboptError(f"{existing[0]} exists: choose another directory or pass --force to "
                          f"overwrite it")
     return [folder / n for n in names]
+
+
+def refuse_directories(paths: Iterable[Path]) -> None:
+    """Refuse files to write into a folder when one of them is a directory (even --force
+    cannot replace it): before the first is written, so nothing is left half done."""
+    for path in paths:
+        if path.is_dir():
+            raise ZboptError(f"{path} is a directory where a file is to be written: remove it "
+                             f"or choose another directory")
 
 
 def print_json(data: Any) -> None:

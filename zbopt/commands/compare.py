@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from rich.table import Table
 
 from ..errors import ZboptError
@@ -18,6 +20,7 @@ from ._common import (
     positive_seconds,
     print_json,
     progress,
+    refuse_directories,
     solver_for,
 )
 
@@ -46,7 +49,8 @@ def add_method_arguments(parser) -> None:
                         help="chunks per device (2 or more) when re-placing for interleaved "
                              "families")
     parser.add_argument("--solve", action="store_true", help="add an exact solver's row")
-    parser.add_argument("--solver", default="auto", help=f"with --solve, the {SOLVER_HELP}")
+    parser.add_argument("--solver", default="auto", action=_SolverGiven,
+                        help=f"with --solve, the {SOLVER_HELP}")
     parser.add_argument("--objective", default="span", choices=("span", "makespan"))
     parser.add_argument("--time-limit", type=positive_seconds, default=60.0, help="solver seconds")
     parser.add_argument("--threads", type=positive_int, default=2, help="solver threads")
@@ -55,21 +59,40 @@ def add_method_arguments(parser) -> None:
                              "or 1 on a single core); the rows do not depend on it")
 
 
+class _SolverGiven(argparse.Action):
+    """--solver, remembering that it was given: without --solve it would be ignored."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.solver_given = True
+
+
 def method_names(args) -> list[str]:
     """The methods to run, every name checked (before any work)."""
     from ..registry import methods
+    from ..sweep.spec import listed_twice
     if args.solve:
         check_solver(args.solver)
-    if not args.methods:
+    elif getattr(args, "solver_given", False):
+        raise ZboptError(f"--solver {args.solver} names the solver of --solve: add --solve to "
+                         f"run it, or drop --solver")
+    if args.methods is None:
         return list(methods("schedule"))
     names = [n.strip() for n in args.methods.split(",") if n.strip()]
     registry = methods("schedule")
+    if not names:
+        raise ZboptError(f"--methods {args.methods!r} names no method: give comma-separated "
+                         f"names such as 1f1b,zb-h1 (`zbopt methods`), or drop --methods for "
+                         f"all")
     if any(n not in registry for n in names):  # a solver named: only then import the solvers
         registry = methods()
     unknown = [n for n in names if n not in registry]
-    if unknown or not names:
-        raise ZboptError(f"unknown method(s) {', '.join(unknown) or repr(args.methods)}: choose "
-                         f"from {', '.join(sorted(registry))} (`zbopt methods`)")
+    if unknown:
+        raise ZboptError(f"unknown method(s) {', '.join(unknown)}: choose from "
+                         f"{', '.join(sorted(registry))} (`zbopt methods`)")
+    duplicates = listed_twice(names)
+    if duplicates:
+        raise ZboptError(f"--methods {args.methods}: {duplicates}")
     return names
 
 
@@ -109,12 +132,15 @@ def run(args) -> int:
             from ..result import STATUSES
             names = names + [f"{args.solver} ({status})" for status in STATUSES]
         plot_dir = check_plot_dir(args.plot, names, args.force)
+        refuse_directories(_chart_paths(plot_dir, names))
     with progress(args) as report:
         rows = rows_for(instance, args, report)
         if plot_dir is not None:
-            from ..report.gantt import write_compare_plots
+            from ..report.gantt import compare_plot_paths, write_compare_plots
             report.update(f"compare: drawing charts into {plot_dir}")
-            write_compare_plots([_named(r) for r in rows if r.applies], plot_dir, force=args.force)
+            timelines = [_named(r) for r in rows if r.applies]
+            refuse_directories(compare_plot_paths(timelines, plot_dir))  # the names as written
+            write_compare_plots(timelines, plot_dir, force=args.force)
     if args.json:
         print_json([r.to_dict() for r in rows])
         return 0
@@ -146,6 +172,14 @@ def run(args) -> int:
     for line in verdict(instance, rows):
         out.print(line.replace("verdict:", "[bold]verdict:[/]", 1), markup=True)
     return 0
+
+
+def _chart_paths(plot_dir, names: list[str]) -> list:
+    """The charts write_compare_plots may write for methods `names` (each row's, the stacked
+    PNG and SVG), to check before any work."""
+    from ..report.gantt import STACKED_NAME, slug
+    stems = [slug(n) for n in names] + [STACKED_NAME]
+    return [plot_dir / f"{stem}.png" for stem in stems] + [plot_dir / f"{STACKED_NAME}.svg"]
 
 
 def _named(result):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import ZboptError
 from ._common import check_input, check_output
 
 
@@ -24,7 +25,10 @@ def run(args) -> int:
     check_input(args.schedule_file, "schedule file")
     loaded = read_schedule_file(args.schedule_file)
     # the file's stored times are informative only: the chart is drawn from a fresh evaluation
-    timeline = evaluate(loaded.instance, loaded.schedule)
+    try:
+        timeline = evaluate(loaded.instance, loaded.schedule)
+    except ZboptError as err:  # a deadlocking order: named by its file, as the reader's errors
+        raise ZboptError(f"{args.schedule_file}: {err}") from None
     save_figure(plot_schedule(timeline), out, force=args.force)
     print(f"wrote {out}")
     return 0

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import ZboptError
 from ..progress import wanted
 from ..sizes import as_bytes
-from ._common import add_progress_arguments, console, fmt, print_json, refuse_overwrite
+from ._common import add_progress_arguments, brief, console, fmt, print_json, refuse_overwrite
 
 
 def register(sub) -> None:
@@ -68,10 +68,10 @@ def parse_bytes(text: str | None):
         return None
     value = as_bytes(text)
     if math.isnan(value):
-        raise ZboptError(f"--mem {text!r}: give bytes per device, e.g. 80e9, 80GB or 16GiB "
+        raise ZboptError(f"--mem {brief(text)!r}: give bytes per device, e.g. 80e9, 80GB or 16GiB "
                          f"(a layered model's cap is absolute, not a multiple of p)")
     if not math.isfinite(value) or value <= 0:
-        raise ZboptError(f"--mem {text!r}: the cap must be a positive number of bytes")
+        raise ZboptError(f"--mem {brief(text)!r}: the cap must be a positive number of bytes")
     return int(value) if value.is_integer() else value
 
 

@@ -78,7 +78,7 @@ def run(args) -> int:
     instance, stored = load_with_schedule(args)  # notes (a layered file's split) once it is good
     # a plan file solved again keeps its split (export --torchtitan needs it)
     from ..export.schedule_file import kept_entries
-    kept, why = kept_entries(stored, instance) if stored is not None else ({}, "")
+    kept, why = kept_entries(stored, instance) if args.out and stored is not None else ({}, "")
     stored = stored.schedule if stored is not None else None
     args.solver = solver_for(args.solver, instance)
     # a schedule or plan file's own schedule is a candidate warm start, if it is valid and fits

@@ -7,6 +7,7 @@ import sys
 
 from ..errors import ZboptError
 from ..progress import wanted
+from ..sweep.spec import MAX_JOBS
 
 _SPEC_HELP = """spec format (see sweeps/*.toml; top-level keys come before the tables):
   name = "grid"
@@ -15,6 +16,7 @@ _SPEC_HELP = """spec format (see sweeps/*.toml; top-level keys come before the t
                                            # a layered model runs on the even split, its axes
                                            # its pipeline settings (devices, memory_cap...)
   methods = "all"                          # or ["1f1b", "zb-h1", {name = ..., params = {}}]
+                                           # (params: the keywords the method takes)
   job_timeout = 600                        # optional: seconds before a job is killed
   [base]                                   # a base instance (table, or base = "file.toml")
   devices = 4
@@ -34,7 +36,9 @@ def register(sub) -> None:
         "sweep", help="run a sweep spec (instances x methods) into a resumable result store",
         description="Run every job of a sweep spec (TOML); finished jobs are appended to "
                     "OUT/results.jsonl and skipped on a rerun; Ctrl-C keeps them.",
-        epilog=_SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_SPEC_HELP + f"A spec gives at most {MAX_JOBS:,} jobs (bases x grid points x "
+                            f"methods).\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", help="sweep spec (.toml)")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="result folder, e.g. results/NAME (created if missing)")

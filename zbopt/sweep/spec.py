@@ -43,8 +43,10 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import inspect
 import itertools
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +58,9 @@ from ..sizes import in_unit
 
 SOLVER_KEYS = ("name", "time_limit", "threads", "objective")
 SPEC_KEYS = ("name", "base", "axes", "instances", "methods", "solvers", "job_timeout")
+# the most jobs a spec may give: the grid is expanded in memory (about 3 KB a job) before any
+# runs, so a larger one is refused up front with its count
+MAX_JOBS = 100_000
 # the axes of a layered base: its pipeline settings (its costs are per layer)
 LAYERED_AXES = ("devices", "microbatches", "placement", "chunks", "comm", "overlap", "memory_cap")
 # short forms used in generated instance names (p8-m24-cap2p reads better than devices=8...)
@@ -207,28 +212,39 @@ def parse_spec(data: Mapping[str, Any], base_dir: Path = Path("."), source: str 
     name = data.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise ZboptError(f"{source}: name must be a non-empty string, got {name!r}")
-    instances = _instances(data, base_dir, source)
     methods = _families(data.get("methods"), source) + _solvers(data.get("solvers"), source)
     if not methods:
         raise ZboptError(f"{source}: no methods: add `methods = [\"1f1b\", ...]` or a "
                          f"[[solvers]] table")
-    labels = [m.label for m in methods]
-    duplicates = sorted({x for x in labels if labels.count(x) > 1})
+    duplicates = listed_twice([m.label for m in methods])
     if duplicates:
-        raise ZboptError(f"{source}: method(s) listed twice: {', '.join(duplicates)}")
+        raise ZboptError(f"{source}: {duplicates}")
     timeout = data.get("job_timeout")
     if timeout is not None and (not _positive(timeout)):
-        raise ZboptError(f"{source}: job_timeout must be a positive number of seconds, "
+        raise ZboptError(f"{source}: job_timeout must be a positive, finite number of seconds, "
                          f"got {timeout!r}")
+    instances = _instances(data, base_dir, source, len(methods))  # the grid last: the slow part
     return SweepSpec(name, tuple(instances), tuple(methods), timeout)
 
 
+def listed_twice(names: list[str]) -> str:
+    """"method(s) listed twice: a, b: list each once" for the names `names` repeats, "" if none
+    (the sweep spec and `compare --methods` say it alike)."""
+    duplicates = sorted({x for x in names if names.count(x) > 1})
+    return f"method(s) listed twice: {', '.join(duplicates)}: list each once" if duplicates \
+        else ""
+
+
 def _positive(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+    """A positive finite number (TOML's inf and nan are floats too)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) \
+        and x > 0
 
 
-def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Instance]:
-    """Every base (the [base] table or file, then each instance file) expanded by the axes."""
+def _instances(data: Mapping[str, Any], base_dir: Path, source: str,
+               methods: int = 1) -> list[Instance]:
+    """Every base (the [base] table or file, then each instance file) expanded by the axes;
+    refused before the expansion if the jobs (grid points x `methods`) exceed MAX_JOBS."""
     bases = []
     if "base" in data:
         bases.append(_base(data["base"], base_dir, source))
@@ -254,7 +270,20 @@ def _instances(data: Mapping[str, Any], base_dir: Path, source: str) -> list[Ins
     if not bases:
         raise ZboptError(f"{source}: no instances: give a [base] table (with [axes]) or "
                          f"`instances = [...]` files")
+    check_job_count(len(bases), axes, methods, source)
     return [instance for base in bases for instance in _grid(base, axes, source)]
+
+
+def check_job_count(bases: int, axes: Mapping[str, list], methods: int, source: str) -> None:
+    """Refuse a spec of more than MAX_JOBS jobs, counted without expanding its grid."""
+    points = math.prod(len(values) for values in axes.values())
+    jobs = bases * points * methods
+    if jobs > MAX_JOBS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in axes.items()) or "no axes"
+        raise ZboptError(f"{source}: the spec gives {jobs:,} jobs ({bases} base(s) x "
+                         f"{sizes} x {methods} method(s)), above the limit of {MAX_JOBS:,}: "
+                         f"use fewer axis values, instances or methods, or split it into "
+                         f"several specs")
 
 
 def _file_base(path: str | Path) -> dict[str, Any]:
@@ -370,8 +399,32 @@ def _families(entries: Any, source: str) -> list[MethodSpec]:
         if name not in registry:
             raise ZboptError(f"{source}: unknown method {name!r}: choose from "
                              f"{', '.join(sorted(registry))}")
+        _check_params(registry[name], params, source)
         out.append(MethodSpec(name, "family", tuple(sorted(params.items()))))
     return out
+
+
+def _check_params(method: Any, params: Mapping[str, Any], source: str) -> None:
+    """Refuse parameters the method's generator does not take (registry.run passes them as
+    keywords after the instance, over the registered defaults; `objective` is run_job's, for
+    the bound), and non-finite numbers (which results.jsonl could not hold as standard JSON).
+    Whether a value suits an instance (a group size against its devices) is the method's to
+    say when it runs: a not-applicable row."""
+    accepted = [p for p in list(inspect.signature(method.generate).parameters.values())[1:]
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY, p.VAR_KEYWORD)]
+    names = [p.name for p in accepted if p.kind != p.VAR_KEYWORD] + ["objective"]
+    if params.get("objective", "span") not in ("span", "makespan"):
+        raise ZboptError(f"{source}: method {method.name!r}: objective must be 'span' or "
+                         f"'makespan', got {params['objective']!r}")
+    unknown = sorted(set(params) - set(names))
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in accepted):
+        takes = f"it takes {', '.join(names)}" if names else "it takes no parameters"
+        raise ZboptError(f"{source}: method {method.name!r}: unknown parameter(s) "
+                         f"{', '.join(unknown)}; {takes}")
+    for key, value in params.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ZboptError(f"{source}: method {method.name!r}: parameter {key} = {value}: "
+                             f"give a finite number")
 
 
 def _solvers(entries: Any, source: str) -> list[MethodSpec]:
@@ -397,7 +450,7 @@ def _solvers(entries: Any, source: str) -> list[MethodSpec]:
         params = {"time_limit": entry.get("time_limit", 60), "threads": entry.get("threads", 1),
                   "objective": entry.get("objective", "span")}
         if not _positive(params["time_limit"]):
-            raise ZboptError(f"{source}: solver time_limit must be a positive number of "
+            raise ZboptError(f"{source}: solver time_limit must be a positive, finite number of "
                              f"seconds, got {params['time_limit']!r}")
         if not isinstance(params["threads"], int) or isinstance(params["threads"], bool) \
                 or params["threads"] < 1:
