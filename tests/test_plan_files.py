@@ -228,3 +228,50 @@ def test_solve_on_a_layered_file_with_a_bad_cap_is_the_error_line_alone(tmp_path
     assert "--mem 20" in one_error_line(err)  # no "note:" line before it
     code, _, err = run(capsys, "solve", model, "--time-limit", "2")
     assert code == 0 and "zbopt: note:" in err  # the note stays where the input is good
+
+
+# ----- evaluate --torch-csv on a plan file keeps what evaluate FILE.json keeps -------------------
+
+
+def _with_solver(doc):
+    doc["solver"] = {"solver": "cpsat", "status": "optimal", "objective": 1, "lower_bound": 1,
+                     "gap": 0}
+
+
+def test_evaluate_torch_csv_of_a_plan_keeps_the_plan_as_the_plain_path_does(tmp_path, capsys):
+    path = edited(plan_file(tmp_path), _with_solver, name="p.json")
+    csv = tmp_path / "x.csv"
+    assert run(capsys, "export", path, "--torch-csv", csv)[0] == 0
+    plain, via_csv = tmp_path / "plain.json", tmp_path / "csv.json"
+    assert run(capsys, "evaluate", path, "--out", plain)[0] == 0
+    code, out, _ = run(capsys, "evaluate", path, "--torch-csv", csv, "--out", via_csv)
+    assert code == 0 and out.endswith(f"wrote {via_csv}\n")
+    before, kept, again = (json.loads(p.read_text()) for p in (path, plain, via_csv))
+    for key in ("partition", "model", "plan", "solver"):
+        assert again[key] == kept[key] == before[key], key
+    assert set(again) == set(kept)
+    assert read_schedule_file(via_csv).meta["partition"]["sizes"] == [3, 3]  # and it reads back
+    # under another cap, the same as the plain path: the split, not the verdict nor the record
+    capped = tmp_path / "capped.json"
+    code, out, _ = run(capsys, "evaluate", path, "--torch-csv", csv, "--mem", "90",
+                       "--out", capped)
+    assert code == 0 and "without the plan's verdict and the solver's record" in out
+    doc = json.loads(capped.read_text())
+    assert "plan" not in doc and "solver" not in doc and doc["model"]["memory_cap"] == 90
+    assert doc["partition"] == before["partition"]
+
+
+def test_evaluate_torch_csv_of_other_orders_keeps_the_split_not_the_verdict(tmp_path, capsys):
+    path = edited(plan_file(tmp_path), _with_solver, name="p.json")
+    other = plan_file(tmp_path, method="1f1b", name="other.json")
+    csv = tmp_path / "other.csv"
+    assert run(capsys, "export", other, "--torch-csv", csv)[0] == 0
+    out_path = tmp_path / "o.json"
+    code, out, _ = run(capsys, "evaluate", path, "--torch-csv", csv, "--out", out_path)
+    assert code == 0
+    assert "without the plan's verdict and the solver's record, made for the file's schedule, " \
+           "not the CSV's" in out
+    doc, before = json.loads(out_path.read_text()), json.loads(path.read_text())
+    assert doc["partition"] == before["partition"] and doc["model"] == before["model"]
+    assert "plan" not in doc and "solver" not in doc
+    assert doc["devices"] == json.loads(other.read_text())["devices"]  # the CSV's orders

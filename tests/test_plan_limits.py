@@ -352,3 +352,104 @@ def test_a_bad_flag_is_blamed_on_the_flag_not_the_file(flags, fragment, capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and fragment in err and err.count("\n") == 1
     assert not err.startswith(f"zbopt: error: {EXAMPLE}:")
+
+
+# ----- item: the search keeps to its time limit ---------------------------------------------------
+
+def test_a_plan_past_its_limit_schedules_only_the_first_placements_baselines():
+    """A limit already over at the first check: every placement is bounded, but the only splits
+    scheduled are the baselines of the first placement (a plan needs one schedule, and its gain
+    a baseline); no other placement's starts, climbs or listed splits are started, and the
+    baselines are reported from what was scheduled."""
+    model = load_model(EXAMPLE)
+    placements = ("contiguous", "interleaved", "v", "dualpipe")
+    phases = []
+    result = plan(model, placements, time_limit=1e-9,
+                  progress=lambda info: phases.append((info["phase"], info.get("placement"))))
+    on = placed(model, "contiguous")
+    baselines = {rule(on) for rule in plan_search.BASELINES.values()} - {None}
+    assert result.partitions_scheduled == len(baselines)
+    assert result.split.placement == "contiguous" and tuple(result.split.sizes) in baselines
+    assert result.solver_runs == 0 and result.result.fits()
+    assert result.result.lower_bound <= result.result.span
+    assert all(split is not None and split.placement == "contiguous"
+               and tuple(split.sizes) in baselines for split in result.baselines.values())
+    assert not any(phase in ("local search", "exploring", "scheduling", "policy search", "solver")
+                   for phase, _ in phases)
+    assert phases[-1][0] == "done"
+
+
+def test_with_time_enough_every_placement_is_scheduled():
+    """The same plan given time: the second placement's starts are scheduled too (the limit
+    checks do not starve it)."""
+    model = load_model(EXAMPLE)
+    told = []
+    plan(model, ("contiguous", "v"), time_limit=30, exact=False,
+         progress=lambda info: told.append((info["phase"], info.get("placement"), info["scheduled"])))
+    before = max(n for phase, placement, n in told if placement == "contiguous")
+    on_v = [n for phase, placement, n in told if placement == "v" and phase == "baselines"]
+    assert on_v and max(on_v) >= before + len(plan_search.BASELINES)
+
+
+def test_affords_expects_a_split_to_take_the_most_one_took():
+    model = load_model(EXAMPLE)
+    search = plan_search._Search(model, 60, None, "auto", 1)
+    now = plan_search.time.perf_counter()
+    assert search.expected("contiguous") == 0.0  # nothing scheduled yet: no estimate
+    assert search.affords("contiguous", now + 1e6)
+    assert not search.affords("contiguous", now - 1.0)  # past the end: no new split
+    even = plan_search.BASELINES["even"](placed(model, "contiguous"))
+    search.schedule("contiguous", even)
+    assert search.split_seconds["contiguous"] > 0
+    search.split_seconds["contiguous"] = 100.0  # as if a split took 100 s
+    assert not search.affords("contiguous", now + 50.0)
+    assert search.affords("contiguous", now - 1.0, even)  # scheduled already: costs nothing
+    # another placement: per part, scaled to its parts (V has twice contiguous's)
+    v_parts = placed(model, "v").num_parts
+    assert search.expected("v") == pytest.approx(100.0 / model.devices * v_parts)
+
+
+# ----- item: load_floor's CP-SAT model is built only where it can be set up in its time ----------
+
+def _deep(layers: int, placement: str = "interleaved", cap=200000) -> LayeredModel:
+    blocks = (Layer("emb", t_f=0, t_b=0, t_w=0.1, m_b=1, m_w=1, static=50),
+              Layer("blk", t_f=1, t_b=1, t_w=1, m_b=2, m_w=1, static=3, count=layers),
+              Layer("head", t_f=5, t_b=5, t_w=5, m_b=1, m_w=1, static=50))
+    model = LayeredModel(layers=blocks, devices=16, microbatches=8, memory_cap=cap)
+    chunks = 3 if placement == "interleaved" else 0
+    return model.with_settings(placement=placement, chunks=chunks)
+
+
+def _never_built(monkeypatch):
+    from zbopt.plan import load_floor as module
+
+    def built(*args, **kwargs):
+        raise AssertionError("the CP-SAT model was built")
+    monkeypatch.setattr(module, "cut_variables", built)
+
+
+def test_load_floor_of_thousands_of_layers_is_declined_before_it_is_built(monkeypatch):
+    """3,000 layers on interleaved with three chunks at p = 16, capped: 294,294 table entries,
+    past MAX_ENTRIES, so no model is built whatever the time (CP-SAT's presolve took 1.5-2 s
+    here at a 0.1 s limit); the plan's floor is then the total load over p."""
+    from zbopt.plan import load_floor as module
+    model = _deep(3000)
+    assert module.table_entries(model, 2) > module.MAX_ENTRIES
+    _never_built(monkeypatch)
+    for seconds in (0.1, 2.0, 600.0):
+        assert module.load_floor(model, seconds) is None
+    assert placement_floor(model) == pytest.approx(plan_search._total_load(model) / 16)
+    assert least_shortfall(model, 600.0) is None  # the same model's cuts, for the cap message
+
+
+def test_load_floor_is_declined_where_its_setup_would_outlast_the_time(monkeypatch):
+    from zbopt.plan import load_floor as module
+    model = _deep(40, "v", cap=None)
+    entries = module.table_entries(model, 1)
+    assert entries <= module.MAX_ENTRIES
+    with_time = module.load_floor(model, 10)
+    assert with_time is not None and with_time >= plan_search._total_load(model) / 16
+    monkeypatch.setattr(module, "ENTRY_SECONDS", 1.0)  # as if an entry took a second to set up
+    _never_built(monkeypatch)
+    assert module.load_floor(model, entries - 1) is None
+    assert not module.affordable(entries, entries - 1) and module.affordable(entries, entries + 1)

@@ -49,6 +49,7 @@ overlap discount lets DualPipe's F&B blocks go below them.
 from __future__ import annotations
 
 import math
+import weakref
 from functools import lru_cache
 from typing import Iterable, Optional
 
@@ -71,9 +72,83 @@ def _check_objective(objective: str) -> None:
         raise ZboptError(f"unknown objective {objective!r}: use 'span' or 'makespan'")
 
 
+# at most this many (device, stage) enumerations of _closed_states are kept per instance
+CLOSED_KEPT = 256
+
+
+class _Shape:
+    """What the per-device bounds read of an instance's pipelines, made once per instance
+    (_shape): each lookup is O(1) or O(a device's stages). Instance.chain_of_stage,
+    microbatches_of and chains rebuild the chains (O(stages)) on every call, and an lru_cache
+    keyed by the instance hashes every field (O(stages)) on every call: asked once per device,
+    either made the bounds quadratic in the devices."""
+
+    def __init__(self, instance: Instance):
+        chains = instance.chains
+        stages_count = instance.num_stages
+        self.num_chains = len(chains)
+        self.chain = [0] * stages_count  # index of each stage's chain
+        self.position = [0] * stages_count  # each stage's index on its chain
+        self.count = [0] * stages_count  # micro-batches through each stage
+        self.head = [0.0] * stages_count  # forward_head of each stage
+        self.stages: list[tuple[int, ...]] = []  # per chain, its stages in forward order
+        # per stage: (its chain, forward prefix, backward suffix), as _chain_sums documents
+        self.sums: dict[int, tuple[tuple[int, ...], list[float], list[float]]] = {}
+        # (chain, device): the device's stages on the chain, in forward order
+        self.on_chain: dict[tuple[int, int], tuple[int, ...]] = {}
+        by_device: list[list[int]] = [[] for _ in range(instance.devices)]
+        for s in range(stages_count):
+            by_device[instance.device_of(s)].append(s)
+        self.device_stages = tuple(tuple(x) for x in by_device)  # instance.stages_of(d)
+        for c, (stages, mbs) in enumerate(chains):
+            self.stages.append(stages)
+            on: dict[int, list[int]] = {}
+            for i, u in enumerate(stages):
+                self.chain[u], self.position[u], self.count[u] = c, i, len(mbs)
+                on.setdefault(instance.device_of(u), []).append(u)
+            for d, mine in on.items():
+                self.on_chain[(c, d)] = tuple(mine)
+            n = len(stages)
+            forward, backward = [0.0] * n, [0.0] * n
+            for i in range(1, n):
+                step = instance.t_f[stages[i - 1]] + stage_lag(instance, stages[i - 1], stages[i])
+                forward[i] = forward[i - 1] + instance.t_f[stages[i - 1]] \
+                    + stage_lag(instance, stages[i - 1], stages[i])
+                self.head[stages[i]] = self.head[stages[i - 1]] + step  # its own rounding
+            backward[n - 1] = instance.t_b[stages[n - 1]]
+            for i in range(n - 2, -1, -1):
+                backward[i] = backward[i + 1] + stage_lag(instance, stages[i + 1], stages[i]) \
+                    + instance.t_b[stages[i]]
+            for u in stages:
+                self.sums[u] = (stages, forward, backward)
+        self.ramp: dict[int, float] = {}  # ramp_idle per device
+        self.closed: dict[tuple[int, int], object] = {}  # _closed_states, CLOSED_KEPT at most
+
+    def mine_on_chain(self, device: int, stage: int) -> tuple[int, ...]:
+        """`device`'s stages on the chain of `stage`, in forward order."""
+        return self.on_chain.get((self.chain[stage], device), ())
+
+
+_SHAPES: dict[int, tuple[weakref.ref, _Shape]] = {}
+
+
+def _shape(instance: Instance) -> _Shape:
+    """The instance's _Shape, made on first use and kept while the instance lives (by its id,
+    which costs nothing to look up, unlike its hash)."""
+    key = id(instance)
+    kept = _SHAPES.get(key)
+    if kept is not None and kept[0]() is instance:
+        return kept[1]
+    shape = _Shape(instance)
+    _SHAPES[key] = (weakref.ref(instance), shape)
+    weakref.finalize(instance, _SHAPES.pop, key, None)
+    return shape
+
+
 def device_loads(instance: Instance) -> tuple[float, ...]:
     """Total pass time of each device (per stage: its micro-batches times F + B + W)."""
-    return tuple(sum(_count(instance, s) * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
+    count = _shape(instance).count
+    return tuple(sum(count[s] * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
                      for s in instance.stages_of(d)) for d in range(instance.devices))
 
 
@@ -84,47 +159,25 @@ def min_feasible_cap(instance: Instance) -> tuple[float, ...]:
     of the first of them can run, so d holds all those activations at once; running one
     micro-batch at a time (with W right after B) needs no more. Static memory adds on top.
     """
+    shape = _shape(instance)
     need = []
     for d in range(instance.devices):
-        per_chain = [sum(instance.m_b[s] for s in stages if instance.device_of(s) == d)
-                     for stages, _ in instance.chains]
+        per_chain = [sum(instance.m_b[s] for s in shape.on_chain.get((c, d), ()))
+                     for c in range(shape.num_chains)]
         need.append(instance.static_memory[d] + max(per_chain))
     return tuple(need)
 
 
-def _chain_position(instance: Instance, stage: int) -> tuple[tuple[int, ...], int]:
-    stages = instance.chain_of_stage(stage)
-    return stages, stages.index(stage)
-
-
 def forward_head(instance: Instance, stage: int) -> float:
     """Earliest start of any F on `stage`: the forward path from its chain's first stage."""
-    stages, i = _chain_position(instance, stage)
-    total = 0.0
-    for a, b in zip(stages[:i], stages[1:i + 1]):
-        total += instance.t_f[a] + stage_lag(instance, a, b)
-    return total
+    return _shape(instance).head[stage]
 
 
-@lru_cache(maxsize=16)
 def _chain_sums(instance: Instance) -> dict[int, tuple[tuple[int, ...], list[float], list[float]]]:
     """Per stage: (its chain, forward prefix, backward suffix). forward[i]: start of F on the
     chain's first stage to the start of F on its i-th; backward[i]: start of B on the last stage
     to the end of B on the i-th (lags included)."""
-    out = {}
-    for stages, _ in instance.chains:
-        n = len(stages)
-        forward, backward = [0.0] * n, [0.0] * n
-        for i in range(1, n):
-            forward[i] = forward[i - 1] + instance.t_f[stages[i - 1]] \
-                + stage_lag(instance, stages[i - 1], stages[i])
-        backward[n - 1] = instance.t_b[stages[n - 1]]
-        for i in range(n - 2, -1, -1):
-            backward[i] = backward[i + 1] + stage_lag(instance, stages[i + 1], stages[i]) \
-                + instance.t_b[stages[i]]
-        for s in stages:
-            out[s] = (stages, forward, backward)
-    return out
+    return _shape(instance).sums
 
 
 def held_area(runs, m_b, trip, m_w, t_w):
@@ -156,8 +209,9 @@ def round_trip(instance: Instance, from_stage: int, to_stage: int) -> float:
     from_stage <= to_stage on one chain: the forward runs from `from_stage` to the chain's end,
     then the backward comes back to just after `to_stage` (lags included).
     """
-    stages, forward, backward = _chain_sums(instance)[from_stage]
-    i, k, n = stages.index(from_stage), stages.index(to_stage), len(stages)
+    shape = _shape(instance)
+    stages, forward, backward = shape.sums[from_stage]
+    i, k, n = shape.position[from_stage], shape.position[to_stage], len(stages)
     total = forward[n - 1] - forward[i] + instance.t_f[stages[n - 1]]
     if k < n - 1:
         total += backward[k + 1] + stage_lag(instance, stages[k + 1], stages[k])
@@ -199,9 +253,9 @@ def _fractional(items: list[Item], capacity: float) -> float:
 def _enumerate(items: list[Item], capacity: float) -> float:
     w, v, n = items[0]
     if len(items) == 1:
-        return min(n, math.floor(capacity / w + 1e-9)) * v
+        return held_count(capacity, w, n) * v
     best = 0.0
-    for count in range(min(n, math.floor(capacity / w + 1e-9)) + 1):
+    for count in range(held_count(capacity, w, n) + 1):
         best = max(best, count * v + _enumerate(items[1:], capacity - count * w))
     return best
 
@@ -214,37 +268,40 @@ def activation_capacity(instance: Instance, device: int) -> float:
 
 
 def held_count(room: float, need: float, limit: int) -> int:
-    """How many items of size `need` fit in `room` (at most `limit`; `limit` when need is 0)."""
+    """How many items of size `need` fit in `room` (at most `limit`; `limit` when need is 0,
+    or so small against the room that the quotient overflows)."""
     if need <= 0 or not math.isfinite(room):
         return limit
-    return max(0, min(limit, math.floor(room / need + 1e-9)))
+    quotient = room / need
+    return limit if quotient >= limit else max(0, math.floor(quotient + 1e-9))
 
 
 def _count(instance: Instance, stage: int) -> int:
-    return len(instance.microbatches_of(stage))
+    return _shape(instance).count[stage]
 
 
-@lru_cache(maxsize=4096)  # device_bound and w_deferral_idle both need it
 def ramp_idle(instance: Instance, device: int) -> float:
     """Idle time forced on `device` between its first pass and its first B.
 
     The first B, say B(s, j), waits for F(f, j), f the first stage of d on s's chain, to cross
     the pipeline and come back: round_trip(f, s). Before it only forwards run, and the
-    activations they leave must fit under the cap together.
+    activations they leave must fit under the cap together. Kept per device (device_bound and
+    w_deferral_idle both need it).
     """
-    stages = _device_stages(instance)[device]
-    wait = min(round_trip(instance, _first_stage_on_device(instance, s), s) for s in stages)
-    capacity = activation_capacity(instance, device)
-    forwards = [(instance.m_b[s], instance.t_f[s], _count(instance, s)) for s in stages]
-    busy = knapsack_max(forwards, capacity) if math.isfinite(capacity) \
-        else sum(v * n for _, v, n in forwards)
-    return max(0.0, wait - busy)
+    kept = _shape(instance).ramp
+    if device not in kept:
+        stages = _device_stages(instance)[device]
+        wait = min(round_trip(instance, _first_stage_on_device(instance, s), s) for s in stages)
+        capacity = activation_capacity(instance, device)
+        forwards = [(instance.m_b[s], instance.t_f[s], _count(instance, s)) for s in stages]
+        busy = knapsack_max(forwards, capacity) if math.isfinite(capacity) \
+            else sum(v * n for _, v, n in forwards)
+        kept[device] = max(0.0, wait - busy)
+    return kept[device]
 
 
 def _first_stage_on_device(instance: Instance, stage: int) -> int:
-    stages = instance.chain_of_stage(stage)
-    d = instance.device_of(stage)
-    return next(s for s in stages if instance.device_of(s) == d)
+    return _shape(instance).mine_on_chain(instance.device_of(stage), stage)[0]
 
 
 def drain_idle(instance: Instance, device: int) -> float:
@@ -274,9 +331,10 @@ def drain_idle(instance: Instance, device: int) -> float:
 
 
 def _last_stages_on_device(instance: Instance, device: int) -> list[int]:
+    shape = _shape(instance)
     out = []
-    for stages, _ in instance.chains:
-        mine = [s for s in stages if instance.device_of(s) == device]
+    for c in range(shape.num_chains):
+        mine = shape.on_chain.get((c, device))
         if mine:
             out.append(mine[-1])
     return out
@@ -291,27 +349,19 @@ def _paired_knapsack(items: list[Item], capacity: float) -> float:
     return knapsack_max(items, capacity)
 
 
-@lru_cache(maxsize=16)
 def _device_stages(instance: Instance) -> tuple[tuple[int, ...], ...]:
     """instance.stages_of(d) for every device d, computed once."""
-    out: list[list[int]] = [[] for _ in range(instance.devices)]
-    for s in range(instance.num_stages):
-        out[instance.device_of(s)].append(s)
-    return tuple(tuple(x) for x in out)
+    return _shape(instance).device_stages
 
 
 def _device_passes(instance: Instance, device: int, stage: int) -> list[tuple[int, str]]:
     """(stage, kind) of one micro-batch's passes on `device`, along the chain of `stage`."""
-    chain = _chain_sums(instance)[stage][0]
-    position = {u: i for i, u in enumerate(chain)}
-    mine = sorted((u for u in _device_stages(instance)[device] if u in position),
-                  key=position.__getitem__)
-    return [(u, k) for u in mine for k in "FBW"]
+    return [(u, k) for u in _shape(instance).mine_on_chain(device, stage) for k in "FBW"]
 
 
-def _is_before(position: dict[int, int], a: tuple[int, str], b: tuple[int, str]) -> bool:
+def _is_before(position, a: tuple[int, str], b: tuple[int, str]) -> bool:
     """Whether pass a of a micro-batch is an ancestor of pass b of the same micro-batch
-    (`position`: each stage's index on the chain)."""
+    (`position`: each stage's index on the chain, for the stages of that chain)."""
     (u, x), (v, y) = a, b
     if x == "F":
         return (y == "F" and position[u] < position[v]) or y in "BW"  # F precedes every B
@@ -337,14 +387,25 @@ def _held(instance: Instance, done: frozenset) -> float:
 MAX_OPEN_PASSES = 14
 
 
-@lru_cache(maxsize=256)
 def _closed_states(instance: Instance, device: int, stage: int):
     """(one micro-batch's passes on `device`, the ancestors of its F(stage) among them, every
     set of them that can have run once F(stage) has: closed under dependencies); None where
     more than MAX_OPEN_PASSES passes are left open (many chunks): the bounds built on the
-    states then claim no idle, which is weaker and still a bound."""
+    states then claim no idle, which is weaker and still a bound. The last CLOSED_KEPT are
+    kept (chain_drain_idle and w_deferral_idle both need them)."""
+    kept = _shape(instance).closed
+    key = (device, stage)
+    if key not in kept:
+        if len(kept) >= CLOSED_KEPT:
+            kept.pop(next(iter(kept)))
+        kept[key] = _enumerate_closed(instance, device, stage)
+    return kept[key]
+
+
+def _enumerate_closed(instance: Instance, device: int, stage: int):
+    """_closed_states, enumerated."""
     mine = _device_passes(instance, device, stage)
-    position = {u: i for i, u in enumerate(instance.chain_of_stage(stage))}
+    position = _shape(instance).position
     first = (stage, "F")
     before = [(a, b) for a in mine for b in mine if _is_before(position, a, b)]
     ancestors = frozenset(a for a, b in before if b == first)
@@ -406,11 +467,12 @@ def _chain_length(instance: Instance, device: int, stage: int) -> float:
     """Longest dependency path from the start of F(stage, j) to the end of the last pass of
     micro-batch j on `device` (lags included): forward to the chain's end, backward to one of
     the device's stages, then its W."""
-    stages, forward, backward = _chain_sums(instance)[stage]
+    shape = _shape(instance)
+    stages, forward, backward = shape.sums[stage]
     n = len(stages)
-    ahead = forward[n - 1] - forward[stages.index(stage)] + instance.t_f[stages[n - 1]]
-    return ahead + max(backward[k] + instance.t_w[u] for k, u in enumerate(stages)
-                       if instance.device_of(u) == device)
+    ahead = forward[n - 1] - forward[shape.position[stage]] + instance.t_f[stages[n - 1]]
+    return ahead + max(backward[shape.position[u]] + instance.t_w[u]
+                       for u in shape.mine_on_chain(device, stage))
 
 
 def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
@@ -427,8 +489,8 @@ def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
     capacity = activation_capacity(instance, device)
     if not math.isfinite(capacity):
         return 0.0
-    chain = _chain_sums(instance)[stage][0]
-    position = {u: i for i, u in enumerate(chain)}
+    shape = _shape(instance)
+    position, chain = shape.position, shape.chain[stage]
     mine = _device_passes(instance, device, stage)
     own = sum(instance.cost(u, k) for u, k in mine
               if not (k == "F" and position[u] < position[stage]))
@@ -436,7 +498,7 @@ def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
     others = _count(instance, stage) - 1
     # micro-batches of another chain (dualpipe) may not have started: all their work is left
     free = sum(_count(instance, s) * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
-               for s in _device_stages(instance)[device] if s not in position)
+               for s in _device_stages(instance)[device] if shape.chain[s] != chain)
     options = _remaining_options(instance, device, stage)
     if options is None:  # too many passes a micro-batch on this device to enumerate: no claim
         return 0.0
@@ -447,8 +509,9 @@ def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
 def _forwards_exceed_cap(instance: Instance, device: int, stage: int) -> bool:
     """Whether every F up to `stage` on the device cannot be held at once: then some F(stage, ·)
     starts after the device's first B, and the ramp and drain windows are disjoint."""
-    chain = instance.chain_of_stage(stage)
-    upto = [u for u in chain[:chain.index(stage) + 1] if instance.device_of(u) == device]
+    shape = _shape(instance)
+    upto = [u for u in shape.mine_on_chain(device, stage)
+            if shape.position[u] <= shape.position[stage]]
     return sum(_count(instance, u) * instance.m_b[u] for u in upto) > activation_capacity(instance, device) + 1e-9
 
 
@@ -585,16 +648,17 @@ def w_deferral_idle(instance: Instance, device: int, stage: int) -> float:
     At 1p on V placements the turn device (stages p-1 and p) keeps head + tail of W work for
     the end only by leaving too little work in flight to fill its own drain: the terms trade off.
     """
-    if len(instance.chains) != 1:
+    shape = _shape(instance)
+    if shape.num_chains != 1:
         return 0.0
     capacity = activation_capacity(instance, device)
     if not math.isfinite(capacity):
         return 0.0
-    stages, forward, backward = _chain_sums(instance)[stage]
+    stages, forward, backward = shape.sums[stage]
     n = len(stages)
-    k = next(i for i, u in enumerate(stages) if instance.device_of(u) == device)
+    k = shape.position[shape.mine_on_chain(device, stage)[0]]
     trip = forward[k] + backward[0] - backward[k] + instance.t_w[stages[0]]
-    path = forward[n - 1] - forward[stages.index(stage)] + instance.t_f[stages[n - 1]] \
+    path = forward[n - 1] - forward[shape.position[stage]] + instance.t_f[stages[n - 1]] \
         + backward[k]
     closed = _closed_states(instance, device, stage)
     if closed is None:  # too many passes a micro-batch on this device to enumerate: no claim
@@ -627,7 +691,10 @@ def w_deferral(instance: Instance) -> float:
 
 
 def bottlenecks(instance: Instance) -> tuple[float, ...]:
-    """Per device, the bottleneck bound on its span (see the module doc)."""
+    """Per device, the bottleneck bound on its span (see the module doc). For device d with
+    first stage f on a chain the bound is the largest over later stages k of (forward[k] +
+    busy[k] + backward[k]) - (forward[f] + backward[f]) + t_w(f): the k of the largest first
+    term over k >= f (a suffix maximum) gives it, in time linear in the stages."""
     best = [0.0] * instance.devices
     for stages, mbs in instance.chains:
         n = len(stages)
@@ -639,19 +706,25 @@ def bottlenecks(instance: Instance) -> tuple[float, ...]:
             a, b = stages[i - 1], stages[i]
             forward[i] = forward[i - 1] + instance.t_f[a] + stage_lag(instance, a, b)
             backward[i] = backward[i - 1] + stage_lag(instance, b, a) + instance.t_b[a]
-        busy = [0.0] * n  # F and B of stage i and of its device's later stages on the chain
-        for i in range(n):
-            e = instance.device_of(stages[i])
-            busy[i] = sum(count * (instance.t_f[stages[x]] + instance.t_b[stages[x]])
-                          for x in range(i, n) if instance.device_of(stages[x]) == e)
-        first: dict[int, int] = {}
+        on: dict[int, list[int]] = {}  # each device's positions on the chain, in order
         for i, s in enumerate(stages):
-            first.setdefault(instance.device_of(s), i)
-        for d, f in first.items():
+            on.setdefault(instance.device_of(s), []).append(i)
+        busy = [0.0] * n  # F and B of stage i and of its device's later stages on the chain
+        for mine in on.values():
+            for j, i in enumerate(mine):
+                busy[i] = sum(count * (instance.t_f[stages[x]] + instance.t_b[stages[x]])
+                              for x in mine[j:])
+        top = [0] * n  # top[f]: the k >= f of the largest forward[k] + busy[k] + backward[k]
+        for k in range(n - 1, -1, -1):
+            later = top[k + 1] if k + 1 < n else k
+            top[k] = k if forward[k] + busy[k] + backward[k] >= \
+                forward[later] + busy[later] + backward[later] else later
+        for d, mine in on.items():
+            f = mine[0]
+            k = top[f]
             tail = instance.t_w[stages[f]]
-            for k in range(f, n):
-                value = (forward[k] - forward[f]) + busy[k] + (backward[k] - backward[f]) + tail
-                best[d] = max(best[d], value)
+            value = (forward[k] - forward[f]) + busy[k] + (backward[k] - backward[f]) + tail
+            best[d] = max(best[d], value)
     return tuple(best)
 
 
@@ -671,7 +744,13 @@ def _wave_setting(instance: Instance, j: int, downstream: tuple[float, int] | No
         return None
     if f <= 0:
         return (least, 1) if least <= room + 1e-9 else None
-    n = 1 if math.isinf(room) else max(1, math.ceil((least - room) / f - 1e-9))
+    if math.isinf(room):
+        n = 1
+    else:
+        quotient = (least - room) / f  # inf when f is tiny against the gap: n past any limit
+        if quotient > limit:
+            return None
+        n = max(1, math.ceil(quotient - 1e-9))
     if n > limit:
         return None
     return max(least, n * f), n
@@ -680,9 +759,7 @@ def _wave_setting(instance: Instance, j: int, downstream: tuple[float, int] | No
 def _forward_limit(instance: Instance, device: int) -> int:
     """How many forwards of a one-stage device fit under its cap before any memory is freed."""
     capacity, m_b, m = activation_capacity(instance, device), instance.m_b[device], instance.microbatches
-    if not math.isfinite(capacity) or m_b <= 0:
-        return m
-    return min(m, math.floor(capacity / m_b + 1e-9))
+    return held_count(capacity, m_b, m)
 
 
 def _wave_forwards(instance: Instance, value: float, loads, trips, limits) -> tuple[int, ...] | None:
@@ -770,7 +847,7 @@ def ramp_formula(instance: Instance) -> float | None:
         return None
     p, m = instance.devices, instance.microbatches
     t_f, t_b, t_w, m_b = instance.t_f[0], instance.t_b[0], instance.t_w[0], instance.m_b[0]
-    k = min(m, math.floor(instance.cap[0] / m_b + 1e-9)) if m_b > 0 else m
+    k = held_count(instance.cap[0], m_b, m)
     return m * (t_f + t_b + t_w) + max(0, (p - k) * t_f + (p - 1) * (t_b + 2 * instance.comm))
 
 

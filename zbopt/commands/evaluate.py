@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from ..errors import ZboptError
 from ..schedule import evaluate
-from ._common import check_input, check_output, console, fmt, load, print_json, print_timeline, with_mem
+from ._common import (
+    check_input,
+    check_output,
+    console,
+    fmt,
+    load_with_schedule,
+    print_json,
+    print_timeline,
+    with_mem,
+)
 
 
 def register(sub) -> None:
@@ -46,10 +55,12 @@ def run(args) -> int:
     if args.torch_csv:
         from ..export.torch_csv import read_torch_csv
         args.instance = args.file
-        instance = load(args)
+        instance, loaded = load_with_schedule(args)
         check_input(args.torch_csv, "CSV")
         schedule = read_torch_csv(args.torch_csv, instance)
         source = args.torch_csv
+        if loaded is not None:  # a schedule or plan file as the instance: a plan stays a plan
+            kept, left_out = _csv_entries(loaded, instance, schedule)
     else:
         if not args.file.endswith(".json"):
             raise ZboptError(f"{args.file}: expected a zbopt.schedule/1 .json file; for a "
@@ -85,6 +96,24 @@ def run(args) -> int:
         if args.out:
             console().print(f"wrote {args.out}{left_out}", markup=False, soft_wrap=True)
     return 1 if args.check and differences else 0
+
+
+def _csv_entries(loaded, instance, schedule) -> tuple[dict, str]:
+    """What --out keeps of the schedule or plan file given as the instance of --torch-csv, with
+    what its line says is left out: where the CSV holds the file's own orders (as `zbopt export
+    --torch-csv` writes them), what `evaluate FILE.json --out` keeps (kept_entries); for other
+    orders the partition and the model only, as the plan's verdict and the solver's record
+    describe the file's schedule, not the CSV's."""
+    from ..export.schedule_file import kept_entries
+    kept, left_out = kept_entries(loaded, instance, solver=True)
+    if schedule.orders == loaded.schedule.orders:
+        return kept, left_out
+    dropped = [name for key, name in (("plan", "the plan's verdict"), ("solver", "the solver's record"))
+               if loaded.meta.get(key) is not None]
+    kept = {key: kept[key] for key in ("partition", "model") if key in kept}
+    note = f" (without {' and '.join(dropped)}, made for the file's schedule, not the CSV's)" \
+        if dropped else ""
+    return kept, note
 
 
 def _print(timeline, source, differences, solver) -> None:

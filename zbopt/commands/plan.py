@@ -12,6 +12,7 @@ from ..progress import wanted
 from ..sizes import byte_unit, readable
 from ._common import (
     add_progress_arguments,
+    brief,
     check_output,
     check_solver,
     console,
@@ -41,7 +42,9 @@ def register(sub) -> None:
                              "unit is a byte size), one per device separated by commas, or "
                              "'none'")
     parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
-                        help="seconds for the whole search (default 60)")
+                        help="seconds for the whole search (default 60); a split once "
+                             "started is scheduled to the end, and the baselines of the first "
+                             "placement are scheduled whatever the limit")
     parser.add_argument("--solver", default="auto",
                         help="exact solver: auto (default: cpsat-lns on splits of 750 passes or "
                              "more, else cpsat) or a name `zbopt methods` lists")
@@ -72,15 +75,15 @@ def _cap(text: str, unit: str):
     try:
         parts = [parse_cap(x.strip(), unit) for x in text.split(",")]
     except ZboptError as err:
-        raise ZboptError(f"--mem {text}: {err}") from None
+        raise ZboptError(f"--mem {brief(text)}: {err}") from None
     if any(isinstance(x, str) for x in parts):
-        raise ZboptError(f"--mem {text!r}: a layered model's cap is absolute bytes (or the "
+        raise ZboptError(f"--mem {brief(text)!r}: a layered model's cap is absolute bytes (or the "
                          f"file's memory unit) per device, static memory included, not a "
                          f"multiple of p; give a number (or a size such as 80GB), one per device, or 'none'")
     if len(parts) == 1:
         return parts[0]
     if any(x is None for x in parts):
-        raise ZboptError(f"--mem {text!r}: give a number for every device")
+        raise ZboptError(f"--mem {brief(text)!r}: give a number for every device")
     return tuple(parts)
 
 

@@ -26,6 +26,7 @@ within its time limit.
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable, Optional
 
 from ..errors import ZboptError
@@ -38,6 +39,25 @@ from .bound import device_caps
 # most n / SCALE of it
 SCALE = 10 ** 9
 MAX_INTEGER = 10 ** 15
+# CP-SAT's presolve turns each prefix-sum table read at a cut (cut_variables' sums) into one
+# Boolean an entry, and does not stop at its time limit while it does: 4-7 us and about 2.3 KB an
+# entry on this project's 2-core machine (0.6 s for V at p = 16 on 3,000 layers uncapped, 99,099
+# entries; 1-3 s and 900 MB for interleaved with 3 chunks at p = 16 on 4,094 layers capped,
+# 401,506). A model is built only where ENTRY_SECONDS an entry fits in its time limit
+ENTRY_SECONDS = 1e-5
+# and never past MAX_ENTRIES (about 600 MB), whatever the time
+MAX_ENTRIES = 250_000
+
+
+def table_entries(model: LayeredModel, tables: int) -> int:
+    """The entries of `tables` prefix-sum tables read at every cut of a partition of `model`."""
+    return tables * (model.num_parts + 1) * (model.num_layers + 1)
+
+
+def affordable(entries: int, time_limit: float) -> bool:
+    """Whether a CP-SAT model of `entries` table entries can be set up within `time_limit`
+    seconds (ENTRY_SECONDS an entry, MAX_ENTRIES at most)."""
+    return entries <= MAX_ENTRIES and entries * ENTRY_SECONDS < time_limit
 
 
 def _integers(*lists: list[float], top: float = 0.0) -> tuple[float, list[list[int]]]:
@@ -83,17 +103,25 @@ def cut_variables(cp, n: int, parts: int) -> tuple[list, Callable[[list[int], st
 def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
     """The least over fitting partitions of the largest device load on interleaved, V or
     dualpipe, or a lower bound of it proven within `time_limit` seconds; inf when CP-SAT proves
-    no partition fits the cap; None on other placements or when it proves nothing above zero.
+    no partition fits the cap; None on other placements, when it proves nothing above zero, or
+    when its model is too large to set up in the time (affordable: thousands of layers; the
+    caller keeps its weaker bound).
 
     Its argmin is not offered to the plan's search as a start: a split that balances the loads
     alone can run far longer than its load (a V split with one layer per device on one side),
     and as the split of least bound it would draw the search's later phases."""
     if model.placement not in ("interleaved", "v", "dualpipe") or time_limit <= 0:
         return None
+    began = time.perf_counter()
+    caps = device_caps(model)
+    dual = model.placement == "dualpipe"
+    tables = 1 if caps is None else 3 if dual else 2
+    if not affordable(table_entries(model, tables), time_limit):
+        return None
     from ortools.sat.python import cp_model
 
     layers, p, parts = model.expanded, model.devices, model.num_parts
-    n, dual = len(layers), model.placement == "dualpipe"
+    n = len(layers)
     runs = model.microbatches // 2 if dual else model.microbatches
     loads = [runs * (x.t_f + x.t_b + x.t_w) for x in layers]
     scale, (prefix,) = _integers(loads)
@@ -106,7 +134,6 @@ def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
     devices = [[s % parts for s in range(len(device_of)) if device_of[s] == d] for d in range(p)]
     for own in devices:
         cp.Add(sum(at[k + 1] - at[k] for k in own) <= span)
-    caps = device_caps(model)
     if caps is not None:
         if dual:  # static memory of both stages, the activations of one
             unit, (static, activation) = _integers([x.static for x in layers],
@@ -125,8 +152,11 @@ def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
             else:
                 cp.Add(pinned <= room)
     cp.Minimize(span)
+    left = time_limit - (time.perf_counter() - began)  # the building's time included
+    if left <= 0:
+        return None
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.max_time_in_seconds = left
     solver.parameters.num_workers = 1
     status = solver.Solve(cp)
     if status == cp_model.INFEASIBLE:

@@ -201,6 +201,11 @@ def pipeline_bound(instance: Instance) -> float:
     rooms = [activation_capacity(instance, d) for d in range(p)]
     counts = held_counts(instance)
     best = 0.0
+    # the terms over d <= e (d < e for A) are R_d + t_w(d) less what depends on e alone: the
+    # device of the largest R_d + t_w(d) so far gives them (`lead`), and the chain's rules
+    # with one count keep the largest slot only (`rules`), so each device costs O(m) rules
+    # rather than O(p): linear in the devices
+    lead, rules = 0, {}
     for e in range(p):
         work = window_work(m, instance.t_f[e], instance.t_b[e], instance.t_w[e], instance.m_b[e],
                            instance.m_w[e], rooms[e], _idle(instance, e))
@@ -208,13 +213,15 @@ def pipeline_bound(instance: Instance) -> float:
                                      instance.m_b[e], instance.m_w[e], rooms[e],
                                      round_trip(instance, e, e), ramp_idle(instance, e)))
         if e:
-            ahead = max(trip[d] - trip[e] + instance.t_w[d] for d in range(e))
+            ahead = trip[lead] - trip[e] + instance.t_w[lead]
             best = max(best, tail_span(m, instance.t_f[e], instance.t_b[e], instance.t_w[e],
                                        instance.m_b[e], instance.m_w[e], rooms[e], trip[e],
                                        ramp_idle(instance, e), ahead))
-        chain = start_chain(m, instance.t_f[e], [(counts[d], slot[d]) for d in range(e + 1)])
+        if trip[e] + instance.t_w[e] > trip[lead] + instance.t_w[lead]:
+            lead = e
+        rules[counts[e]] = max(rules.get(counts[e], -math.inf), slot[e])
+        chain = start_chain(m, instance.t_f[e], list(rules.items()))
         window = max(work, chain + trip[e])
-        for d in range(e + 1):
-            # fwd(d, e) + bwd(e, d) = R_d - R_e
-            best = max(best, trip[d] - trip[e] + window + instance.t_w[d])
+        # fwd(d, e) + bwd(e, d) = R_d - R_e
+        best = max(best, trip[lead] - trip[e] + window + instance.t_w[lead])
     return best

@@ -71,16 +71,17 @@ def least_shortfall(model: LayeredModel, time_limit: float = SHORTFALL_SECONDS
     """For a cap no partition fits (see the module doc): (the largest shortfall of a device
     on the partition where that is least, the first device short by it, the partition, whether
     CP-SAT proved it least within `time_limit`; else it is the least it found). None without a
-    cap, or when CP-SAT finds no partition in time. Memory is scaled to integers as in
+    cap, or when CP-SAT finds no partition in time (or its model is too large to set up in it,
+    zbopt.plan.load_floor.affordable). Memory is scaled to integers as in
     zbopt.plan.load_floor; the shortfall returned is the partition's own, in floats."""
     from ortools.sat.python import cp_model
 
     from ..bounds import min_feasible_cap
-    from .load_floor import _integers, cut_variables
+    from .load_floor import _integers, affordable, cut_variables, table_entries
 
     caps = device_caps(model)
-    if caps is None or time_limit <= 0:
-        return None
+    if caps is None or time_limit <= 0 or not affordable(table_entries(model, 2), time_limit):
+        return None  # without a cap, or a model too large to set up in the time
     layers, p, parts = model.expanded, model.devices, model.num_parts
     n = len(layers)
     free = model.with_settings(memory_cap=None)

@@ -36,8 +36,22 @@ for them) shows what schedule they reach (Plan.tried).
 
 Every bound over all partitions is taken within the time: the table, the paired programmes and
 CP-SAT's load floor each get what the time left allows and fall back to a weaker valid bound
-past it. A cap no split of the placements holds is refused with the split of least shortfall,
-the device short by it and its cap (_infeasible_message).
+past it (the load floor is not built where CP-SAT could not set it up in that time).
+
+The time limit: scheduling a split runs every registered heuristic of its placement and cannot
+be cut short (0.03-1.3 s a split at p = 16, m = 64 on 80 blocks, more on larger pipelines), so
+no phase starts a new split unless the most a split of that placement has taken so far still
+ends within the phase's time (_Search.affords; before the first on a placement, the most per
+part on another); the bounds, the policy search, the local search and the solver take
+deadlines. The limit is passed only by what an answer cannot do without: the baselines (even,
+torchtitan) of the first placement planned over, scheduled whatever the time (a plan needs one
+schedule, and its gain is measured against them; on the next placement too while none fits),
+a split that takes longer than the one before it on its placement, and the final checks (the
+bound over all partitions and the baselines from the splits already scheduled, milliseconds).
+Given more time the search is the same: each phase still schedules while its share lasts.
+
+A cap no split of the placements holds is refused with the split of least shortfall, the device
+short by it and its cap (_infeasible_message).
 """
 
 from __future__ import annotations
@@ -139,6 +153,9 @@ class Plan:
     model: LayeredModel
     result: Result  # the chosen schedule; lower_bound is the bound over all partitions
     split: Split
+    # per baseline rule (BASELINES), its split on the placement where it is shortest, among the
+    # placements where it was scheduled (on each unless the time limit ran short; on the first
+    # always); None where the rule gives no split
     baselines: dict[str, Optional[Split]]
     scope: str
     partitions_scheduled: int
@@ -257,6 +274,8 @@ class _Search:
         self.device_memo: dict[tuple[str, tuple[int, ...]], dict] = {}
         self.guides: dict[str, Guide] = {}  # per placement without a segment table
         self.on: dict[str, LayeredModel] = {}  # the model on each placement (placed)
+        # per placement, the most seconds one split took to schedule (schedule(); affords())
+        self.split_seconds: dict[str, float] = {}
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.began
@@ -274,6 +293,26 @@ class _Search:
         bound = self.bound if math.isfinite(self.bound) else None
         self.progress({"phase": phase, "elapsed": self.elapsed(), "incumbent": incumbent,
                        "bound": bound, "gap": gap, "scheduled": len(self.cache), **fields})
+
+    def expected(self, placement: str) -> float:
+        """The seconds a new split of `placement` is expected to take to schedule (its
+        registered heuristics and bounds): the most one took on it so far, else the most a
+        part took on another placement times its parts (its passes are 3 m a part; 0 before
+        any split is scheduled)."""
+        if placement in self.split_seconds:
+            return self.split_seconds[placement]
+        per_part = max((seconds / self.placed(other).num_parts
+                        for other, seconds in self.split_seconds.items()), default=0.0)
+        return per_part * self.placed(placement).num_parts
+
+    def affords(self, placement: str, end: float, sizes: Optional[Sequence[int]] = None) -> bool:
+        """Whether a split of `placement` can be scheduled by `end`: `sizes` is in the cache
+        (at any time), or a new split's expected time (expected) ends before `end`. A split
+        is not cut short once started (the registered heuristics take no deadline), so every
+        phase that schedules splits asks this first (the module doc's time limit)."""
+        if sizes is not None and (placement, tuple(sizes)) in self.cache:
+            return True
+        return time.perf_counter() + self.expected(placement) < end
 
     def placed(self, placement: str) -> LayeredModel:
         if placement not in self.on:  # made once: a model of thousands of layers takes ms
@@ -312,6 +351,7 @@ class _Search:
         key = (placement, tuple(sizes))
         if key in self.cache:
             return self.cache[key]
+        began = time.perf_counter()
         instance = self.instance(placement, sizes)
         if instance is None:
             split = Split(placement, tuple(sizes), None, math.inf, "cap")
@@ -329,6 +369,8 @@ class _Search:
                 candidates.append((self.tables[placement].full_bound(tuple(sizes)), SEGMENT))
             value, name = max(candidates, key=lambda c: c[0])
             split = Split(placement, tuple(sizes), best, value, name)
+            took = time.perf_counter() - began
+            self.split_seconds[placement] = max(took, self.split_seconds.get(placement, 0.0))
         self.cache[key] = split
         self.offer(split)
         # a split takes a second or more on large pipelines: every one is told (the command
@@ -376,6 +418,8 @@ class _Search:
             (lacking, bound), sizes = heapq.heappop(heap)
             if lacking == 0 and (placement, sizes) not in self.cache and \
                     (self.best is None or bound < self.best.span * (1 - TOLERANCE)):
+                if not self.affords(placement, budget_end):
+                    return
                 self.schedule(placement, sizes, phase="exploring")
             for moved in guide.moves(sizes):
                 if moved not in seen:
@@ -401,15 +445,22 @@ class _Search:
                         budget_end: float, every: bool = True) -> None:
         """Step 1's starts scheduled: `starts` and, on a placement without a segment table,
         where the guide leads from them (a third of the time to `budget_end` at most; tried
-        first). every=False: only while the time lasts."""
+        first), each while its expected time lasts (affords): the first of `starts` (the even
+        split) to the search's deadline, so that a plan over several placements looks at each
+        while its time allows, the rest to `budget_end`. every=True: the baselines (the first
+        len(BASELINES) of `starts`) whatever the time, as the plan needs one schedule and its
+        gain is measured against them (plan() asks this while no split fits yet)."""
+        required = set(starts[:len(BASELINES)]) if every else set()
+        first = starts[0] if starts else None
         if placement not in self.tables:
             now = time.perf_counter()
             starts = self.guided_starts(placement, starts, now + GUIDE_SHARE * (budget_end - now)) \
                 + starts
         for sizes in starts:
-            if not every and time.perf_counter() >= budget_end:
-                break
-            if sizes is not None:
+            if sizes is None:
+                continue
+            end = max(budget_end, self.deadline) if sizes == first else budget_end
+            if sizes in required or self.affords(placement, end, sizes):
                 self.schedule(placement, sizes, phase="baselines")
         self.tell("baselines", placement=placement)
 
@@ -420,7 +471,7 @@ class _Search:
         table = self.tables.get(placement)
         local = [s for (pl, _), s in self.cache.items() if pl == placement and s.result]
         for start in sorted(local, key=lambda s: s.span)[:1 if table is not None else None]:
-            if time.perf_counter() >= budget_end:
+            if not self.affords(placement, budget_end):
                 break
             self.improve_locally(placement, start, budget_end)
         if table is None:
@@ -450,7 +501,7 @@ class _Search:
                         neighbours.append(sizes)
                 neighbours.sort(key=guide)
             for neighbour in neighbours:
-                if time.perf_counter() >= budget_end:
+                if not self.affords(placement, budget_end, neighbour):
                     return
                 if table is not None and (placement, neighbour) not in self.cache and \
                         table.full_bound(neighbour) >= current.span * (1 - TOLERANCE):
@@ -767,7 +818,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             bounds[placement] = floor
             continue
         search.bound = min([*bounds.values(), floor])
-        search.schedule_starts(placement, search.starts(placement, best), budget_end)
+        search.schedule_starts(placement, search.starts(placement, best), budget_end,
+                               every=search.best is None)
         if search.best is not None and search.best.span <= floor * (1 + TOLERANCE):
             bounds[placement] = floor  # a split already meets the least bound of any split
             continue
@@ -800,7 +852,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
                 splits.append(cached.raised(lb, SEGMENT))
             elif search.best is not None and lb >= search.best.span * (1 - TOLERANCE):
                 splits.append(Split(placement, sizes, None, lb))
-            elif time.perf_counter() < budget_end:
+            elif search.affords(placement, budget_end):
                 split = search.schedule(placement, sizes, lb)
                 splits.append(split.raised(lb, SEGMENT))
             else:
@@ -895,7 +947,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             if math.isinf(bounds.get(placement, 0.0)):
                 continue  # no split fits this placement (proven above)
             sizes = rule(search.placed(placement))
-            if sizes is not None:
+            # scheduled in step 1 unless the time ran short: then only while it allows
+            if sizes is not None and search.affords(placement, search.deadline, sizes):
                 options.append(search.schedule(placement, sizes))
         fitting = [s for s in options if s.result is not None]
         baselines[name] = min(fitting, key=lambda s: s.span) if fitting else (options[0] if options else None)
@@ -939,10 +992,9 @@ LOAD_FLOOR_SECONDS = 2.0
 # the slowest of the paired programmes at BUDGET (dualpipe on 102 layers at p = 16: 7 s): with a
 # deadline, their budget is BUDGET times the seconds left over this
 BUDGET_SECONDS = 7.0
-MIN_LOAD_FLOOR_SECONDS = 0.01  # below this CP-SAT is not started
-# seconds a layer that load_floor's CP-SAT takes to set up and presolve whatever its time limit
-# (0.25 s at 1,024 layers, 1.3-1.8 s and 600 MB at 4,096, p = 16): given less, it is not started
-LOAD_FLOOR_SETUP = 4e-4
+# below this CP-SAT is not started (load_floor itself declines a model too large to set up in
+# the time it is given: zbopt.plan.load_floor.affordable)
+MIN_LOAD_FLOOR_SECONDS = 0.01
 # the paired programmes' budget for placements not planned over (plan(others=True)): a tenth of
 # theirs, half a second at most each on this project's 2-core machine (V and dualpipe to about 56
 # layers at p = 16, interleaved to about 43 at p = 8), so the hint takes little of the search's
@@ -975,8 +1027,8 @@ def placement_floor(model: LayeredModel, budget: float = BUDGET,
     zbopt.plan.paired_bound's programme where it applies and runs within `budget` (its element
     operations; with a `deadline`, no more than BUDGET_SECONDS for BUDGET allows in the time
     left), else by zbopt.plan.load_floor's least largest device load (LOAD_FLOOR_SECONDS at the
-    full budget, in proportion below it, not past the deadline, and not started with less than
-    LOAD_FLOOR_SETUP a layer)."""
+    full budget, in proportion below it, not past the deadline, and not started where its
+    model cannot be set up in that time, zbopt.plan.load_floor.affordable)."""
     if model.placement == "contiguous":
         return _contiguous_floor(model, deadline)[0]
     if deadline is not None:  # the programme's budget and CP-SAT's time, in the time left
@@ -987,9 +1039,7 @@ def placement_floor(model: LayeredModel, budget: float = BUDGET,
     seconds = LOAD_FLOOR_SECONDS * budget / BUDGET
     if deadline is not None:
         seconds = min(seconds, deadline - time.perf_counter())
-    if value is None and seconds >= max(MIN_LOAD_FLOOR_SECONDS,
-                                        LOAD_FLOOR_SETUP * model.num_layers):  # 3+ chunks, or
-        # past the budget, and time for CP-SAT to set the model up
+    if value is None and seconds >= MIN_LOAD_FLOOR_SECONDS:  # 3+ chunks, or past the budget
         value = load_floor(model, seconds)
     return max(floor, value or 0.0)
 
@@ -1025,6 +1075,7 @@ def _try_others(search: "_Search", floors: dict[str, float], deadline: float) \
             search.tell("other placements", placement=name, scheduled_there=info["scheduled"])
 
         other = _Search(search.model, end - now, told, search.solver, search.threads)
+        other.split_seconds = search.split_seconds  # what a split takes, for affords()
         if name in search.other_tables:  # contiguous: _other_floors made its table in time
             other.tables[name] = search.other_tables[name]
         search.tell("other placements", placement=name)
