@@ -7,18 +7,9 @@ import json
 import os
 
 import pytest
+from cli_checks import refused
 
 from zbopt.cli import main
-
-
-def refused(capsys, *argv) -> str:
-    """The command's one error line (exit status 2, nothing on stdout)."""
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert code == 2, (out, err)
-    assert err.startswith("zbopt: error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    return err
 
 
 def tree(folder) -> list[str]:

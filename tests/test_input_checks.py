@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_checks import refused
 
 from zbopt import layers as layers_module
-from zbopt.cli import main
 from zbopt.errors import ZboptError
 from zbopt.instance import Instance, default_instance_path, load_instance
 from zbopt.layers import MAX_LAYERS, Layer, LayeredModel
@@ -22,16 +22,6 @@ HEADER = 'devices = 2\nmicrobatches = 4\nmemory_unit = "MB"\n'
 def layer(name: str, **keys) -> str:
     body = {"t_f": 1, "t_b": 1, "t_w": 1, **keys}
     return f'[[layers]]\nname = "{name}"\n' + "".join(f"{k} = {v}\n" for k, v in body.items())
-
-
-def refused(capsys, *argv) -> str:
-    """Run, expect exit 2 with exactly one line on stderr and no traceback; return the line."""
-    code = main([str(a) for a in argv])
-    _, err = capsys.readouterr()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert err.startswith("zbopt: error: ")
-    return err.strip()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_checks import refused
 
 from zbopt.cli import main
 from zbopt.errors import ZboptError
@@ -29,16 +30,6 @@ def write_instance(path: Path, **changes) -> Path:
     data = {k: v for k, v in {**BASE, **changes}.items() if v is not None}
     path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in data.items()))
     return path
-
-
-def refused(capsys, *argv) -> str:
-    """Run, expect exit 2 with exactly one line on stderr and no traceback; return the line."""
-    code = main([str(a) for a in argv])
-    _, err = capsys.readouterr()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert err.startswith("zbopt: error: ")
-    return err.strip()
 
 
 # ----- per-stage instances -------------------------------------------------------------------
