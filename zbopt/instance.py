@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import ZboptError, reason
-from .sizes import readable
+from .sizes import bytes_with_unit, in_unit, readable
 
 PLACEMENTS = ("contiguous", "interleaved", "v", "dualpipe")
 KINDS = ("F", "B", "W")
@@ -53,7 +55,40 @@ def within_cap(level: float, cap: float) -> bool:
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    """A real number, bool excluded: int and float, and numpy's scalars or a Fraction too
+    (numbers.Real), which plain() turns into int or float."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def plain(x: Any) -> Any:
+    """A number as a plain int (numbers.Integral) or float (any other numbers.Real), so that
+    nothing past construction sees numpy's scalars; anything else as it is."""
+    if type(x) is int or type(x) is float or isinstance(x, bool) \
+            or not isinstance(x, numbers.Real):
+        return x
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    try:
+        return float(x)
+    except OverflowError:  # a Fraction beyond a float: as unusable as an infinite value
+        return math.inf if x > 0 else -math.inf
+
+
+def require_instance(x: Any, where: str) -> "Instance":
+    """`x` if it is an Instance, else ZboptError saying how to get one (`where`: the function
+    that was given it, e.g. "run()"): a public entry point's first check, a cheap isinstance."""
+    if isinstance(x, Instance):
+        return x
+    if isinstance(x, (str, os.PathLike)):
+        hint = f"load one with zbopt.instance.load_instance({str(x)!r})"
+    elif isinstance(x, dict):
+        hint = "build one with Instance.from_dict(...) or Instance(devices=..., microbatches=...)"
+    elif type(x).__name__ == "LayeredModel":
+        hint = "a layered model gives one per partition: model.instance(sizes)"
+    else:
+        hint = "load one with zbopt.instance.load_instance(path or shipped name), or build " \
+               "one with Instance(devices=..., microbatches=...)"
+    raise ZboptError(f"{where}: expected a zbopt Instance, got {type(x).__name__}: {hint}")
 
 
 def finite(x: Any) -> bool:
@@ -73,14 +108,18 @@ def shown(x: Any) -> str:
     return str(x) if isinstance(x, float) else repr(x)
 
 
-def check_integers(**values: Any) -> None:
-    """Counts (devices, microbatches, chunks) must be ints; a whole float such as 2.0 is
-    refused too, with the integer to write instead. Shared by Instance and LayeredModel."""
+def check_integers(**values: Any) -> dict[str, int]:
+    """Counts (devices, microbatches, chunks) must be integers (numbers.Integral: numpy's
+    included), returned as plain ints by key; a whole float such as 2.0 is refused too, with
+    the integer to write instead. Shared by Instance and LayeredModel."""
+    out = {}
     for key, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool):
-            fix = f"write {key} = {int(value)}" if isinstance(value, float) and \
-                value.is_integer() else "give a whole number"
-            raise ZboptError(f"{key} must be an integer, got {shown(value)}: {fix}")
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            whole = _is_number(value) and finite(value) and float(value).is_integer()
+            fix = f"write {key} = {int(value)}" if whole else "give a whole number"
+            raise ZboptError(f"{key} must be an integer, got {shown(plain(value))}: {fix}")
+        out[key] = int(value)
+    return out
 
 
 def _total_text(total: float) -> str:
@@ -111,9 +150,9 @@ def check_total_memory(key: str, value: Any, total: float, where: str) -> None:
 def _stage_values(name: str, value: Any, stages: int, parts: int | None = None) -> tuple:
     """Broadcast a scalar to every stage, or check a per-stage list (non-negative, finite)."""
     if _is_number(value):
-        values = (value,) * stages
+        values = (plain(value),) * stages
     elif isinstance(value, (list, tuple)):
-        values = tuple(value)
+        values = tuple(map(plain, value))
         if parts is not None and len(values) == parts and parts != stages:
             # dualpipe: one value per model part, shared by both copies (stage p+k is part k)
             values = values + values
@@ -161,7 +200,9 @@ class Instance:
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
-        check_integers(devices=self.devices, microbatches=self.microbatches, chunks=self.chunks)
+        for key, value in check_integers(devices=self.devices, microbatches=self.microbatches,
+                                         chunks=self.chunks).items():
+            set_(key, value)
         if self.devices < 1:
             raise ZboptError(f"devices must be >= 1, got {self.devices}")
         if self.microbatches < 1:
@@ -196,6 +237,7 @@ class Instance:
             value = getattr(self, key)
             if not _is_number(value) or not finite(value) or value < 0:
                 raise ZboptError(f"{key} must be a finite number >= 0, got {shown(value)}")
+            set_(key, plain(value))
         if self.overlap > 1:
             raise ZboptError(f"overlap is a fraction in [0, 1], got {self.overlap}")
         for s in range(stages):
@@ -207,10 +249,10 @@ class Instance:
             raise ZboptError("all pass costs are zero: give t_f, t_b or t_w a positive value")
         static = self.static_memory
         if _is_number(static):
-            static = (static,) * self.devices
+            static = (plain(static),) * self.devices
         elif isinstance(static, (list, tuple)) and len(static) == self.devices \
                 and all(_is_number(x) for x in static):
-            static = tuple(static)
+            static = tuple(map(plain, static))
         else:
             raise ZboptError(f"static_memory must be a number or a list with one number per "
                              f"device ({self.devices}), got {self.static_memory!r}")
@@ -219,8 +261,10 @@ class Instance:
             raise ZboptError(f"static_memory must be finite and >= 0, got {shown(bad[0])}")
         set_("static_memory", static)
         self._check_totals()
-        if isinstance(self.memory_cap, list):
-            set_("memory_cap", tuple(self.memory_cap))
+        if isinstance(self.memory_cap, (list, tuple)):
+            set_("memory_cap", tuple(map(plain, self.memory_cap)))
+        else:
+            set_("memory_cap", plain(self.memory_cap))
         set_("cap", self._resolve_cap(self.memory_cap))
         for name in ("name", "time_unit", "memory_unit"):
             if not isinstance(getattr(self, name), str):
@@ -387,8 +431,26 @@ class Instance:
                 unit = self.devices * self.activation_unit
                 value = min((k * unit if unit else 0) + self.static_memory[device], MAX_TOTAL)
                 return int(value) if value == int(value) else value
+            if bytes_with_unit(x) is not None:
+                raise ZboptError(self._byte_cap_message(x))
         raise ZboptError(f"memory_cap {x!r} is not a number, a list per device, "
                          f"or a multiple of p such as '1p', '1.5p', '2p'")
+
+    def _byte_cap_message(self, text: str) -> str:
+        """Why a cap written in bytes ("80GB") is refused here: the command line's --mem reads
+        byte sizes; in Python the cap is a number in the memory unit (the number it comes to
+        when the unit names a byte size)."""
+        unit = self.memory_unit if isinstance(self.memory_unit, str) else ""
+        which = "the instance's memory unit"
+        if unit.strip():
+            try:
+                value = in_unit(text, unit)
+            except ZboptError:  # the unit names no byte size: nothing to convert to
+                value = None
+            which += f" ({unit!r}" + (f": memory_cap={value!r})" if value is not None else ")")
+        return (f"memory_cap {text.strip()!r}: byte sizes such as {text.strip()} are read by the "
+                f"command line's --mem; in Python give the cap as a number in {which}, a list "
+                f"per device, or a multiple of p such as '1p'")
 
     def with_cap(self, memory_cap: Any) -> "Instance":
         return replace(self, memory_cap=memory_cap)
@@ -463,9 +525,16 @@ class Instance:
         return path
 
 
+def check_table(data: Any, source: str) -> None:
+    """What from_dict reads must be a dict of keys (a file's table)."""
+    if not isinstance(data, dict):
+        raise ZboptError(f"{source}: expected a table (dict) of keys, got {type(data).__name__}")
+
+
 def check_keys(data: dict[str, Any], source: str, allowed: tuple[str, ...] = FILE_KEYS) -> None:
     """Unknown keys are an error (a typo must not change the problem); devices and
     microbatches are required. Shared by instance and layered model files."""
+    check_table(data, source)
     unknown = sorted(set(map(str, data)) - set(allowed))
     if unknown:
         raise ZboptError(f"{source}: unknown key(s) {', '.join(unknown)}; "
@@ -563,7 +632,11 @@ def shipped_instances() -> dict[str, Path]:
 
 def resolve_instance(name: str | Path) -> Path:
     """A path as given if it exists, else a shipped instance of that name, else the path (so
-    that reading it says it is not found)."""
+    that reading it says it is not found). Anything but a str or a path is a ZboptError."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise ZboptError(f"give a file path or a shipped name (a str or a pathlib.Path), "
+                         f"got {type(name).__name__}"
+                         + (": decode it to a str" if isinstance(name, bytes) else ""))
     path = Path(name)
     if path.exists():
         return path

@@ -21,22 +21,26 @@ accelerator holds, static memory included).
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from .errors import ZboptError
 from .instance import (
     COST_KEYS,
     MAX_TOTAL,
     Instance,
+    _is_number,
     check_integers,
     check_keys,
+    check_table,
     check_total_memory,
     check_total_time,
     construct,
     finite,
+    plain,
     read_table,
     resolve_instance,
     shown,
@@ -55,10 +59,26 @@ MAX_LAYERS = 4096
 
 
 def _number(source: str, key: str, value: Any) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) \
-            or not finite(value) or value < 0:
+    if not _is_number(value) or not finite(value) or value < 0:
         raise ZboptError(f"{source}: {key} must be a finite number >= 0, got {shown(value)}")
-    return value
+    return plain(value)
+
+
+def require_model(x: Any, where: str) -> "LayeredModel":
+    """`x` if it is a LayeredModel, else ZboptError saying how to get one (`where`: the
+    function that was given it, e.g. "plan()")."""
+    if isinstance(x, LayeredModel):
+        return x
+    if isinstance(x, Instance):
+        hint = "an Instance has its stages fixed already; load a model with [[layers]] with " \
+               "zbopt.layers.load_model(path or shipped name)"
+    elif isinstance(x, (str, Path)):
+        hint = f"load one with zbopt.layers.load_model({str(x)!r})"
+    elif isinstance(x, dict):
+        hint = "build one with LayeredModel.from_dict(...)"
+    else:
+        hint = "load one with zbopt.layers.load_model(path or shipped name)"
+    raise ZboptError(f"{where}: expected a zbopt LayeredModel, got {type(x).__name__}: {hint}")
 
 
 @dataclass(frozen=True)
@@ -93,9 +113,9 @@ class Layer:
             raise ZboptError(f"{where}: m_w ({values['m_w']}) exceeds m_b ({values['m_b']}): "
                              f"m_w is the part of m_b kept for W")
         count = data.get("count", 1)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        if not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 1:
             raise ZboptError(f"{where}: count must be an integer >= 1, got {shown(count)}")
-        return cls(name=name, count=count, **values)
+        return cls(name=name, count=int(count), **values)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
@@ -126,9 +146,16 @@ class LayeredModel:
     def __post_init__(self) -> None:
         if not self.layers:
             raise ZboptError("a layered model needs at least one layer")
-        if isinstance(self.memory_cap, list):
-            object.__setattr__(self, "memory_cap", tuple(self.memory_cap))
-        check_integers(devices=self.devices, microbatches=self.microbatches, chunks=self.chunks)
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
+        if isinstance(self.memory_cap, (list, tuple)):
+            set_("memory_cap", tuple(map(plain, self.memory_cap)))
+        else:
+            set_("memory_cap", plain(self.memory_cap))
+        for key in ("comm", "overlap"):  # checked by the probe instance below
+            set_(key, plain(getattr(self, key)))
+        for key, value in check_integers(devices=self.devices, microbatches=self.microbatches,
+                                         chunks=self.chunks).items():
+            set_(key, value)
         total = self._check_size()
         # before the probe below, which holds a list per stage
         if self.num_parts > total:
@@ -220,8 +247,7 @@ class LayeredModel:
             raise ZboptError(f"memory_cap lists {len(cap)} values but there are {self.devices} "
                              f"devices: give one number, or one per device")
         for x in values:
-            if not isinstance(x, (int, float)) or isinstance(x, bool) or not finite(x) \
-                    or x <= 0:
+            if not _is_number(x) or not finite(x) or x <= 0:
                 raise ZboptError(f"memory_cap must be a positive number (or one per device), "
                                  f"got {shown(x)}")
 
@@ -253,12 +279,21 @@ class LayeredModel:
 
     def check_partition(self, sizes: Sequence[int]) -> tuple[int, ...]:
         """A partition is the number of (expanded) layers of each stage, in stage order along
-        the model: every stage at least one, all layers used."""
+        the model: every stage at least one, all layers used. Returned as plain ints."""
+        if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
+            raise ZboptError(f"give a list of layer counts, one per stage, got "
+                             f"{type(sizes).__name__}"
+                             + (f" {sizes!r}" if isinstance(sizes, str) else ""))
         sizes = tuple(sizes)
+        odd = [n for n in sizes if not isinstance(n, numbers.Integral) or isinstance(n, bool)]
+        if odd:
+            raise ZboptError(f"sizes must be whole numbers (layers per stage), got "
+                             f"{shown(plain(odd[0]))}")
+        sizes = tuple(map(int, sizes))
         if len(sizes) != self.num_parts:
             raise ZboptError(f"the partition has {len(sizes)} stages, the model "
                              f"{self.num_parts}")
-        if any(not isinstance(n, int) or n < 1 for n in sizes):
+        if any(n < 1 for n in sizes):
             raise ZboptError(f"every stage needs at least one layer, got {list(sizes)}")
         if sum(sizes) != self.num_layers:
             raise ZboptError(f"the partition covers {sum(sizes)} layers, the model has "
@@ -332,6 +367,7 @@ class LayeredModel:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "model") -> "LayeredModel":
+        check_table(data, source)
         stage_keys = sorted(set(data) & set(STAGE_KEYS))
         if stage_keys:
             raise ZboptError(f"{source}: a layered file takes its costs from [[layers]]; remove "

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import pkgutil
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from .errors import ZboptError
-from .instance import PLACEMENTS, Instance
+from .instance import PLACEMENTS, Instance, require_instance
 from .result import KINDS, Result
 from .schedule import Schedule, evaluate
 
@@ -124,12 +125,45 @@ def get_method(name: str, kind: str | None = None) -> Method:
     return registry[name]
 
 
+def _accepted(method: Method) -> tuple[tuple[str, ...], bool]:
+    """(the keywords `method` takes past the instance, whether it takes any keyword): a
+    generator's own parameters, or for a solver those of zbopt.solvers.api.solve (less the
+    solver's name, which run() passes)."""
+    if method.kind == "solver":
+        from .solvers.api import solve
+        fn, skip = solve, {"solver"}
+    else:
+        fn, skip = method.generate, set()
+    parameters = list(inspect.signature(fn).parameters.values())[1:]  # past the instance
+    names = tuple(p.name for p in parameters if p.name not in skip and p.kind in (
+        p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return names, any(p.kind == p.VAR_KEYWORD for p in parameters)
+
+
+def check_params(method: Method, params: dict, also: tuple[str, ...] = (),
+                 caller: str = "") -> None:
+    """ZboptError naming the method, the keywords it does not take and those it does, rather
+    than a TypeError from the call; `also`: keywords `caller` (run()) takes itself."""
+    names, any_keyword = _accepted(method)
+    extra = tuple(key for key in also if key not in names)
+    unknown = [key for key in params if key not in names and key not in extra]
+    if not unknown or any_keyword:
+        return
+    quoted = ", ".join(map(repr, unknown))
+    takes = f"it takes {', '.join(names)}" if names else "it takes none"
+    if extra:
+        takes += f" ({caller} also takes {', '.join(extra)})"
+    raise ZboptError(f"{method.name} takes no parameter{'s' if len(unknown) > 1 else ''} "
+                     f"{quoted}: {takes}")
+
+
 def prepare(method: Method, instance: Instance) -> Instance:
     """The instance on the method's placement; ZboptError with the reason if impossible.
 
     A re-placed instance keeps the absolute per-device cap of the instance as written, so every
     method is judged against the same memory.
     """
+    require_instance(instance, "prepare()")
     if method.kind == "solver" or instance.placement == method.placement:
         return instance
     if instance.placement != "contiguous":
@@ -141,6 +175,8 @@ def prepare(method: Method, instance: Instance) -> Instance:
 def generate(name: str, instance: Instance, **params) -> Schedule:
     """The schedule of generator `name` for `instance` (already on its placement)."""
     method = get_method(name, "schedule")
+    require_instance(instance, "generate()")
+    check_params(method, params)
     if instance.placement != method.placement:
         raise ZboptError(f"{name} runs on placement {method.placement!r}, the instance is "
                          f"{instance.placement!r}: use Instance.with_placement or `prepare`")
@@ -169,8 +205,12 @@ def run(name: str, instance: Instance, objective: str = "span", **params) -> Res
     judged by evaluate(), and a schedule within the cap gets the best lower bound of its
     (placed) instance. A failed precondition gives status "not-applicable" with the reason.
     Solvers: zbopt.solvers.solve() with `params` (time_limit, threads, ...).
+    A keyword the method does not take, or an `instance` that is not an Instance, is a
+    ZboptError.
     """
     method = get_method(name)
+    require_instance(instance, "run()")
+    check_params(method, params, also=("objective",), caller="run()")
     if method.kind == "solver":
         from .solvers.api import solve
         return solve(instance, solver=name, objective=objective, **params)

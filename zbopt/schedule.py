@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import functools
 import itertools
+import numbers
 import operator
 import re
+import reprlib
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from .errors import ZboptError
-from .instance import KINDS, Instance, finite
+from .instance import KINDS, Instance, finite, plain, require_instance
 from .passes import (
     Item,
     Pass,
@@ -59,12 +61,62 @@ def parse_item(text: str) -> Item:
     return (parse_pass(text),)
 
 
-def _as_item(x) -> Item:
+_ITEM_FORMS = ("a pass (stage, microbatch, kind) such as (0, 1, 'F'), its text '0F1', or a "
+               "tuple of passes run as one block")
+
+
+def _is_index(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _as_pass(p, d: int) -> Pass:
+    """A pass given as text or as (stage, microbatch, kind), as a plain tuple; ZboptError naming
+    device `d` and the value for anything else."""
+    if isinstance(p, str):
+        return parse_pass(p)
+    if isinstance(p, (tuple, list)) and len(p) == 3 and _is_index(p[0]) and _is_index(p[1]) \
+            and isinstance(p[2], str):
+        return (int(p[0]), int(p[1]), p[2])
+    raise ZboptError(f"device {d}'s order holds {reprlib.repr(p)}, which is not a pass: give "
+                     f"{_ITEM_FORMS}")
+
+
+def _as_item(x, d: int = 0) -> Item:
+    """An item of device `d`'s order as Schedule.build takes it (a pass, its text, or a block
+    of passes) as a tuple of passes; ZboptError naming the device and the value otherwise."""
+    if type(x) is tuple and len(x) == 3 and type(x[0]) is int and type(x[1]) is int \
+            and type(x[2]) is str:
+        return (x,)  # the usual case: one pass, already plain
     if isinstance(x, str):
         return parse_item(x)
-    if len(x) == 3 and isinstance(x[2], str):
-        return (tuple(x),)  # a single pass
-    return tuple(tuple(p) for p in x)
+    if isinstance(x, (tuple, list)):
+        if len(x) == 3 and isinstance(x[2], str) and not isinstance(x[0], (tuple, list, str)):
+            return (_as_pass(x, d),)  # a single pass
+        if all(isinstance(p, (tuple, list, str)) for p in x):
+            return tuple(_as_pass(p, d) for p in x)  # a block (an empty one: evaluate says so)
+    raise ZboptError(f"device {d}'s order holds {reprlib.repr(x)}, which is not an item: give "
+                     f"{_ITEM_FORMS}")
+
+
+def _as_order(order, d: int) -> tuple[Item, ...]:
+    if isinstance(order, (str, bytes)) or not isinstance(order, Iterable):
+        raise ZboptError(f"device {d}'s order is {reprlib.repr(order)}: give a list of items "
+                         f"per device, each {_ITEM_FORMS}")
+    return tuple(_as_item(x, d) for x in order)
+
+
+def require_schedule(x, where: str) -> "Schedule":
+    """`x` if it is a Schedule, else ZboptError saying how to get one (`where`: the function
+    that was given it, e.g. "evaluate()")."""
+    if isinstance(x, Schedule):
+        return x
+    if isinstance(x, str):
+        hint = "a method's schedule comes from zbopt.registry.generate(name, instance); " \
+               "a schedule file's from zbopt.export.schedule_file.read_schedule_file(path).schedule"
+    else:
+        hint = "build one with Schedule.build(orders), one list of passes per device, or get " \
+               "a method's with zbopt.registry.generate(name, instance)"
+    raise ZboptError(f"{where}: expected a zbopt Schedule, got {type(x).__name__}: {hint}")
 
 
 @dataclass(frozen=True)
@@ -81,9 +133,22 @@ class Schedule:
     @classmethod
     def build(cls, orders: Iterable[Iterable], method: str = "",
               release: Sequence[float] | None = None) -> "Schedule":
-        """From per-device lists of passes `(stage, mb, kind)`, items (tuples of passes) or text."""
-        return cls(tuple(tuple(_as_item(x) for x in order) for order in orders), method,
-                   tuple(release) if release is not None else None)
+        """From per-device lists of passes `(stage, mb, kind)`, items (tuples of passes) or text.
+        Anything else (None, a number, a device's order given as one string) is a ZboptError
+        naming the device and the value."""
+        if isinstance(orders, (str, bytes)) or not isinstance(orders, Iterable):
+            raise ZboptError(f"Schedule.build takes one order (a list of items) per device, "
+                             f"got {reprlib.repr(orders)}")
+        if release is not None:
+            if isinstance(release, (str, bytes)) or not isinstance(release, Iterable):
+                raise ZboptError(f"release must be a list of start times, one per device, got "
+                                 f"{reprlib.repr(release)}")
+            release = tuple(map(plain, release))
+            if not all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in release):
+                raise ZboptError(f"release must hold numbers only (a start time per device), "
+                                 f"got {reprlib.repr(list(release))}")
+        return cls(tuple(_as_order(order, d) for d, order in enumerate(orders)), method,
+                   release)
 
     @property
     def devices(self) -> int:
@@ -252,12 +317,15 @@ def _block(instance: Instance, table: _Table, item: Item, ids: tuple[int, ...]):
 
 def structure_problems(instance: Instance, schedule: Schedule) -> list[str]:
     """Missing, duplicated, unknown and misplaced passes, and malformed blocks."""
-    return _read(instance, schedule)[0]
+    return _read(instance, schedule, "structure_problems()")[0]
 
 
-def _read(instance: Instance, schedule: Schedule):
+def _read(instance: Instance, schedule: Schedule, where: str):
     """(problems, rows): every structural problem and, when there is none, each device's items:
-    a pass by its id, a block as _block() describes it."""
+    a pass by its id, a block as _block() describes it. `where` (the public function called)
+    names it when an argument is not an Instance or a Schedule."""
+    require_instance(instance, where)
+    require_schedule(schedule, where)
     problems: list[str] = []
     if schedule.release is not None and (len(schedule.release) != schedule.devices
                                          or any(not finite(r) or r < 0 for r in schedule.release)):
@@ -487,7 +555,7 @@ def _deadlock_message(stuck) -> str:
 
 def validate(instance: Instance, schedule: Schedule) -> list[str]:
     """Every problem with a schedule, one message each; an empty list means it is valid."""
-    problems, rows = _read(instance, schedule)
+    problems, rows = _read(instance, schedule, "validate()")
     if problems:
         return problems
     states, stuck = _simulate(instance, schedule, rows)
@@ -509,7 +577,7 @@ def evaluate(instance: Instance, schedule: Schedule) -> Timeline:
 
     A schedule over the memory cap is evaluated; `fits_cap` and `cap_violations` say so.
     """
-    problems, rows = _read(instance, schedule)
+    problems, rows = _read(instance, schedule, "evaluate()")
     if problems:
         raise ZboptError("invalid schedule: " + "; ".join(problems))
     states, stuck = _simulate(instance, schedule, rows)

@@ -68,7 +68,7 @@ from ..compare import best_of
 from ..errors import ZboptError
 from ..heuristics.policy_search import search as policy_search
 from ..instance import PLACEMENTS, Instance, within_cap
-from ..layers import LayeredModel
+from ..layers import LayeredModel, require_model
 from ..registry import get_method, methods, run
 from ..result import Result
 from ..sizes import readable
@@ -769,6 +769,22 @@ def _infeasible_message(model: LayeredModel, placements: Sequence[str] = ("conti
             f"{rest if rest.startswith(',') else ' ' + rest}")
 
 
+def _placement_list(placements) -> tuple[str, ...]:
+    """plan()'s placements as a tuple without repeats: a single str is one placement; an empty
+    list, or anything but strings, is a ZboptError."""
+    if isinstance(placements, str):
+        placements = (placements,)
+    elif not isinstance(placements, (list, tuple)):  # a set's order would vary between runs
+        raise ZboptError(f"placements must be a list of placements ({', '.join(PLACEMENTS)}), "
+                         f"got {type(placements).__name__}")
+    odd = [x for x in placements if not isinstance(x, str)]
+    if odd:
+        raise ZboptError(f"unknown placement {odd[0]!r}: use one of {', '.join(PLACEMENTS)}")
+    if not placements:
+        raise ZboptError(f"placements is empty: give at least one of {', '.join(PLACEMENTS)}")
+    return tuple(dict.fromkeys(placements))
+
+
 def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_limit: float = 60,
          solver: str = "auto", threads: int = 2, max_partitions: int = 2000,
          exact: bool = True, progress: Optional[Progress] = None, others: bool = False) -> Plan:
@@ -777,8 +793,10 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     solver: a registered solver, or "auto" (LNS_FROM_PASSES) for each split the solver phase
     takes up. exact=False skips the solver phase: registered heuristics only, the bound stays
     valid. others: also bound every placement not in `placements` (Plan.others), taken out of
-    the time limit, so a plan over one placement can say whether another could be shorter."""
-    placements = tuple(dict.fromkeys(placements))
+    the time limit, so a plan over one placement can say whether another could be shorter.
+    placements: a list of placements, or one placement's name as a str."""
+    require_model(model, "plan()")
+    placements = _placement_list(placements)
     if exact and solver != AUTO:
         get_method(solver, "solver")  # ZboptError now, not after the heuristics' time
     for placement in placements:
