@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from fractions import Fraction
 from functools import lru_cache
 from typing import Iterable, Optional
 
@@ -559,12 +560,15 @@ def _undominated(options) -> list[tuple[float, float, float]]:
             if not any(h <= o[0] and u >= o[1] and a >= o[2] for h, u, a in options[:i])]
 
 
-def _polygon(options, room: float, count: int) -> list[tuple[float, float]]:
+def _polygon(options, room: float, count: int) -> list[tuple[Fraction, Fraction]]:
     """Convex hull of every (work before E, W work after E) that `count` micro-batches with
     states mixed fractionally (the LP relaxation of choosing one option each) can reach with
     held memory at most `room`: the images of the vertices of {x >= 0, sum x <= count,
-    sum x_k held_k <= room}, which have at most two nonzero x_k."""
-    points = {(0.0, 0.0)}
+    sum x_k held_k <= room}, which have at most two nonzero x_k. In exact rationals (the
+    floats given, converted exactly): no rounding in the divisions or the hull."""
+    options = [tuple(Fraction(x) for x in o) for o in options]
+    room = Fraction(room)
+    points = {(Fraction(0), Fraction(0))}
     if count > 0 and room >= 0:
         for h, u, a in options:
             x = count if h <= 0 else min(count, room / h)
@@ -596,15 +600,17 @@ def _polygon(options, room: float, count: int) -> list[tuple[float, float]]:
 
 
 def _least_idle(polygon, shift: tuple[float, float], floor: float, path: float,
-                trip: float) -> float:
+                trip: float) -> Fraction:
     """Least of max(floor, path - U) + max(0, trip - A) over (U, A) in the shifted polygon.
 
     The function is convex and linear between the lines U = path - floor and A = trip, so its
-    least value lies at a vertex of the polygon or where an edge crosses one of those lines."""
-    du, da = shift
+    least value lies at a vertex of the polygon or where an edge crosses one of those lines.
+    Exact: the polygon is in rationals (_polygon) and so is the result."""
+    du, da = Fraction(shift[0]), Fraction(shift[1])
+    floor, path, trip = Fraction(floor), Fraction(path), Fraction(trip)
 
-    def value(u: float, a: float) -> float:
-        return max(floor, path - u - du) + max(0.0, trip - a - da)
+    def value(u: Fraction, a: Fraction) -> Fraction:
+        return max(floor, path - u - du) + max(Fraction(0), trip - a - da)
     best = min(value(u, a) for u, a in polygon)
     lines = ((0, path - floor - du), (1, trip - da))
     for i, (u1, a1) in enumerate(polygon):
@@ -672,11 +678,38 @@ def w_deferral_idle(instance: Instance, device: int, stage: int) -> float:
     ramp = ramp_idle(instance, device)
     disjoint = _forwards_exceed_cap(instance, device, stage)
     floor = 0.0 if disjoint else ramp
-    least = min(_least_idle(polygon, (u, a), floor, path, trip)
-                for _, u, a in _deferral_options(instance, mine, ancestors))
-    # the polygon's arithmetic is in floats: never claim more than it shows
-    least -= 1e-9 * max(1.0, path + trip)
+    least = _float_below(min(_least_idle(polygon, (u, a), floor, path, trip)
+                             for _, u, a in _deferral_options(instance, mine, ancestors)))
+    if not _sums_exact(instance):
+        # the LP is exact, its inputs are float sums (and evaluate()'s spans too): give room
+        least -= 1e-9 * max(1.0, path + trip)
     return max(0.0, (ramp if disjoint else 0.0) + least)
+
+
+# Data on a grid of 1/_GRID (integers, and their halves and quarters when a device's stage
+# is split into chunks) add up exactly in floats while the totals stay below 2^53 / _GRID.
+_GRID = 1024
+
+
+def _sums_exact(instance: Instance) -> bool:
+    """Whether every sum of the instance's times and memories is exact in floats (so are the
+    paths, loads and held memory the bounds add up, and evaluate()'s spans)."""
+    cap = instance.cap or ()
+    values = (*instance.t_f, *instance.t_b, *instance.t_w, *instance.m_b, *instance.m_w,
+              *instance.static_memory, *cap, instance.comm)
+    if not all(float(x * _GRID).is_integer() for x in values):
+        return False
+    held = sum(_count(instance, s) * instance.m_b[s] for s in range(instance.num_stages))
+    total = sum(device_loads(instance)) + instance.comm * instance.num_passes + held \
+        + sum(instance.static_memory) + sum(cap)
+    return total * _GRID < 2 ** 53
+
+
+def _float_below(value: Fraction) -> float:
+    """The largest float at or below an exact value: a bound never claims more than it shows
+    (float() rounds to the nearest, which may be above)."""
+    out = float(value)
+    return math.nextafter(out, -math.inf) if Fraction(out) > value else out
 
 
 def w_deferral(instance: Instance) -> float:

@@ -270,13 +270,9 @@ def console() -> Console:
 
 
 def fmt(x: float | None, digits: int = 1) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and x.is_integer():
-        return f"{int(x):,}"
-    if isinstance(x, int):
-        return f"{x:,}"
-    return f"{x:,.{digits}f}"
+    """A figure as every table prints it (zbopt.report.numbers.figure, which verdicts use too)."""
+    from ..report.numbers import figure
+    return figure(x, digits)
 
 
 def refuse_overwrite(path: str | Path, force: bool) -> Path:

@@ -149,6 +149,12 @@ def realise(ops: list[Op], stages: tuple[int, int],
     return items
 
 
+def _check_split_turn(name: str, value: object) -> None:
+    """split_turn must be a bool: a string such as "no" would otherwise count as true."""
+    if not isinstance(value, bool):
+        raise ZboptError(f"{name}: split_turn must be True or False, got {value!r}")
+
+
 def _check_enough_microbatches(name: str, per_phase: int, half_ranks: int, need: str) -> None:
     if per_phase < 2 * half_ranks:
         raise ZboptError(f"{name} needs {need}: raise microbatches or lower devices")
@@ -157,6 +163,7 @@ def _check_enough_microbatches(name: str, per_phase: int, half_ranks: int, need:
 @register("dualpipe", "dualpipe",
           "DualPipe (DeepSeek-V3): two directions, overlapped F&B pairs, 2x parameters")
 def dualpipe(instance: Instance, split_turn: bool = True) -> Schedule:
+    _check_split_turn("dualpipe", split_turn)
     p, m = instance.devices, instance.microbatches
     if p % 2:
         raise ZboptError(f"dualpipe needs an even number of devices, got {p}: "
@@ -180,6 +187,7 @@ def dualpipe(instance: Instance, split_turn: bool = True) -> Schedule:
 @register("dualpipev", "v",
           "DualPipeV: DualPipe cut in half on the V placement, one parameter copy")
 def dualpipev(instance: Instance, split_turn: bool = True) -> Schedule:
+    _check_split_turn("dualpipev", split_turn)
     p, m = instance.devices, instance.microbatches
     _check_enough_microbatches("dualpipev", m, p,
                                f"microbatches >= 2 * devices = {2 * p}, got {m}")

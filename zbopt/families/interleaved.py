@@ -6,19 +6,35 @@ through one chunk before the next. N = p is Megatron's depth-first order, N = m 
 Warm-up: 2(p-r-1) + (v-1)N forwards; then one forward, one (fused) backward; then cool-down.
 """
 
+import numbers
+from typing import Any
+
 from ..errors import ZboptError
 from ..instance import Instance
 from ..registry import register
 from ..schedule import Schedule, fused
 
 
+def _group_size(value: Any, p: int) -> int:
+    """The group size N of `value` (None: p), a whole number >= p; else ZboptError."""
+    if value is None:
+        return p
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        fix = f"write group_size = {int(value)}" if isinstance(value, float) \
+            and value.is_integer() else f"give a whole number >= p = {p}, or None for N = p"
+        raise ZboptError(f"interleaved-1f1b: group_size must be a whole number, "
+                         f"got {value!r}: {fix}")
+    n = int(value)  # a plain int, whatever integer type it came as
+    if n < p:
+        raise ZboptError(f"interleaved-1f1b needs group size N >= p = {p}, got {n}")
+    return n
+
+
 @register("interleaved-1f1b", "interleaved",
           "Interleaved 1F1B: Megatron depth-first order over v chunks, fused backward", chunks=2)
 def interleaved_1f1b(instance: Instance, group_size: int | None = None) -> Schedule:
     p, m, v = instance.devices, instance.microbatches, instance.chunks
-    n = p if group_size is None else group_size
-    if n < p:
-        raise ZboptError(f"interleaved-1f1b needs group size N >= p = {p}, got {n}")
+    n = _group_size(group_size, p)
     if m % n:
         raise ZboptError(f"interleaved-1f1b needs microbatches ({m}) to be a multiple of the "
                          f"group size N = {n}: use m = {((m + n - 1) // n) * n} or another N")

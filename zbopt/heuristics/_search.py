@@ -29,6 +29,19 @@ def capped_instance(instance: Instance, memory_cap: Any, method: str) -> Instanc
         raise ZboptError(f"{method}: no schedule fits memory_cap {memory_cap!r}: {err}") from None
 
 
+def derived_cap(caps: Sequence[float]) -> list[float] | None:
+    """A per-device cap a method works out from the instance (a share of 1F1B's activation
+    memory, raised to the least that fits), ready for Instance.with_cap. It is 0 only on a
+    device that holds nothing at all (no static memory, m_b = 0 on its stages), where any cap
+    binds nothing and Instance refuses a 0: that device gets the largest of the others, and
+    when every device's is 0 there is no cap (None): it binds nothing, as zb-1p's "1p" (a cap
+    of 0 there) binds nothing."""
+    top = max(caps)
+    if top <= 0:
+        return None
+    return [c if c > 0 else top for c in caps]
+
+
 def best_of(instance: Instance, candidates: Iterable[Callable[[], _engine.Outcome | None]],
             method: str, needed: Callable[[], str], enough: float = -math.inf) -> Schedule:
     """The candidate with the smallest evaluate() span among those within the instance's cap.

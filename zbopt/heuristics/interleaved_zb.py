@@ -28,7 +28,7 @@ from ..instance import Instance
 from ..registry import register
 from ..schedule import Schedule
 from . import _engine
-from ._search import _UNSET, LARGE, capped_instance
+from ._search import _UNSET, LARGE, capped_instance, derived_cap
 from .refine import _Judge, refine_best
 from .v_greedy import MIN_POLICIES, PRIORITY
 from .zb_greedy import SIMULATION_BUDGET
@@ -152,7 +152,7 @@ def interleaved_zb(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
 def interleaved_zb_1p(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
     if memory_cap is _UNSET:
         unit = instance.devices * instance.activation_unit
-        memory_cap = [max(unit + instance.static_memory[d], need)
-                      for d, need in enumerate(min_interleaved_cap(instance))]
+        memory_cap = derived_cap([max(unit + instance.static_memory[d], need)
+                                  for d, need in enumerate(min_interleaved_cap(instance))])
     return interleaved_schedule(capped_instance(instance, memory_cap, "interleaved-zb-1p"),
                                 "interleaved-zb-1p")

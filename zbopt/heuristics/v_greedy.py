@@ -25,7 +25,7 @@ from ..instance import Instance
 from ..registry import methods, register
 from ..schedule import Schedule
 from . import _engine
-from ._search import _UNSET, LARGE, capped_instance
+from ._search import _UNSET, LARGE, capped_instance, derived_cap
 from .refine import refine_best
 from .zb_greedy import SIMULATION_BUDGET
 
@@ -104,12 +104,12 @@ def _replay_family(family, instance: Instance, caps, top) -> _engine.Outcome | N
 
 def _fraction_cap(instance: Instance, fraction: float, memory_cap: Any) -> Any:
     """`memory_cap` if given, else `fraction` of 1F1B's activation memory, raised to the least
-    a V schedule can use on each device."""
+    a V schedule can use on each device (no cap where nothing holds memory: derived_cap)."""
     if memory_cap is not _UNSET:
         return memory_cap
     unit = instance.devices * instance.activation_unit
-    return [max(fraction * unit + instance.static_memory[d], need)
-            for d, need in enumerate(min_v_cap(instance))]
+    return derived_cap([max(fraction * unit + instance.static_memory[d], need)
+                        for d, need in enumerate(min_v_cap(instance))])
 
 
 @register("v-greedy", "v", "V-shape greedy: memory-capped F/B/W order on placement v",

@@ -191,7 +191,9 @@ def load_spec(path: str | Path) -> SweepSpec:
     if path.is_dir():
         raise ZboptError(f"sweep spec {path} is a directory: give the spec's .toml file")
     if not path.is_file():
-        raise ZboptError(f"sweep spec {path} not found")
+        where = "" if path.is_absolute() else f" (a relative path counts from the current " \
+            f"folder, {Path.cwd()}; the repository's examples are in its sweeps/ folder)"
+        raise ZboptError(f"sweep spec {path} not found{where}")
     try:
         data = tomllib.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:

@@ -1,0 +1,140 @@
+"""Method parameters of the wrong type or value, zero-memory instances on the capped
+heuristics, the exact W deferral bound, and compare's verdict against its table."""
+
+import re
+
+import pytest
+
+from zbopt import bounds, registry
+from zbopt.cli import main
+from zbopt.commands._common import fmt
+from zbopt.compare import best_of
+from zbopt.errors import ZboptError
+from zbopt.instance import Instance
+from zbopt.schedule import evaluate
+
+INTERLEAVED = Instance(devices=4, microbatches=8).with_placement("interleaved", 2)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("8", "interleaved-1f1b: group_size must be a whole number, got '8': give a whole number "
+          ">= p = 4, or None for N = p"),
+    (8.5, "interleaved-1f1b: group_size must be a whole number, got 8.5: give a whole number "
+          ">= p = 4, or None for N = p"),
+    (8.0, "interleaved-1f1b: group_size must be a whole number, got 8.0: write group_size = 8"),
+    (True, "interleaved-1f1b: group_size must be a whole number, got True: give a whole "
+           "number >= p = 4, or None for N = p"),
+    (2, "interleaved-1f1b needs group size N >= p = 4, got 2"),
+    (0, "interleaved-1f1b needs group size N >= p = 4, got 0"),
+    (6, "interleaved-1f1b needs microbatches (8) to be a multiple of the group size N = 6: "
+        "use m = 12 or another N"),
+])
+def test_a_bad_group_size_is_one_clear_line(value, message):
+    with pytest.raises(ZboptError) as err:
+        registry.generate("interleaved-1f1b", INTERLEAVED, group_size=value)
+    assert str(err.value) == message
+    # registry.run turns a generator's ZboptError into a not-applicable row with that reason
+    result = registry.run("interleaved-1f1b", Instance(devices=4, microbatches=8),
+                          group_size=value)
+    assert result.status == "not-applicable" and result.message == message
+
+
+def test_a_whole_group_size_of_any_integer_type_runs():
+    numpy = pytest.importorskip("numpy")
+    plain = registry.generate("interleaved-1f1b", INTERLEAVED, group_size=8)
+    assert registry.generate("interleaved-1f1b", INTERLEAVED, group_size=numpy.int64(8)) == plain
+    assert plain != registry.generate("interleaved-1f1b", INTERLEAVED)  # N = p = 4
+
+
+@pytest.mark.parametrize("name, placement", [("dualpipe", "dualpipe"), ("dualpipev", "v")])
+@pytest.mark.parametrize("value", ["no", "false", 0, 1, None])
+def test_split_turn_must_be_a_bool(name, placement, value):
+    instance = Instance(devices=4, microbatches=8).with_placement(placement)
+    with pytest.raises(ZboptError) as err:
+        registry.generate(name, instance, split_turn=value)
+    assert str(err.value) == f"{name}: split_turn must be True or False, got {value!r}"
+    result = registry.run(name, Instance(devices=4, microbatches=8), split_turn=value)
+    assert result.status == "not-applicable" and result.message == str(err.value)
+    # the two orders differ, so a truthy string could not pass for either unnoticed
+    assert registry.generate(name, instance, split_turn=False) != \
+        registry.generate(name, instance, split_turn=True)
+
+
+ZERO_MEMORY = Instance(devices=2, microbatches=4, t_f=0, t_b=1, t_w=0, m_b=0, m_w=0)
+
+
+@pytest.mark.parametrize("name", ["interleaved-zb-1p", "v-half", "v-min"])
+def test_zero_activation_memory_means_no_limit(name):
+    result = registry.run(name, ZERO_MEMORY)
+    assert result.status == "heuristic", result.message
+    assert result.timeline.fits_cap
+    schedule = registry.generate(name, result.instance)
+    timeline = evaluate(result.instance, schedule)
+    assert timeline.fits_cap and timeline.span == result.span
+    assert max(timeline.peak_memory) == 0
+
+
+@pytest.mark.parametrize("name", ["interleaved-zb-1p", "v-half", "v-min"])
+def test_a_device_holding_nothing_does_not_block_the_derived_cap(name):
+    # device 0 holds no activation (so 1F1B's unit is 0): only device 1's cap binds
+    result = registry.run(name, Instance(devices=2, microbatches=4, m_b=[0, 2]))
+    assert result.status == "heuristic", result.message
+    assert result.timeline.fits_cap
+
+
+def test_an_explicit_zero_cap_is_still_refused():
+    result = registry.run("v-half", ZERO_MEMORY, memory_cap=0)
+    assert result.status == "not-applicable"
+    assert "memory_cap must be a positive finite number, got 0" in result.message
+
+
+def test_the_v_bound_is_exact_on_halves():
+    instance = Instance(devices=2, microbatches=4, m_b=2, m_w=1, memory_cap=2)
+    placed = instance.with_placement("v")
+    assert bounds.w_deferral(placed) == 14.5
+    assert bounds.best_lower_bound(placed) == ("w_deferral", 14.5)
+    v = registry.run("v-greedy", instance)
+    interleaved = registry.run("interleaved-zb", instance)
+    assert v.span == interleaved.span == 16.5
+    assert v.lower_bound == interleaved.lower_bound == 14.5
+    assert v.gap == interleaved.gap
+
+
+@pytest.mark.parametrize("costs", [dict(t_f=3, t_b=4, t_w=2), dict(t_f=0.1, t_b=0.3, t_w=0.2),
+                                   dict(t_f=1 / 3, t_b=1, t_w=2 / 3)])
+def test_the_exact_w_deferral_bound_stays_below_the_spans(costs):
+    for placement in ("contiguous", "v", "interleaved"):
+        instance = Instance(devices=4, microbatches=8, m_b=3, m_w=1, memory_cap="1p", **costs)
+        placed = instance.with_placement(placement)
+        bound = bounds.w_deferral(placed)
+        for name in registry.methods("schedule"):
+            result = registry.run(name, instance)
+            if result.applies and result.fits() and result.instance.placement == placement:
+                assert bound <= result.span, (name, placement)
+
+
+def test_integer_data_give_an_integer_w_deferral_bound():
+    instance = Instance(devices=8, microbatches=24, t_f=3, t_b=4, t_w=2, m_b=3, m_w=1,
+                        memory_cap="1p")
+    assert bounds.w_deferral(instance) == 251
+    assert bounds.w_deferral(instance.with_placement("v")) == 225.5
+
+
+def _compare_output(capsys, tmp_path, instance: Instance) -> str:
+    path = tmp_path / "i.toml"
+    instance.save(path)
+    assert main(["compare", str(path), "--methods", "1f1b,zb-h1"]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("t_f", [25.5, 2.25])
+def test_the_verdict_shows_the_span_of_the_table(capsys, tmp_path, t_f):
+    instance = Instance(devices=2, microbatches=4, t_f=t_f, t_b=26 if t_f > 10 else 2,
+                        t_w=25 if t_f > 10 else 1)
+    out = _compare_output(capsys, tmp_path, instance)
+    from zbopt.compare import compare
+    best = best_of(compare(instance, ["1f1b", "zb-h1"]))
+    said = re.search(r"verdict: use zb-h1 \(contiguous placement\): span ([0-9.,]+)", out)
+    assert said and best.method == "zb-h1"
+    assert re.search(rf"zb-h1 .* {re.escape(fmt(best.span))} ", out)  # the table's cell
+    assert said.group(1).rstrip(",") == fmt(best.span)
