@@ -55,8 +55,9 @@ def run(args) -> int:
     if args.torch_csv:
         from ..export.torch_csv import read_torch_csv
         args.instance = args.file
-        instance, loaded = load_with_schedule(args)
         check_input(args.torch_csv, "CSV")
+        _check_split(args.file, args.torch_csv)
+        instance, loaded = load_with_schedule(args)
         schedule = read_torch_csv(args.torch_csv, instance)
         source = args.torch_csv
         if loaded is not None:  # a schedule or plan file as the instance: a plan stays a plan
@@ -96,6 +97,46 @@ def run(args) -> int:
         if args.out:
             console().print(f"wrote {args.out}{left_out}", markup=False, soft_wrap=True)
     return 1 if args.check and differences else 0
+
+
+def _split_of(given: str) -> tuple[list[int] | None, str]:
+    """The layers per stage `evaluate --torch-csv` takes `given` on (a plan file's split, a
+    layered model's even split) and what it is; None for a per-stage instance or a plain
+    schedule file (or an input that does not read: loading it then says why)."""
+    from ..export.schedule_file import read_schedule_file
+    from ..instance import read_table, resolve_instance
+    try:
+        path = resolve_instance(given)
+        data = read_table(path)
+        if "layers" in data:
+            from ..layers import LayeredModel
+            from ..plan.baselines import default_split
+            sizes = default_split(LayeredModel.from_dict(data, source=str(path)))[0]
+            return list(sizes), f"the layered model {given} is taken on its even split"
+        if isinstance(data.get("format"), str) and data["format"].startswith("zbopt.schedule/"):
+            partition = read_schedule_file(path).meta.get("partition")
+            if partition is not None:
+                return list(partition["sizes"]), f"the plan {given} splits it"
+    except ZboptError:
+        pass
+    return None, ""
+
+
+def _check_split(given: str, csv_path: str) -> None:
+    """A plan's CSV (its sidecar records the plan's split) is judged on that split: a model
+    taken on another split would give other stage costs, so that is refused in one line."""
+    from ..export.torch_csv import sidecar_split
+    recorded, source = sidecar_split(csv_path)
+    if recorded is None:
+        return
+    used, what = _split_of(given)
+    if used is None or used == recorded:
+        return
+    plan = source or "PLAN.json"
+    raise ZboptError(f"{csv_path} was exported from a plan split {'+'.join(map(str, recorded))} "
+                     f"layers per stage (its sidecar says so), but {what} "
+                     f"{'+'.join(map(str, used))}: give the plan file instead (zbopt evaluate "
+                     f"{plan} --torch-csv {csv_path})")
 
 
 def _csv_entries(loaded, instance, schedule) -> tuple[dict, str]:

@@ -43,6 +43,10 @@ def run(args) -> int:
     if args.torch_csv:  # its sidecar is then NAME.csv.json, never a schedule file's name
         from ..export.torch_csv import check_csv_name
         check_csv_name(args.torch_csv)
+    if args.chrome_trace and Path(args.chrome_trace).suffix.lower() != ".json":
+        name = Path(args.chrome_trace).stem.strip(".") or "trace"
+        raise ZboptError(f"{args.chrome_trace}: give the trace a name ending in .json, such as "
+                         f"{name}.json (Perfetto and chrome://tracing read JSON)")
     loaded = read_schedule_file(args.file)
     if args.torch_csv or args.torchtitan:
         from ..export.plan_parts import refuse_dualpipe_plan
@@ -58,7 +62,8 @@ def run(args) -> int:
                         loaded.instance.num_stages, loaded.instance.microbatches)
     if args.torch_csv:
         from ..export.torch_csv import sidecar_path, torch_csv_texts
-        _add(texts, torch_csv_texts(args.torch_csv, loaded.instance, loaded.schedule))
+        _add(texts, torch_csv_texts(args.torch_csv, loaded.instance, loaded.schedule,
+                                    partition=loaded.meta.get("partition"), source=args.file))
         lines.append(f"wrote {args.torch_csv} ({loaded.instance.devices} ranks) and "
                      f"{sidecar_path(args.torch_csv)}"
                      + (" (torch validators: ok)" if args.torch_check else ""))

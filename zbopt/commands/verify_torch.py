@@ -32,9 +32,10 @@ def register(sub) -> None:
                         help="torchtitan micro-batch size (rows per micro-batch)")
     parser.add_argument("--timed", action="store_true",
                         help="time N steps with the plan's order against its predicted span")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
-    parser.add_argument("--rows", type=int, default=32,
+    parser.add_argument("--steps", type=int, default=None, help="--timed: timed steps (default 5)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="--timed: untimed steps first (default 2)")
+    parser.add_argument("--rows", type=int, default=None,
                         help="--timed: rows per micro-batch of the stand-in model (default 32)")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     parser.add_argument("--progress", action="store_true",
@@ -49,16 +50,47 @@ def _progress(args, text: str) -> None:
     print(f"verify-torch: {text}", file=sys.stderr, flush=True)
 
 
+MAX_TIMEOUT = 1_000_000  # seconds
+
+# the flags only --timed reads, with their defaults (given without --timed they would be ignored)
+_TIMED_ONLY = {"steps": 5, "warmup": 2, "rows": 32}
+
+
+def _check_flags(args, hidden: int) -> None:
+    """Every flag's value and combination, before the file is read; one line for the first
+    bad one."""
+    import math
+
+    from ..errors import ZboptError
+    from ..export.torch_runtime import check_atol
+    if hidden < 1 or args.microbatch_size < 1:
+        raise ZboptError("--hidden and --microbatch-size must be >= 1")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ZboptError("--timeout must be a positive finite number of seconds")
+    if args.timeout > MAX_TIMEOUT:  # torch's process-group timeout overflows far beyond it
+        raise ZboptError(f"--timeout {args.timeout:g} is more than {MAX_TIMEOUT:,} seconds "
+                         f"(11 days): give a shorter one")
+    check_atol(args.atol)
+    given = [f"--{name}" for name in _TIMED_ONLY if getattr(args, name) is not None]
+    if given and not args.timed:
+        named = " and ".join(given)
+        raise ZboptError(f"{named} {'is' if len(given) == 1 else 'are'} read only with --timed: "
+                         f"add --timed or drop {named}")
+    for name, default in _TIMED_ONLY.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    if args.steps < 1 or args.warmup < 0 or args.rows < 1:
+        raise ZboptError("--steps and --rows must be >= 1 and --warmup >= 0")
+    if args.progress and args.quiet:
+        raise ZboptError("--progress and --quiet contradict each other: give one of them")
+
+
 def run(args) -> int:
     from ..errors import ZboptError
     from ..export.schedule_file import read_schedule_file
 
     hidden = args.hidden if args.hidden is not None else (256 if args.timed else 8)
-    if hidden < 1 or args.timeout <= 0 or args.atol < 0 or args.microbatch_size < 1:
-        raise ZboptError("--hidden and --microbatch-size must be >= 1, --timeout > 0 and "
-                         "--atol >= 0")
-    if args.steps < 1 or args.warmup < 0 or args.rows < 1:
-        raise ZboptError("--steps and --rows must be >= 1 and --warmup >= 0")
+    _check_flags(args, hidden)
     loaded = read_schedule_file(args.file)
     from ..export.plan_parts import refuse_dualpipe_plan
     refuse_dualpipe_plan(loaded, args.file)

@@ -17,6 +17,8 @@ Layout (JSON):
                of part k], ...], "placement"}; with it
     model      the layered model (LayeredModel.to_dict()) the instance was cut from
     plan       a plan's verdict: status, bound over all partitions, gap, scope, baselines, gain
+Entry d of `devices` is device d (a "device" label, when given, must say d), and a key no
+writer ever wrote (`_TOP_KEYS` and the others) is refused, as a typo.
 The times are informative: reading a file keeps only the orders (and release) and the instance;
 `evaluate()` recomputes everything, so a hand-edited file cannot lie about its own quality.
 A file written again from a plan's split (evaluate --out, solve --out) keeps the plan's
@@ -171,8 +173,12 @@ def _parse_orders(source: str, devices: Any, instance: Instance) -> list[list[tu
         items = entry.get("items") if isinstance(entry, dict) else None
         if not isinstance(items, list):
             raise _fail(source, f"device {d} must be an object with a list 'items'")
+        _check_keys(source, entry, _DEVICE_KEYS, f"device {d}")
+        _check_device_label(source, entry, d, instance.devices)
         order = []
         for i, raw in enumerate(items):
+            if isinstance(raw, dict):
+                _check_item_keys(source, raw, f"device {d} item {i}")
             text = raw.get("item") if isinstance(raw, dict) else raw
             if not isinstance(text, str):
                 raise _fail(source, f"device {d} item {i}: expected a cell such as \"0F1\" or "
@@ -190,10 +196,58 @@ def _parse_orders(source: str, devices: Any, instance: Instance) -> list[list[tu
     return orders
 
 
+# every key a zbopt writer has put in a schedule file (at the top, in a device's entry, in an
+# item, in a block's pass); anything else is a typo or a file from elsewhere, refused
+_TOP_KEYS = ("format", "method", "instance", "devices", "release", "metrics", "solver",
+             "partition", "model", "plan")
+_DEVICE_KEYS = ("device", "items")
+_ITEM_KEYS = ("item", "start", "end", "passes")
+_PASS_KEYS = ("pass", "start", "end")
+
+
+def _check_keys(source: str, entry: dict, known: tuple[str, ...], where: str) -> None:
+    unknown = [key for key in entry if key not in known]
+    if unknown:
+        raise _fail(source, f"{where}: unknown key {_shown(unknown[0])} (known: "
+                            f"{', '.join(known)}): fix or remove it")
+
+
+def _check_item_keys(source: str, item: dict, where: str) -> None:
+    """An item's keys, and those of its block's passes (informative, but no typos either)."""
+    _check_keys(source, item, _ITEM_KEYS, where)
+    passes = item.get("passes", [])
+    if not isinstance(passes, list):
+        raise _fail(source, f"{where}: 'passes' must be a list of {{\"pass\", \"start\", "
+                            f"\"end\"}} objects, got {_shown(passes)}")
+    for k, entry in enumerate(passes):
+        if not isinstance(entry, dict):
+            raise _fail(source, f"{where} pass {k}: expected an object such as {{\"pass\": "
+                                f"\"0B1\", \"start\": 0, \"end\": 1}}, got {_shown(entry)}")
+        _check_keys(source, entry, _PASS_KEYS, f"{where} pass {k}")
+
+
+def _check_device_label(source: str, entry: dict, d: int, devices: int) -> None:
+    """The entries are read in order, entry d for device d: a "device" label (optional) must say
+    the same, or a swapped pair of entries would run on the wrong devices."""
+    if "device" not in entry:
+        return
+    label = entry["device"]
+    if isinstance(label, bool) or not isinstance(label, int):
+        raise _fail(source, f"'devices' entry {d}: \"device\" must be the integer {d}, got "
+                            f"{_shown(label)}")
+    if label != d:
+        raise _fail(source, f"'devices' entry {d} is labelled device {_shown(label)}: the "
+                            f"entries are read in device order 0..{devices - 1} (entry d for "
+                            f"device d): put each entry at its device's position or fix its "
+                            f"label")
+
+
 def read_schedule_file(path: str | Path) -> ScheduleFile:
     """Read a zbopt.schedule/1 file. Every problem raises ZboptError with a one-line message."""
     path = Path(path)
     source = str(path)
+    if path.is_dir():
+        raise ZboptError(f"{path} is a directory: give a schedule or plan file (.json) in it")
     if not path.is_file():
         raise ZboptError(f"schedule file {path} not found")
     try:
@@ -213,6 +267,7 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
     if version != FORMAT:
         raise _fail(source, f"format is {version!r}, this zbopt reads {FORMAT!r}: "
                             f"write the file with a matching zbopt")
+    _check_keys(source, doc, _TOP_KEYS, "top level")
     if not isinstance(doc.get("instance"), dict):
         raise _fail(source, "missing the 'instance' object")
     instance = Instance.from_dict(doc["instance"], source=f"{source}: instance")

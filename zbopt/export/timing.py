@@ -246,8 +246,11 @@ def time_many(runs: list[tuple[Instance, Schedule]], spec, stage_fqns, steps: in
     _require_torch()
     scale, known = time_scale(instance.time_unit)
     if not known:
-        raise ZboptError(f"time unit {instance.time_unit!r} is not a known unit (s, ms, us, ns): "
-                         f"a prediction in seconds needs one")
+        found = (f"the instance's time unit {instance.time_unit!r} is not one of s, ms, us, ns"
+                 if instance.time_unit.strip() else "the instance has no time unit")
+        raise ZboptError(f"{found}, and a prediction in seconds needs one: set time_unit "
+                         f"(e.g. \"us\") in the instance or model the schedule was made from "
+                         f"and write the schedule again")
     seconds_per_unit = scale * 1e-6
     all_rows = []
     for inst, schedule in runs:

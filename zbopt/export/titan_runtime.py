@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZboptError
-from .torch_runtime import DEFAULT_ATOL, VerifyResult, _require_torch, _run_processes, compare_with
+from .torch_runtime import (
+    DEFAULT_ATOL,
+    VerifyResult,
+    _require_torch,
+    _run_processes,
+    check_atol,
+    compare_with,
+)
 from .torchtitan import TOML_NAME, read_fragment, require_torchtitan, titan_export
 
 NOT_RUN_PARALLELIZE = ("torchtitan's parallelize function (FSDP, tensor parallel, torch.compile, "
@@ -192,6 +199,7 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
     from .timing import preset_of
     from .torch_csv import torch_check, torch_rows
 
+    check_atol(atol, "atol")
     instance = loaded.instance
     check_world(instance.devices)
     _require_torch()

@@ -38,6 +38,8 @@ MIN_TORCH = "2.6"
 MIN_TORCH_OVERLAP = "2.9"
 VERIFIED_TORCH = "2.13.0"
 
+SIDECAR_FORMAT = "zbopt.torch-csv-sidecar/1"
+
 _OURS_TO_TORCH = {"F": "F", "B": "I", "W": "W"}
 _TORCH_TO_OURS = {"F": "F", "I": "B", "W": "W"}
 _CELL_RE = re.compile(r"^(\d+)(F|I|B|W)(\d+)$")
@@ -129,8 +131,11 @@ def sidecar_path(csv_path: str | Path) -> Path:
 
 
 def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
-            rows: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
-    """What a runtime needs besides the CSV: placement, micro-batches, torch and torchtitan settings."""
+            rows: Sequence[Sequence[str]] | None = None, partition: dict | None = None,
+            source: str | Path | None = None) -> dict[str, Any]:
+    """What a runtime needs besides the CSV: placement, micro-batches, torch and torchtitan
+    settings; for a plan's CSV its `partition` (layers per stage: the split the CSV's stage
+    costs come from, which `evaluate --torch-csv` checks) and the `source` file's name."""
     rows = rows if rows is not None else torch_rows(instance, schedule)
     p, v = instance.devices, instance.chunks
     notes = []
@@ -142,7 +147,7 @@ def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
                      "unless a custom OVERLAP_F_B function is registered "
                      "(_PipelineScheduleRuntime.register_custom_function)")
     return {
-        "format": "zbopt.torch-csv-sidecar/1",
+        "format": SIDECAR_FORMAT,
         "csv": Path(csv_path).name,
         "method": schedule.method,
         "csv_format": "compute_only",
@@ -163,7 +168,43 @@ def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
                           f"._load_csv(\"{Path(csv_path).name}\")"),
         "torchtitan": torchtitan_keys(instance, csv_path),
         "notes": notes,
+        **_origin(partition, source),
     }
+
+
+def _origin(partition: dict | None, source: str | Path | None) -> dict[str, Any]:
+    """The sidecar's record of where the CSV came from: the schedule or plan file's name and a
+    plan's split ({"sizes": layers per stage}); {} when neither is known."""
+    out: dict[str, Any] = {}
+    if source is not None:
+        out["exported_from"] = Path(source).name
+    sizes = partition.get("sizes") if isinstance(partition, dict) else None
+    if isinstance(sizes, list):
+        out["partition"] = {"sizes": list(sizes)}
+    return out
+
+
+def sidecar_split(csv_path: str | Path) -> tuple[list[int] | None, str]:
+    """The plan split (layers per stage) and source file name the CSV's sidecar records;
+    (None, "") when there is no sidecar or it records no split (a hand-made or foreign CSV,
+    an export of a plain schedule file, or a sidecar from before zbopt recorded it)."""
+    path = Path(csv_path)
+    side = path.with_name(path.name + ".json")
+    if path.suffix.lower() != ".csv" or not side.is_file():
+        return None, ""
+    try:
+        doc = json.loads(side.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None, ""
+    if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT:
+        return None, ""
+    partition = doc.get("partition")
+    sizes = partition.get("sizes") if isinstance(partition, dict) else None
+    if not (isinstance(sizes, list) and all(isinstance(n, int) and not isinstance(n, bool)
+                                            for n in sizes)):
+        return None, ""
+    source = doc.get("exported_from")
+    return sizes, source if isinstance(source, str) else ""
 
 
 def torchtitan_keys(instance: Instance, csv_path: str | Path) -> dict[str, Any]:
@@ -180,22 +221,26 @@ def torchtitan_keys(instance: Instance, csv_path: str | Path) -> dict[str, Any]:
 
 
 def torch_csv_texts(path: str | Path, instance: Instance, schedule: Schedule,
-                    with_sidecar: bool = True) -> dict[Path, str]:
-    """{path: text} of the CSV and (by default) its sidecar, nothing written."""
+                    with_sidecar: bool = True, partition: dict | None = None,
+                    source: str | Path | None = None) -> dict[Path, str]:
+    """{path: text} of the CSV and (by default) its sidecar, nothing written; a plan's
+    `partition` and the `source` file's name go into the sidecar (see `sidecar`)."""
     path = Path(path)
     rows = torch_rows(instance, schedule)
     texts = {path: csv_text(rows)}
     if with_sidecar:
-        texts[sidecar_path(path)] = json.dumps(sidecar(instance, schedule, path, rows),
-                                               indent=1) + "\n"
+        doc = sidecar(instance, schedule, path, rows, partition, source)
+        texts[sidecar_path(path)] = json.dumps(doc, indent=1) + "\n"
     return texts
 
 
 def write_torch_csv(path: str | Path, instance: Instance, schedule: Schedule,
-                    force: bool = False, with_sidecar: bool = True) -> tuple[Path, Path | None]:
+                    force: bool = False, with_sidecar: bool = True,
+                    partition: dict | None = None, source: str | Path | None = None
+                    ) -> tuple[Path, Path | None]:
     """Write the CSV and (by default) its sidecar `sidecar_path(path)`, both or neither."""
     from .outputs import write_all
-    texts = torch_csv_texts(path, instance, schedule, with_sidecar)
+    texts = torch_csv_texts(path, instance, schedule, with_sidecar, partition, source)
     paths = write_all(texts, force=force)
     return paths[0], paths[1] if with_sidecar else None
 
@@ -233,9 +278,15 @@ def parse_torch_csv(text: str, instance: Instance, source: str = "CSV",
                     method: str = "") -> Schedule:
     """A torch compute-only (or compute+comms) CSV as a Schedule of `instance`, checked."""
     _check_exportable(instance)
+    text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
     rows = [row for row in csv.reader(io.StringIO(text))]
     while rows and not any(c.strip() for c in rows[-1]):
         rows.pop()  # trailing blank lines
+    if rows and _is_header(rows[0], len(rows) == instance.devices + 1):
+        first = next(c.strip() for c in rows[0] if c.strip())
+        raise ZboptError(f"{source}: line 1 (starting {_brief(first)!r}) is not a row of "
+                         f"actions: remove the header; the CSV has one row per rank and no "
+                         f"header")
     if len(rows) != instance.devices:
         raise ZboptError(f"{source}: {len(rows)} rows but the instance has {instance.devices} "
                          f"devices: one row per rank is needed")
@@ -265,14 +316,61 @@ def parse_torch_csv(text: str, instance: Instance, source: str = "CSV",
     return schedule
 
 
+def _is_header(row: Sequence[str], one_row_too_many: bool) -> bool:
+    """A first line none of whose cells is an action (e.g. `rank,step0,step1`) is a header when
+    the file has one row more than the ranks or no cell starts with a digit (as every action
+    does); otherwise it is a row of mistyped actions, which the cell check names."""
+    cells = [c.strip() for c in row if c.strip()]
+    if not cells or not (one_row_too_many or not any(c[0].isdigit() for c in cells)):
+        return False
+    for cell in cells:
+        try:
+            cell_to_item(cell)
+        except ZboptError:
+            continue
+        return False
+    return True
+
+
+def _brief(text: str, limit: int = 20) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _refuse_json(path: Path, text: str) -> None:
+    """A JSON file given where the CSV belongs (its sidecar, a schedule file): say which file
+    to give instead."""
+    if not text.lstrip().startswith("{"):
+        return
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return  # not JSON after all: the CSV reader says what is wrong
+    kind = doc.get("format") if isinstance(doc, dict) else None
+    if kind == SIDECAR_FORMAT:
+        name = doc.get("csv") if isinstance(doc.get("csv"), str) else ""
+        csv_path = path.with_name(name) if name and Path(name).name == name else \
+            path.with_name(path.name.removesuffix(".json"))
+        raise ZboptError(f"{path}: this is the sidecar ({SIDECAR_FORMAT}), not the CSV: give "
+                         f"{csv_path}")
+    if isinstance(kind, str) and kind.startswith("zbopt.schedule/"):
+        raise ZboptError(f"{path}: this is a schedule file, not a CSV: evaluate it as "
+                         f"`zbopt evaluate {path}` (or export its CSV with `zbopt export "
+                         f"{path} --torch-csv OUT.csv`)")
+    raise ZboptError(f"{path}: this is a JSON file, not a PyTorch CSV: give the .csv file "
+                     f"(one row of actions per rank)")
+
+
 def read_torch_csv(path: str | Path, instance: Instance) -> Schedule:
     path = Path(path)
+    if path.is_dir():
+        raise ZboptError(f"{path} is a directory: give the torch CSV itself")
     if not path.is_file():
         raise ZboptError(f"torch CSV {path} not found")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of a cell
     except (OSError, UnicodeDecodeError) as err:
         raise ZboptError(f"{path}: cannot read it: {err}") from None
+    _refuse_json(path, text)
     return parse_torch_csv(text, instance, source=str(path), method=f"torch-csv:{path.name}")
 
 

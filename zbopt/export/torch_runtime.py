@@ -9,13 +9,15 @@ gives its device, e.g. two for V) in `PipelineStage`s, loads the CSV into
 parameter gradient are compared with a single-process reference on the same model and batch.
 
 A bad export cannot pass quietly: torch's validators reject it before the launch, or a rank
-raises or hangs (caught by the timeout), or the gradients differ; and each rank reports the
-compute order torch actually ran, which must equal its CSV row (so a silently substituted
-default order would fail too). torch is imported inside the functions: it is an optional extra.
+raises or hangs (caught by the timeout), or the gradients differ (a NaN loss or gradient
+counts as differing); and each rank reports the compute order torch actually ran, which must
+equal its CSV row (so a silently substituted default order would fail too). torch is imported
+inside the functions: it is an optional extra.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -222,6 +224,19 @@ class Comparison:
     message: str  # what differs, '' when ok
 
 
+def _worse(error: float, worst: float) -> bool:
+    """`error` beats the worst so far; a NaN (a loss or gradient that is not a number) beats
+    everything, so it is the one reported and fails the check."""
+    return not math.isnan(worst) and (math.isnan(error) or error > worst)
+
+
+def check_atol(atol: float, name: str = "--atol") -> None:
+    """The tolerance is a finite number >= 0 (NaN would pass every comparison, inf anything)."""
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) \
+            or not (math.isfinite(atol) and atol >= 0):
+        raise ZboptError(f"{name} must be a finite number >= 0, got {atol!r}")
+
+
 def compare_outputs(spec: ModelSpec, per_rank: list[dict], atol: float) -> Comparison:
     """Compare the ranks' saved losses and gradients with `reference(spec)`."""
     ref_losses, ref_grads = reference(spec)
@@ -243,7 +258,10 @@ def compare_with(ref_losses: list[float], ref_grads: dict[str, Any], microbatche
         problems.append(f"expected {microbatches} micro-batch losses, got "
                         f"{0 if losses is None else len(losses)}")
     else:
-        loss_error = max(abs(a - b) for a, b in zip(losses, ref_losses))
+        loss_error = 0.0
+        for a, b in zip(losses, ref_losses):
+            if _worse(abs(a - b), loss_error):
+                loss_error = abs(a - b)
     missing = sorted(name for name in ref_grads if grads.get(name) is None)
     if missing:
         problems.append(f"no gradient for {', '.join(missing)}")
@@ -252,11 +270,15 @@ def compare_with(ref_losses: list[float], ref_grads: dict[str, Any], microbatche
         if grads.get(name) is None:
             continue
         error = float(torch.max(torch.abs(grads[name] - expected)))
-        if error > grad_error or not worst:
+        if _worse(error, grad_error) or not worst:
             grad_error, worst = error, name
-    if loss_error is not None and loss_error > atol:
+    if loss_error is not None and math.isnan(loss_error):
+        problems.append("a micro-batch loss is NaN")
+    elif loss_error is not None and loss_error > atol:
         problems.append(f"loss differs by {loss_error:.3g} > {atol:g}")
-    if grad_error > atol:
+    if math.isnan(grad_error):
+        problems.append(f"the gradient of {worst} holds NaN")
+    elif grad_error > atol:
         problems.append(f"gradient of {worst} differs by {grad_error:.3g} > {atol:g}")
     return Comparison(
         ok=not problems, loss=sum(losses) / len(losses) if losses else None,
@@ -283,6 +305,7 @@ def verify_many(runs: list[tuple[Instance, Schedule]], atol: float = DEFAULT_ATO
     schedule in turn (a barrier between them). If the launch fails, the schedules that did not
     finish report the failure.
     """
+    check_atol(atol, "atol")
     _require_torch()
     if not runs:
         return []

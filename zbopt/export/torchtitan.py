@@ -277,7 +277,8 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int = 1,
     if stage_layers is None:
         stage_layers = stage_layer_names(loaded)
     settings = settings_for(instance, csv_path, stage_layers, microbatch_size)
-    texts = torch_csv_texts(csv_path, instance, schedule)
+    texts = torch_csv_texts(csv_path, instance, schedule, partition=loaded.meta.get("partition"),
+                            source=loaded.meta.get("path"))
     header = [f"torchtitan job-config fragment for {schedule.method or 'a schedule'}: "
               f"{instance.devices} ranks, {instance.num_stages} stages, "
               f"{instance.microbatches} micro-batches (zbopt export --torchtitan)",
