@@ -1,6 +1,9 @@
-"""What the tests of bad input share: a command refused as the project promises."""
+"""What the tests of bad input share: a command refused as the project promises, and a hand
+edited copy of a file."""
 
 from __future__ import annotations
+
+import json
 
 from zbopt.cli import main
 
@@ -13,3 +16,12 @@ def refused(capsys, *argv) -> str:
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith("zbopt: error: ")
     return err.strip()
+
+
+def edited(path, change, name="edited.json"):
+    """A copy of the JSON file `path`, named `name` beside it, after `change(doc)` edits it."""
+    doc = json.loads(path.read_text())
+    change(doc)
+    out = path.with_name(name)
+    out.write_text(json.dumps(doc))
+    return out

@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from cli_checks import refused
+from cli_checks import edited, refused
 
 from zbopt.cli import main
 from zbopt.errors import ZboptError
@@ -45,14 +45,6 @@ def plan_file(tmp_path, sizes=(2, 4), name="plan.json"):
         tmp_path / name, evaluate(placed, generate("1f1b", placed)),
         partition={"placement": "contiguous", "sizes": list(sizes), "stages": groups},
         model=layered.to_dict(), plan={"status": "feasible", "lower_bound": 1.0})
-
-
-def edited(path, change, name="edited.json"):
-    doc = json.loads(path.read_text())
-    change(doc)
-    out = path.with_name(name)
-    out.write_text(json.dumps(doc))
-    return out
 
 
 # ----- item 1: a NaN loss or gradient fails; the tolerance is finite ------------------------

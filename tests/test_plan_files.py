@@ -7,6 +7,7 @@ import json
 import tomllib
 
 import pytest
+from cli_checks import edited
 
 from zbopt.cli import main
 from zbopt.errors import ZboptError
@@ -41,14 +42,6 @@ def plan_file(tmp_path, placement="contiguous", method="zb-h1", name="plan.json"
         tmp_path / name, evaluate(placed, generate(method, placed)),
         partition={"placement": placement, "sizes": list(sizes), "stages": groups},
         model=layered.to_dict(), plan={"status": "feasible", "lower_bound": 1.0})
-
-
-def edited(path, change, name="edited.json"):
-    doc = json.loads(path.read_text())
-    change(doc)
-    out = path.with_name(name)
-    out.write_text(json.dumps(doc))
-    return out
 
 
 def one_error_line(err: str) -> str:
