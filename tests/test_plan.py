@@ -1021,16 +1021,18 @@ def test_policy_search_only_returns_shorter_schedules_within_the_cap():
 @pytest.mark.slow  # several exact solves
 def test_window_seen_from_the_last_forward_is_below_the_optimum(monkeypatch):
     """memory_bound.window_tail (the W that can follow the window, counted from the activations
-    in flight at the last F) raises pipeline_bound above both its other terms and zbopt.bounds
-    on splits of small models whose W hold little memory, and the raised bound never exceeds
-    CP-SAT's proven optimum (the solver without bound cuts); on some it is the optimum."""
+    in flight at the last F) raises pipeline_bound above its other terms on splits of small
+    models whose W hold little memory, and on some above zbopt.bounds too; the raised bound
+    never exceeds CP-SAT's proven optimum (the solver without bound cuts), and on some it is the
+    optimum. (Most of its rises only meet zbopt.bounds' W-deferral bound, which is exact on
+    integer data.)"""
     import zbopt.plan.memory_bound as memory_bound
 
     # the deferred-W term (tail_span) sees most of what window_tail does: left out here
     monkeypatch.setattr(memory_bound, "tail_span", lambda *args: 0.0)
     rng = random.Random(3)
     tail = memory_bound.window_tail
-    checked = tight = 0
+    checked = tight = above_all = 0
     for _ in range(300):
         p = rng.randint(2, 3)
         layers = tuple(Layer(f"l{k}", t_f=rng.choice([1, 2, 3]), t_b=rng.choice([1, 2, 3]),
@@ -1047,14 +1049,15 @@ def test_window_seen_from_the_last_forward_is_below_the_optimum(monkeypatch):
             monkeypatch.setattr(memory_bound, "window_tail", lambda *args: 0.0)
             without = pipeline_bound(instance)
             monkeypatch.setattr(memory_bound, "window_tail", tail)
-            if value <= max(without, _per_device_bound(instance)) + 1e-9:
+            if value <= without + 1e-9:
                 continue
+            above_all += value > _per_device_bound(instance) + 1e-9
             result = solve(instance, time_limit=600, threads=1, prove_with_bounds=False)
             assert result.status == "optimal"
             assert value <= result.span + 1e-9, (sizes, value, result.span)
             checked += 1
             tight += value >= result.span - 1e-9
-    assert checked >= 5 and tight >= 1
+    assert checked >= 5 and tight >= 1 and above_all >= 1
 
 
 def solved_where_raised(rng: random.Random, relax, devices: tuple[int, int],

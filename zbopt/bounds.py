@@ -123,6 +123,7 @@ class _Shape:
             for u in stages:
                 self.sums[u] = (stages, forward, backward)
         self.ramp: dict[int, float] = {}  # ramp_idle per device
+        self.sums_exact: Optional[bool] = None  # _sums_exact, once asked
         self.closed: dict[tuple[int, int], object] = {}  # _closed_states, CLOSED_KEPT at most
 
     def mine_on_chain(self, device: int, stage: int) -> tuple[int, ...]:
@@ -693,7 +694,15 @@ _GRID = 1024
 
 def _sums_exact(instance: Instance) -> bool:
     """Whether every sum of the instance's times and memories is exact in floats (so are the
-    paths, loads and held memory the bounds add up, and evaluate()'s spans)."""
+    paths, loads and held memory the bounds add up, and evaluate()'s spans); worked out once
+    per instance (asked per device)."""
+    shape = _shape(instance)
+    if shape.sums_exact is None:
+        shape.sums_exact = _work_out_sums_exact(instance)
+    return shape.sums_exact
+
+
+def _work_out_sums_exact(instance: Instance) -> bool:
     cap = instance.cap or ()
     values = (*instance.t_f, *instance.t_b, *instance.t_w, *instance.m_b, *instance.m_w,
               *instance.static_memory, *cap, instance.comm)
