@@ -222,3 +222,14 @@ def test_tiny_figures_against_a_cap_overflow_nothing(capsys, tmp_path, changes):
     result = run("1f1b", instance)
     assert result.lower_bound <= result.objective + 1e-9
     assert main(["compare", str(path), "--quiet"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, kind", [("t_f", "time"), ("comm", "time"), ("m_b", "memory")])
+def test_a_total_past_the_limit_says_which_kind_even_through_pickle(key, kind):
+    import pickle
+
+    from zbopt.instance import TooLarge
+    with pytest.raises(TooLarge) as err:
+        Instance(devices=2, microbatches=4, m_w=0, **{key: 1e20})
+    again = pickle.loads(pickle.dumps(err.value))  # as compare's workers send it back
+    assert (err.value.kind, again.kind, str(again)) == (kind, kind, str(err.value))

@@ -112,10 +112,10 @@ class _Shape:
             n = len(stages)
             forward, backward = [0.0] * n, [0.0] * n
             for i in range(1, n):
-                step = instance.t_f[stages[i - 1]] + stage_lag(instance, stages[i - 1], stages[i])
-                forward[i] = forward[i - 1] + instance.t_f[stages[i - 1]] \
-                    + stage_lag(instance, stages[i - 1], stages[i])
-                self.head[stages[i]] = self.head[stages[i - 1]] + step  # its own rounding
+                t_f, lag = instance.t_f[stages[i - 1]], stage_lag(instance, stages[i - 1], stages[i])
+                forward[i] = forward[i - 1] + t_f + lag
+                # forward_head's sum, added in its own order (floats: (a + b) + c != a + (b + c))
+                self.head[stages[i]] = self.head[stages[i - 1]] + (t_f + lag)
             backward[n - 1] = instance.t_b[stages[n - 1]]
             for i in range(n - 2, -1, -1):
                 backward[i] = backward[i + 1] + stage_lag(instance, stages[i + 1], stages[i]) \

@@ -126,25 +126,37 @@ def _total_text(total: float) -> str:
     return f"{total:.3g}" if math.isfinite(total) else "more than 1e308"
 
 
+class TooLarge(ZboptError):
+    """A total past MAX_TOTAL; `kind` says which: "time" or "memory" (so that a caller which
+    scaled the figures, as the exact solvers do, can say it in its own terms)."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+    def __reduce__(self):  # pickled with its kind (compare's worker processes send errors back)
+        return type(self), (str(self), self.kind)
+
+
 def check_total_time(key: str, value: Any, total: float) -> None:
     """The passes' total time must stay at or below MAX_TOTAL; `key` is the figure that
     contributes most, `value` its largest value (both named in the message). Shared by Instance
     and LayeredModel."""
     if total > MAX_TOTAL:
-        raise ZboptError(f"{key} {shown(value)} is too large: it makes the passes' total time "
-                         f"(every pass's time, plus comm once per pass) {_total_text(total)}, "
-                         f"and zbopt's limit is {MAX_TOTAL_TEXT} (past it sums lose precision): "
-                         f"give the times in a larger unit")
+        raise TooLarge(f"{key} {shown(value)} is too large: it makes the passes' total time "
+                       f"(every pass's time, plus comm once per pass) {_total_text(total)}, "
+                       f"and zbopt's limit is {MAX_TOTAL_TEXT} (past it sums lose precision): "
+                       f"give the times in a larger unit", "time")
 
 
 def check_total_memory(key: str, value: Any, total: float, where: str) -> None:
     """What one device could hold (static memory plus every activation it holds) must stay at
     or below MAX_TOTAL; `where` says which device. Shared by Instance and LayeredModel."""
     if total > MAX_TOTAL:
-        raise ZboptError(f"{key} {shown(value)} is too large: with it {where} could hold "
-                         f"{_total_text(total)} at once (static memory plus the activations of "
-                         f"every micro-batch), and zbopt's limit is {MAX_TOTAL_TEXT} (past it "
-                         f"sums lose precision): give the memory in a larger unit")
+        raise TooLarge(f"{key} {shown(value)} is too large: with it {where} could hold "
+                       f"{_total_text(total)} at once (static memory plus the activations of "
+                       f"every micro-batch), and zbopt's limit is {MAX_TOTAL_TEXT} (past it "
+                       f"sums lose precision): give the memory in a larger unit", "memory")
 
 
 def _stage_values(name: str, value: Any, stages: int, parts: int | None = None) -> tuple:

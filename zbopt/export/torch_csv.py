@@ -189,9 +189,9 @@ def sidecar_split(csv_path: str | Path) -> tuple[list[int] | None, str]:
     (None, "") when there is no sidecar or it records no split (a hand-made or foreign CSV,
     an export of a plain schedule file, or a sidecar from before zbopt recorded it)."""
     path = Path(csv_path)
-    side = path.with_name(path.name + ".json")
-    if path.suffix.lower() != ".csv" or not side.is_file():
+    if path.suffix.lower() != ".csv" or not sidecar_path(path).is_file():
         return None, ""
+    side = sidecar_path(path)
     try:
         doc = json.loads(side.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):

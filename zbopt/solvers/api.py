@@ -25,7 +25,7 @@ from .. import bounds
 from ..errors import ZboptError
 from ..heuristics import policy_search
 from ..heuristics.list_scheduler import list_schedule, sequential_schedule, single_passes
-from ..instance import MAX_TOTAL_TEXT, Instance
+from ..instance import MAX_TOTAL_TEXT, Instance, TooLarge
 from ..passes import Pass, neighbours
 from ..registry import get_method, solver_names
 from ..result import Result
@@ -105,8 +105,9 @@ def scaled_instance(instance: Instance) -> tuple[Instance, int, int]:
                          t_w=times(instance.t_w), comm=int(round(instance.comm * time_scale)),
                          m_b=memory(instance.m_b), m_w=memory(instance.m_w),
                          static_memory=memory(instance.static_memory), memory_cap=cap)
-    except ZboptError as err:  # the scaled totals pass Instance's limit (MAX_TOTAL)
-        what, scale = ("times", time_scale) if "time" in str(err) else ("memory figures", memory_scale)
+    except TooLarge as err:  # the scaled totals pass Instance's limit (MAX_TOTAL)
+        what, scale = ("times", time_scale) if err.kind == "time" else \
+            ("memory figures", memory_scale)
         raise ZboptError(f"exact solvers scale the {what} by {scale:g} to make them whole, and "
                          f"that takes their total past zbopt's limit of {MAX_TOTAL_TEXT}: round "
                          f"the {what} to fewer decimals or give them in a larger unit") from None
