@@ -16,24 +16,37 @@ from zbopt.schedule import evaluate
 INTERLEAVED = Instance(devices=4, microbatches=8).with_placement("interleaved", 2)
 
 
+WHOLE = "give a whole number at least the number of devices, or None for N = p"
+
+
 @pytest.mark.parametrize("value, message", [
-    ("8", "interleaved-1f1b: group_size must be a whole number, got '8': give a whole number "
-          ">= p = 4, or None for N = p"),
-    (8.5, "interleaved-1f1b: group_size must be a whole number, got 8.5: give a whole number "
-          ">= p = 4, or None for N = p"),
+    ("8", f"interleaved-1f1b: group_size must be a whole number, got '8': {WHOLE}"),
+    (8.5, f"interleaved-1f1b: group_size must be a whole number, got 8.5: {WHOLE}"),
     (8.0, "interleaved-1f1b: group_size must be a whole number, got 8.0: write group_size = 8"),
-    (True, "interleaved-1f1b: group_size must be a whole number, got True: give a whole "
-           "number >= p = 4, or None for N = p"),
+    (True, f"interleaved-1f1b: group_size must be a whole number, got True: {WHOLE}"),
+])
+def test_a_group_size_no_instance_could_take_is_an_error(value, message):
+    # the value is wrong whatever the instance: generate() and run() both raise it
+    with pytest.raises(ZboptError) as err:
+        registry.generate("interleaved-1f1b", INTERLEAVED, group_size=value)
+    assert str(err.value) == message
+    with pytest.raises(ZboptError) as err:
+        registry.run("interleaved-1f1b", Instance(devices=4, microbatches=8), group_size=value)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("value, message", [
     (2, "interleaved-1f1b needs group size N >= p = 4, got 2"),
     (0, "interleaved-1f1b needs group size N >= p = 4, got 0"),
     (6, "interleaved-1f1b needs microbatches (8) to be a multiple of the group size N = 6: "
         "use m = 12 or another N"),
 ])
-def test_a_bad_group_size_is_one_clear_line(value, message):
+def test_a_group_size_that_does_not_suit_the_instance_is_not_applicable(value, message):
     with pytest.raises(ZboptError) as err:
         registry.generate("interleaved-1f1b", INTERLEAVED, group_size=value)
     assert str(err.value) == message
-    # registry.run turns a generator's ZboptError into a not-applicable row with that reason
+    # registry.run turns a generator's ZboptError into a not-applicable row with that reason:
+    # the same group size suits an instance with fewer devices or more micro-batches
     result = registry.run("interleaved-1f1b", Instance(devices=4, microbatches=8),
                           group_size=value)
     assert result.status == "not-applicable" and result.message == message
@@ -53,8 +66,9 @@ def test_split_turn_must_be_a_bool(name, placement, value):
     with pytest.raises(ZboptError) as err:
         registry.generate(name, instance, split_turn=value)
     assert str(err.value) == f"{name}: split_turn must be True or False, got {value!r}"
-    result = registry.run(name, Instance(devices=4, microbatches=8), split_turn=value)
-    assert result.status == "not-applicable" and result.message == str(err.value)
+    with pytest.raises(ZboptError) as raised:
+        registry.run(name, Instance(devices=4, microbatches=8), split_turn=value)
+    assert str(raised.value) == str(err.value)
     # the two orders differ, so a truthy string could not pass for either unnoticed
     assert registry.generate(name, instance, split_turn=False) != \
         registry.generate(name, instance, split_turn=True)
@@ -82,10 +96,25 @@ def test_a_device_holding_nothing_does_not_block_the_derived_cap(name):
     assert result.timeline.fits_cap
 
 
-def test_an_explicit_zero_cap_is_still_refused():
-    result = registry.run("v-half", ZERO_MEMORY, memory_cap=0)
+@pytest.mark.parametrize("value", [0, -1, "2x", "80GB", [1, "x"], {"cap": 1}, float("nan")])
+def test_a_cap_parameter_no_instance_could_take_is_refused(value):
+    # refused whatever the instance, by run() and generate() alike, before anything runs
+    message = f"v-half: memory_cap {value!r} is not a cap: give a positive number"
+    with pytest.raises(ZboptError) as err:
+        registry.run("v-half", ZERO_MEMORY, memory_cap=value)
+    assert str(err.value).startswith(message)
+    with pytest.raises(ZboptError) as err:
+        registry.generate("v-half", ZERO_MEMORY.with_placement("v"), memory_cap=value)
+    assert str(err.value).startswith(message)
+
+
+def test_a_cap_parameter_that_does_not_suit_the_instance_is_not_applicable():
+    # one value per device is right for 2 devices, not for 4
+    result = registry.run("zb-greedy", Instance(devices=4, microbatches=8), memory_cap=[9, 9])
     assert result.status == "not-applicable"
-    assert "memory_cap must be a positive finite number, got 0" in result.message
+    assert "memory_cap lists 2 values but there are 4 devices" in result.message
+    assert registry.run("zb-greedy", Instance(devices=2, microbatches=8),
+                        memory_cap=[9, 9]).status == "heuristic"
 
 
 def test_the_v_bound_is_exact_on_halves():

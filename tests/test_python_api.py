@@ -2,12 +2,15 @@
 never a TypeError or AttributeError from deep inside; numpy's scalars are numbers like any
 other, and nothing past construction sees them."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from zbopt.errors import ZboptError
 from zbopt.instance import Instance, load_instance, shipped_instances
-from zbopt.layers import LayeredModel, load_model
+from zbopt.layers import Layer, LayeredModel, load_model
 from zbopt.plan import plan
 from zbopt.registry import generate, get_method, prepare, run
 from zbopt.schedule import Schedule, evaluate, structure_problems, validate
@@ -144,11 +147,32 @@ def test_numpy_scalars_build_the_same_instance_of_plain_numbers(numpy_kwargs, pl
     assert run("zb-h1", given).span == run("zb-h1", expected).span
 
 
+@pytest.mark.parametrize("numpy_kwargs,plain_kwargs", [
+    (dict(t_f=np.array([1.5, 2, 0.25, 1])), dict(t_f=[1.5, 2, 0.25, 1])),
+    (dict(m_b=np.arange(1, 5), m_w=np.zeros(4)), dict(m_b=[1, 2, 3, 4], m_w=[0.0] * 4)),
+    (dict(memory_cap=np.array([100, 50, 60, 70])), dict(memory_cap=[100, 50, 60, 70])),
+    (dict(static_memory=np.full(4, 3.0)), dict(static_memory=[3.0] * 4)),
+    (dict(comm=np.array(0.5), t_b=np.array(2)), dict(comm=0.5, t_b=2)),
+])
+def test_numpy_arrays_build_the_same_instance_of_plain_lists(numpy_kwargs, plain_kwargs):
+    base = dict(devices=4, microbatches=8)
+    given = Instance(**{**base, **numpy_kwargs})
+    expected = Instance(**{**base, **plain_kwargs})
+    assert given == expected and given.cap == expected.cap
+    for key in numpy_kwargs:
+        values = getattr(given, key)
+        values = values if isinstance(values, tuple) else (values,)
+        assert all(type(x) in (int, float) for x in values), (key, values)
+    assert given.to_dict() == expected.to_dict()
+
+
 @pytest.mark.parametrize("kwargs,message", [
     (dict(devices=np.float64(2.0)), r"^devices must be an integer, got 2.0: write devices = 2$"),
     (dict(devices=np.float32(2.5)), r"^devices must be an integer, got 2.5: give a whole number$"),
     (dict(microbatches=True), r"^microbatches must be an integer, got True"),
-    (dict(m_b=np.array([1, 2])), r"m_b must be a number or a list of numbers"),
+    (dict(m_b=np.ones((2, 2))), r"^m_b must be a number or a list of numbers, got an array of "
+                                r"2 dimensions"),
+    (dict(t_f=np.array([1.0, np.inf])), r"t_f must be finite and >= 0, got inf"),
     (dict(comm=np.float64("nan")), r"comm must be a finite number >= 0, got nan"),
     (dict(memory_cap=np.int64(0)), r"memory_cap must be a positive finite number, got 0"),
 ])
@@ -185,6 +209,48 @@ def test_with_settings_takes_numpy_counts(model):
     assert changed == model.with_settings(microbatches=4, devices=2, comm=0.5, memory_cap=40000)
     assert type(changed.microbatches) is int and type(changed.devices) is int
     assert type(changed.comm) is float and type(changed.memory_cap) is int
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(name=""), r"^every layer needs a name \(a non-empty string\), got ''$"),
+    (dict(name=3), r"^every layer needs a name \(a non-empty string\), got 3$"),
+    (dict(t_f=-1), r"^layer 'block': t_f must be a finite number >= 0, got -1$"),
+    (dict(t_w=float("nan")), r"^layer 'block': t_w must be a finite number >= 0, got nan$"),
+    (dict(static="12"), r"^layer 'block': static must be a finite number >= 0, got '12'$"),
+    (dict(m_b=1, m_w=2), r"^layer 'block': m_w \(2\) exceeds m_b \(1\)"),
+    (dict(count=0), r"^layer 'block': count must be an integer >= 1, got 0$"),
+    (dict(count=2.0), r"^layer 'block': count must be an integer >= 1, got 2.0$"),
+])
+def test_a_layer_built_directly_is_held_to_the_file_rules(kwargs, message):
+    with pytest.raises(ZboptError, match=message):
+        Layer(**{"name": "block", "t_f": 1, "t_b": 1, "t_w": 1, **kwargs})
+
+
+def test_a_layer_of_numpy_numbers_is_the_layer_of_plain_ones():
+    given = Layer("block", np.float32(1.5), np.int64(2), np.array(1.0), static=np.int8(3),
+                  count=np.int64(4))
+    assert given == Layer("block", 1.5, 2, 1.0, static=3, count=4)
+    assert all(type(getattr(given, key)) in (int, float)
+               for key in ("t_f", "t_b", "t_w", "m_b", "m_w", "static", "count"))
+
+
+@pytest.mark.parametrize("layers,message", [
+    ([{"name": "block", "t_f": 1, "t_b": 1, "t_w": 1}],
+     r"^layers must hold zbopt.layers.Layer only .* got dict$"),
+    ("block", r"^layers must be a list of zbopt.layers.Layer, got str$"),
+])
+def test_a_model_of_other_things_than_layers_says_what_it_takes(layers, message):
+    with pytest.raises(ZboptError, match=message):
+        LayeredModel(layers=layers, devices=2, microbatches=4)
+
+
+def test_a_model_takes_a_list_of_layers_and_a_numpy_cap():
+    layers = [Layer("a", 1, 1, 1, m_b=1, static=2), Layer("b", 2, 2, 2, m_b=1, count=3)]
+    given = LayeredModel(layers=layers, devices=2, microbatches=4,
+                         memory_cap=np.array([20, 20]))
+    assert given == LayeredModel(layers=tuple(layers), devices=2, microbatches=4,
+                                 memory_cap=[20, 20])
+    assert given.num_layers == 4 and given.memory_cap == (20, 20)
 
 
 # ----- 4: plan's placements ------------------------------------------------------------------
@@ -302,3 +368,26 @@ def test_a_cap_neither_a_number_nor_bytes_keeps_its_message():
     with pytest.raises(ZboptError, match=r"memory_cap 'lots' is not a number, a list per device, "
                                          r"or a multiple of p"):
         Instance(devices=2, microbatches=4, memory_cap="lots")
+
+
+# ----- the README's Python example ------------------------------------------------------------
+
+def test_the_readme_python_example_runs_and_prints_what_it_says(capsys):
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert len(blocks) == 1
+    exec(compile(blocks[0], "README.md", "exec"), {})
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    heuristics = {name: (status, float(span), float(bound)) for name, status, span, bound
+                  in lines[:3]}
+    status, optimum, gap = lines[3]
+    assert status == "optimal" and float(gap) == 0
+    for name, (status, span, bound) in heuristics.items():
+        assert status == "heuristic" and bound <= float(optimum) <= span, name
+    sizes, span, plan_gap = " ".join(lines[4]).rsplit(" ", 2)
+    # what the prose under the block says it prints
+    prose = re.sub(r"\s+", " ", readme.split("```python", 1)[1].split("```", 2)[1])
+    greedy, bound = re.search(r"`zb-greedy` ([\d.]+) against a bound of ([\d.]+)", prose).groups()
+    assert heuristics["zb-greedy"][1:] == (float(greedy), float(bound))
+    assert f"proven optimum ({optimum}, gap {gap})" in prose
+    assert f"split `{sizes}`" in prose and float(plan_gap) <= 0.01

@@ -70,7 +70,8 @@ def slow_job(job: Job) -> dict:
 
 
 def sleepy_job(job: Job) -> dict:
-    if job.method.name == "gpipe":
+    """gpipe at 4 micro-batches (two jobs: one per cap) hangs for a minute."""
+    if job.method.name == "gpipe" and job.instance["microbatches"] == 4:
         time.sleep(60)
     return run_job(job)
 
@@ -218,6 +219,15 @@ def test_job_key_is_stable_and_distinguishes_methods():
      '[base]\ndevices = 2\nmicrobatches = 4\n', "unknown parameter(s) size; it takes group_size"),
     ('methods = [{name = "zb-greedy", params = {memory_cap = inf}}]\n[base]\ndevices = 2\n'
      'microbatches = 4\n', "parameter memory_cap = inf: give a finite number"),
+    # a value no instance could take: refused at load (one that does not suit an instance,
+    # group_size = 2 on 4 devices, is that job's not-applicable row)
+    ('methods = [{name = "interleaved-1f1b", params = {group_size = "8"}}]\n[base]\n'
+     'devices = 2\nmicrobatches = 4\n', "interleaved-1f1b: group_size must be a whole number, "
+     "got '8'"),
+    ('methods = [{name = "dualpipe", params = {split_turn = "no"}}]\n[base]\ndevices = 2\n'
+     'microbatches = 4\n', "dualpipe: split_turn must be True or False, got 'no'"),
+    ('methods = [{name = "v-greedy", params = {memory_cap = "2x"}}]\n[base]\ndevices = 2\n'
+     'microbatches = 4\n', "v-greedy: memory_cap '2x' is not a cap"),
     # inf as nan: refused, not written to results.jsonl as the non-standard token Infinity
     ('[base]\ndevices = 2\nmicrobatches = 4\n[[solvers]]\nname = "cpsat"\ntime_limit = inf\n',
      "time_limit must be a positive, finite number of seconds, got inf"),
@@ -415,12 +425,13 @@ def test_a_job_past_its_timeout_is_killed_and_recorded(tmp_path):
     run_sweep(spec, tmp_path / "out", jobs=2, progress=False, job_fn=sleepy_job)
     records = load_records(tmp_path / "out")
     timed_out = [r for r in records if r["status"] == "error"]
-    assert {r["method"] for r in timed_out} == {"gpipe"} and len(timed_out) == 4
+    assert {(r["method"], r["microbatches"]) for r in timed_out} == {("gpipe", 4)}
+    assert len(timed_out) == 2
     assert all("timed out" in r["message"] for r in timed_out)
     # killed at the timeout, not after the job's own 60 s; 20 s leaves a loaded machine time
     # to run the quick jobs
     assert all(20 <= r["runtime"] < 60 for r in timed_out)
-    assert sum(r["status"] == "heuristic" for r in records) == 12
+    assert sum(r["status"] == "heuristic" for r in records) == 14
 
 
 def _start_killable(spec_path: Path, out: Path) -> subprocess.Popen:

@@ -144,29 +144,37 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
     m_b, m_w = block_activation_bytes(h, shape.heads, sequence)
     embedding_params = (vocab + shape.positions) * h
     output_params = vocab * h + h
-    return (
-        Layer("tok_embeddings", t_f=0.0, t_b=0.0, t_w=us(2.0 * h), m_b=8.0 * tokens,
-              m_w=8.0 * tokens, static=float(embedding_params * optimizer_bytes)),
-        Layer("layers", t_f=us(matmul + attention), t_b=us(matmul + 2 * attention), t_w=us(matmul),
-              m_b=m_b * tokens, m_w=m_w * tokens,
-              static=float(shape.block_params() * optimizer_bytes), count=shape.layers),
-        Layer("norm+lm_head", t_f=us(2.0 * h * vocab), t_b=us(2.0 * h * vocab),
-              t_w=us(2.0 * h * vocab), m_b=(4.0 * h + 4.0 * vocab) * tokens, m_w=2.0 * h * tokens,
-              static=float(output_params * optimizer_bytes)),
+    figures = (
+        ("tok_embeddings", 1, dict(t_f=0.0, t_b=0.0, t_w=us(2.0 * h), m_b=8.0 * tokens,
+                                   m_w=8.0 * tokens,
+                                   static=float(embedding_params * optimizer_bytes))),
+        ("layers", shape.layers, dict(t_f=us(matmul + attention), t_b=us(matmul + 2 * attention),
+                                      t_w=us(matmul), m_b=m_b * tokens, m_w=m_w * tokens,
+                                      static=float(shape.block_params() * optimizer_bytes))),
+        ("norm+lm_head", 1, dict(t_f=us(2.0 * h * vocab), t_b=us(2.0 * h * vocab),
+                                 t_w=us(2.0 * h * vocab), m_b=(4.0 * h + 4.0 * vocab) * tokens,
+                                 m_w=2.0 * h * tokens,
+                                 static=float(output_params * optimizer_bytes))),
     )
+    for name, _, values in figures:
+        _check_finite(name, values)
+    return tuple(Layer(name, count=count, **values) for name, count, values in figures)
+
+
+def _check_finite(name: str, values: dict) -> None:
+    """Refuse figures beyond what a float holds: the flags that produced them are what to
+    change (before Layer, which would only say the value is not finite)."""
+    for key, value in values.items():
+        if not math.isfinite(value):
+            flags = ("--optimizer-bytes" if key == "static" else
+                     "--peak-flops and --efficiency" if key.startswith("t_") else
+                     "--microbatch-size and --seq-len")
+            raise ZboptError(f"the estimate of {name}'s {key} overflows: give realistic {flags}")
 
 
 def _check_figures(layers: tuple[Layer, ...], comm: float) -> None:
-    """Refuse figures beyond what a float holds or so small every time rounds away: the flags
-    that produced them are what to change."""
-    for layer in layers:
-        for key in ("t_f", "t_b", "t_w", "m_b", "m_w", "static"):
-            if not math.isfinite(getattr(layer, key)):
-                flags = ("--optimizer-bytes" if key == "static" else
-                         "--peak-flops and --efficiency" if key.startswith("t_") else
-                         "--microbatch-size and --seq-len")
-                raise ZboptError(f"the estimate of {layer.name}'s {key} overflows: give "
-                                 f"realistic {flags}")
+    """Refuse a comm time beyond what a float holds, or times so small every one rounds
+    away."""
     if not math.isfinite(comm):
         raise ZboptError("the estimate of comm overflows: give a realistic --link-bandwidth")
     if all(getattr(layer, key) == 0 for layer in layers for key in ("t_f", "t_b", "t_w")):

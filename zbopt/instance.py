@@ -74,6 +74,32 @@ def plain(x: Any) -> Any:
         return math.inf if x > 0 else -math.inf
 
 
+def cap_spec_fits_some_instance(spec: Any) -> bool:
+    """Whether `spec` is a memory cap some instance could take: None, a positive finite number,
+    a multiple of p ("1.5p"), or a list of those (one per device: how many is the instance's
+    to say). Byte sizes ("80GB") are for the command line's --mem."""
+    spec = listed(spec, "memory_cap")
+    items = spec if isinstance(spec, (list, tuple)) else (spec,)
+    return spec is None or all(
+        (_is_number(x) and finite(x) and x > 0) or (isinstance(x, str) and _CAP_RE.match(x))
+        for x in items)
+
+
+def listed(x: Any, name: str) -> Any:
+    """A numpy array (or anything else with `ndim` and `tolist`) as its plain values: a tuple
+    for one dimension, the number for none; anything else as it is. Arrays of more dimensions
+    are refused by name, so a per-stage or per-device value may come straight from numpy."""
+    ndim, tolist = getattr(x, "ndim", None), getattr(x, "tolist", None)
+    if not isinstance(ndim, int) or not callable(tolist) or isinstance(x, (list, tuple)):
+        return x
+    if ndim == 0:
+        return tolist()
+    if ndim == 1:
+        return tuple(tolist())
+    raise ZboptError(f"{name} must be a number or a list of numbers, got an array of "
+                     f"{ndim} dimensions: give one value per stage (or device)")
+
+
 def require_instance(x: Any, where: str) -> "Instance":
     """`x` if it is an Instance, else ZboptError saying how to get one (`where`: the function
     that was given it, e.g. "run()"): a public entry point's first check, a cheap isinstance."""
@@ -212,6 +238,9 @@ class Instance:
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
+        for key in ("t_f", "t_b", "t_w", "m_b", "m_w", "memory_cap", "static_memory", "comm",
+                    "overlap"):
+            set_(key, listed(getattr(self, key), key))
         for key, value in check_integers(devices=self.devices, microbatches=self.microbatches,
                                          chunks=self.chunks).items():
             set_(key, value)

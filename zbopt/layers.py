@@ -40,6 +40,7 @@ from .instance import (
     check_total_time,
     construct,
     finite,
+    listed,
     plain,
     read_table,
     resolve_instance,
@@ -91,6 +92,22 @@ class Layer:
     m_w: float = 0.0
     static: float = 0.0
     count: int = 1
+
+    def __post_init__(self) -> None:
+        """A layer built directly is held to the rules of one read from a file."""
+        if not isinstance(self.name, str) or not self.name:
+            raise ZboptError(f"every layer needs a name (a non-empty string), got "
+                             f"{shown(self.name)}")
+        where = f"layer {self.name!r}"
+        for key in _LAYER_NUMBERS:
+            object.__setattr__(self, key, _number(where, key, listed(getattr(self, key), key)))
+        if self.m_w > self.m_b:
+            raise ZboptError(f"{where}: m_w ({self.m_w}) exceeds m_b ({self.m_b}): m_w is the "
+                             f"part of m_b kept for W")
+        count = listed(self.count, "count")
+        if not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 1:
+            raise ZboptError(f"{where}: count must be an integer >= 1, got {shown(count)}")
+        object.__setattr__(self, "count", int(count))
 
     @classmethod
     def from_dict(cls, data: Any, source: str) -> "Layer":
@@ -147,6 +164,16 @@ class LayeredModel:
         if not self.layers:
             raise ZboptError("a layered model needs at least one layer")
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
+        if not isinstance(self.layers, (list, tuple)):
+            raise ZboptError(f"layers must be a list of zbopt.layers.Layer, got "
+                             f"{type(self.layers).__name__}")
+        odd = sorted({type(x).__name__ for x in self.layers if not isinstance(x, Layer)})
+        if odd:
+            raise ZboptError(f"layers must hold zbopt.layers.Layer only (Layer(name=..., t_f=..., "
+                             f"t_b=..., t_w=...) or Layer.from_dict), got {', '.join(odd)}")
+        set_("layers", tuple(self.layers))
+        for key in ("memory_cap", "comm", "overlap"):
+            set_(key, listed(getattr(self, key), key))
         if isinstance(self.memory_cap, (list, tuple)):
             set_("memory_cap", tuple(map(plain, self.memory_cap)))
         else:

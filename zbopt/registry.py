@@ -36,6 +36,10 @@ class Method:
     placement; a contiguous instance is re-placed for it) or "solver" (a `backend` behind the
     protocol of zbopt.solvers.protocol, run by zbopt.solvers.solve on any placement).
     params: the parameters it takes, with their defaults.
+    checks: per parameter, a `check(method_name, value)` raising ZboptError for a value no
+    instance could take (a group size that is not a whole number): run(), generate() and a
+    sweep's spec refuse it up front, where a value that does not suit one instance (a group
+    size below its devices) is a not-applicable row when the method runs.
     """
 
     name: str
@@ -46,6 +50,7 @@ class Method:
     generate: Optional[Generator] = None
     backend: Any = None
     chunks: int = 0  # chunks used when re-placing a contiguous instance (interleaved)
+    checks: dict = field(default_factory=dict)
 
     @property
     def placement(self) -> str:
@@ -67,11 +72,13 @@ def _add(method: Method) -> None:
 
 
 def register(name: str, placement: str, description: str, kind: str = "handwritten",
-             chunks: int = 0, **defaults) -> Callable[[Generator], Generator]:
-    """Decorator for a schedule generator `(instance, **params) -> Schedule` on `placement`."""
+             chunks: int = 0, checks: dict | None = None,
+             **defaults) -> Callable[[Generator], Generator]:
+    """Decorator for a schedule generator `(instance, **params) -> Schedule` on `placement`;
+    `checks`: see Method."""
     def wrap(fn: Generator) -> Generator:
         _add(Method(name, kind, (placement,), description, dict(defaults), generate=fn,
-                    chunks=chunks))
+                    chunks=chunks, checks=dict(checks or {})))
         return fn
     return wrap
 
@@ -143,18 +150,21 @@ def _accepted(method: Method) -> tuple[tuple[str, ...], bool]:
 def check_params(method: Method, params: dict, also: tuple[str, ...] = (),
                  caller: str = "") -> None:
     """ZboptError naming the method, the keywords it does not take and those it does, rather
-    than a TypeError from the call; `also`: keywords `caller` (run()) takes itself."""
+    than a TypeError from the call; `also`: keywords `caller` (run()) takes itself. Then each
+    value the method checks (Method.checks) must be one some instance could take."""
     names, any_keyword = _accepted(method)
     extra = tuple(key for key in also if key not in names)
     unknown = [key for key in params if key not in names and key not in extra]
-    if not unknown or any_keyword:
-        return
-    quoted = ", ".join(map(repr, unknown))
-    takes = f"it takes {', '.join(names)}" if names else "it takes none"
-    if extra:
-        takes += f" ({caller} also takes {', '.join(extra)})"
-    raise ZboptError(f"{method.name} takes no parameter{'s' if len(unknown) > 1 else ''} "
-                     f"{quoted}: {takes}")
+    if unknown and not any_keyword:
+        quoted = ", ".join(map(repr, unknown))
+        takes = f"it takes {', '.join(names)}" if names else "it takes none"
+        if extra:
+            takes += f" ({caller} also takes {', '.join(extra)})"
+        raise ZboptError(f"{method.name} takes no parameter{'s' if len(unknown) > 1 else ''} "
+                         f"{quoted}: {takes}")
+    for key, value in params.items():
+        if key in method.checks:
+            method.checks[key](method.name, value)
 
 
 def prepare(method: Method, instance: Instance) -> Instance:
@@ -205,8 +215,8 @@ def run(name: str, instance: Instance, objective: str = "span", **params) -> Res
     judged by evaluate(), and a schedule within the cap gets the best lower bound of its
     (placed) instance. A failed precondition gives status "not-applicable" with the reason.
     Solvers: zbopt.solvers.solve() with `params` (time_limit, threads, ...).
-    A keyword the method does not take, or an `instance` that is not an Instance, is a
-    ZboptError.
+    A keyword the method does not take, a value of it no instance could take (Method.checks),
+    or an `instance` that is not an Instance, is a ZboptError.
     """
     method = get_method(name)
     require_instance(instance, "run()")

@@ -161,7 +161,8 @@ def _check_enough_microbatches(name: str, per_phase: int, half_ranks: int, need:
 
 
 @register("dualpipe", "dualpipe",
-          "DualPipe (DeepSeek-V3): two directions, overlapped F&B pairs, 2x parameters")
+          "DualPipe (DeepSeek-V3): two directions, overlapped F&B pairs, 2x parameters",
+          checks={"split_turn": _check_split_turn})
 def dualpipe(instance: Instance, split_turn: bool = True) -> Schedule:
     _check_split_turn("dualpipe", split_turn)
     p, m = instance.devices, instance.microbatches
@@ -185,7 +186,8 @@ def dualpipe(instance: Instance, split_turn: bool = True) -> Schedule:
 
 
 @register("dualpipev", "v",
-          "DualPipeV: DualPipe cut in half on the V placement, one parameter copy")
+          "DualPipeV: DualPipe cut in half on the V placement, one parameter copy",
+          checks={"split_turn": _check_split_turn})
 def dualpipev(instance: Instance, split_turn: bool = True) -> Schedule:
     _check_split_turn("dualpipev", split_turn)
     p, m = instance.devices, instance.microbatches

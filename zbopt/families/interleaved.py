@@ -15,15 +15,19 @@ from ..registry import register
 from ..schedule import Schedule, fused
 
 
+def check_group_size(method: str, value: Any) -> None:
+    """A group size must be None or a whole number, whatever the instance; else ZboptError."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        fix = f"write group_size = {int(value)}" if isinstance(value, float) \
+            and value.is_integer() else "give a whole number at least the number of devices, or None for N = p"
+        raise ZboptError(f"{method}: group_size must be a whole number, got {value!r}: {fix}")
+
+
 def _group_size(value: Any, p: int) -> int:
     """The group size N of `value` (None: p), a whole number >= p; else ZboptError."""
+    check_group_size("interleaved-1f1b", value)
     if value is None:
         return p
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        fix = f"write group_size = {int(value)}" if isinstance(value, float) \
-            and value.is_integer() else f"give a whole number >= p = {p}, or None for N = p"
-        raise ZboptError(f"interleaved-1f1b: group_size must be a whole number, "
-                         f"got {value!r}: {fix}")
     n = int(value)  # a plain int, whatever integer type it came as
     if n < p:
         raise ZboptError(f"interleaved-1f1b needs group size N >= p = {p}, got {n}")
@@ -31,7 +35,8 @@ def _group_size(value: Any, p: int) -> int:
 
 
 @register("interleaved-1f1b", "interleaved",
-          "Interleaved 1F1B: Megatron depth-first order over v chunks, fused backward", chunks=2)
+          "Interleaved 1F1B: Megatron depth-first order over v chunks, fused backward", chunks=2,
+          checks={"group_size": check_group_size})
 def interleaved_1f1b(instance: Instance, group_size: int | None = None) -> Schedule:
     p, m, v = instance.devices, instance.microbatches, instance.chunks
     n = _group_size(group_size, p)

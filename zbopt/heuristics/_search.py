@@ -6,7 +6,7 @@ import math
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import ZboptError
-from ..instance import Instance
+from ..instance import Instance, cap_spec_fits_some_instance, shown
 from ..schedule import Schedule, evaluate
 from . import _engine
 
@@ -17,6 +17,17 @@ FINALISTS = 3
 LARGE = 20_000  # passes from which the best estimate is returned as is (see best_of)
 
 _UNSET = object()
+
+
+def check_cap_param(method: str, value: Any) -> None:
+    """A memory_cap parameter must be a cap some instance could take (registry's checks)."""
+    if not cap_spec_fits_some_instance(value):
+        raise ZboptError(f"{method}: memory_cap {shown(value)} is not a cap: give a positive "
+                         f"number in the instance's memory unit, a list of them (one per "
+                         f"device), a multiple of p such as '1p', or None for no cap")
+
+
+CAP_CHECK = {"memory_cap": check_cap_param}
 
 
 def capped_instance(instance: Instance, memory_cap: Any, method: str) -> Instance:

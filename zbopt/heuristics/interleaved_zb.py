@@ -28,7 +28,7 @@ from ..instance import Instance
 from ..registry import register
 from ..schedule import Schedule
 from . import _engine
-from ._search import _UNSET, LARGE, capped_instance, derived_cap
+from ._search import _UNSET, CAP_CHECK, LARGE, capped_instance, derived_cap
 from .refine import _Judge, refine_best
 from .v_greedy import MIN_POLICIES, PRIORITY
 from .zb_greedy import SIMULATION_BUDGET
@@ -140,7 +140,7 @@ def interleaved_schedule(instance: Instance, method: str) -> Schedule:
 
 @register("interleaved-zb", "interleaved",
           "Interleaved zero bubble: greedy F/B/W order over v chunks under the instance's cap",
-          kind="heuristic", chunks=2)
+          kind="heuristic", chunks=2, checks=CAP_CHECK)
 def interleaved_zb(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
     return interleaved_schedule(capped_instance(instance, memory_cap, "interleaved-zb"),
                                 "interleaved-zb")
@@ -148,7 +148,7 @@ def interleaved_zb(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
 
 @register("interleaved-zb-1p", "interleaved",
           "Interleaved zero bubble at cap 1p (1F1B's activation memory), or the least that fits",
-          kind="heuristic", chunks=2)
+          kind="heuristic", chunks=2, checks=CAP_CHECK)
 def interleaved_zb_1p(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
     if memory_cap is _UNSET:
         unit = instance.devices * instance.activation_unit

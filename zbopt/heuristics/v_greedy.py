@@ -25,7 +25,7 @@ from ..instance import Instance
 from ..registry import methods, register
 from ..schedule import Schedule
 from . import _engine
-from ._search import _UNSET, LARGE, capped_instance, derived_cap
+from ._search import _UNSET, CAP_CHECK, LARGE, capped_instance, derived_cap
 from .refine import refine_best
 from .zb_greedy import SIMULATION_BUDGET
 
@@ -113,20 +113,20 @@ def _fraction_cap(instance: Instance, fraction: float, memory_cap: Any) -> Any:
 
 
 @register("v-greedy", "v", "V-shape greedy: memory-capped F/B/W order on placement v",
-          kind="heuristic")
+          kind="heuristic", checks=CAP_CHECK)
 def v_greedy(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
     return v_schedule(capped_instance(instance, memory_cap, "v-greedy"), "v-greedy")
 
 
 @register("v-half", "v", "V-shape greedy at about half of 1F1B's activation memory",
-          kind="heuristic")
+          kind="heuristic", checks=CAP_CHECK)
 def v_half(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
     cap = _fraction_cap(instance, 1 / 2, memory_cap)
     return v_schedule(capped_instance(instance, cap, "v-half"), "v-half")
 
 
 @register("v-min", "v", "V-shape greedy at about a third of 1F1B's activation memory",
-          kind="heuristic")
+          kind="heuristic", checks=CAP_CHECK)
 def v_min(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
     cap = _fraction_cap(instance, 1 / 3, memory_cap)
     return v_schedule(capped_instance(instance, cap, "v-min"), "v-min")

@@ -25,7 +25,7 @@ from ..instance import Instance
 from ..registry import register, schedule_bound
 from ..schedule import Schedule
 from . import _engine, _search
-from ._search import _UNSET, best_of, capped_instance
+from ._search import _UNSET, CAP_CHECK, best_of, capped_instance
 
 # Passes simulated per call before the grid is cut to its most useful prefix: keeps p=32, m=256
 # (24,576 passes) well under a second (benchmarks/bench_greedy.py).
@@ -201,19 +201,19 @@ def _needed_cap(instance: Instance) -> str:
 
 @register("zb-greedy", "contiguous",
           "Zero Bubble auto-scheduler: greedy F/B/W order under the instance's cap",
-          kind="heuristic")
+          kind="heuristic", checks=CAP_CHECK)
 def zb_greedy(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
     return zb_schedule(capped_instance(instance, memory_cap, "zb-greedy"), "zb-greedy")
 
 
 @register("zb-1p", "contiguous",
-          "Zero Bubble auto-scheduler at cap 1p (1F1B's activation memory)", kind="heuristic")
+          "Zero Bubble auto-scheduler at cap 1p (1F1B's activation memory)", kind="heuristic", checks=CAP_CHECK)
 def zb_1p(instance: Instance, memory_cap: Any = "1p") -> Schedule:
     return zb_schedule(capped_instance(instance, memory_cap, "zb-1p"), "zb-1p")
 
 
 @register("zb-2p", "contiguous",
           "Zero Bubble auto-scheduler at cap 2p (twice 1F1B's activation memory)",
-          kind="heuristic")
+          kind="heuristic", checks=CAP_CHECK)
 def zb_2p(instance: Instance, memory_cap: Any = "2p") -> Schedule:
     return zb_schedule(capped_instance(instance, memory_cap, "zb-2p"), "zb-2p")

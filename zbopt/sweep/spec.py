@@ -410,8 +410,9 @@ def _check_params(method: Any, params: Mapping[str, Any], source: str) -> None:
     """Refuse parameters the method's generator does not take (registry.run passes them as
     keywords after the instance, over the registered defaults; `objective` is run_job's, for
     the bound), and non-finite numbers (which results.jsonl could not hold as standard JSON).
-    Whether a value suits an instance (a group size against its devices) is the method's to
-    say when it runs: a not-applicable row."""
+    A value no instance could take (the method's registered checks: a group size that is not a
+    whole number) is refused here; whether a value suits an instance (a group size against its
+    devices) is the method's to say when it runs: a not-applicable row."""
     accepted = [p for p in list(inspect.signature(method.generate).parameters.values())[1:]
                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY, p.VAR_KEYWORD)]
     names = [p.name for p in accepted if p.kind != p.VAR_KEYWORD] + ["objective"]
@@ -427,6 +428,11 @@ def _check_params(method: Any, params: Mapping[str, Any], source: str) -> None:
         if isinstance(value, float) and not math.isfinite(value):
             raise ZboptError(f"{source}: method {method.name!r}: parameter {key} = {value}: "
                              f"give a finite number")
+        if key in method.checks:
+            try:
+                method.checks[key](method.name, value)
+            except ZboptError as err:
+                raise ZboptError(f"{source}: {err}") from None
 
 
 def _solvers(entries: Any, source: str) -> list[MethodSpec]:
