@@ -207,7 +207,8 @@ def zb_greedy(instance: Instance, memory_cap: Any = _UNSET) -> Schedule:
 
 
 @register("zb-1p", "contiguous",
-          "Zero Bubble auto-scheduler at cap 1p (1F1B's activation memory)", kind="heuristic", checks=CAP_CHECK)
+          "Zero Bubble auto-scheduler at cap 1p (1F1B's activation memory)", kind="heuristic",
+          checks=CAP_CHECK)
 def zb_1p(instance: Instance, memory_cap: Any = "1p") -> Schedule:
     return zb_schedule(capped_instance(instance, memory_cap, "zb-1p"), "zb-1p")
 
