@@ -2,6 +2,7 @@
 heuristics, the exact W deferral bound, and compare's verdict against its table."""
 
 import re
+from fractions import Fraction
 
 import pytest
 
@@ -140,6 +141,30 @@ def test_the_exact_w_deferral_bound_stays_below_the_spans(costs):
             result = registry.run(name, instance)
             if result.applies and result.fits() and result.instance.placement == placement:
                 assert bound <= result.span, (name, placement)
+
+
+def test_the_w_deferral_bound_uses_fractions_only_where_the_sums_are_exact(monkeypatch):
+    # fractions are 5-6 times slower, and plan's guide asks this bound of every split it
+    # weighs: on data whose float sums round anyway (1.1) the floats, with their margin, serve
+    exact = Instance(devices=2, microbatches=4, m_b=2, m_w=1, memory_cap=2).with_placement("v")
+    rounded = Instance.from_dict({**exact.to_dict(), "t_f": 1.1, "t_b": 1.3, "t_w": 0.7})
+    types = []
+    polygon = bounds._polygon
+
+    def seen(options, room, count, num):
+        types.append(num)
+        return polygon(options, room, count, num)
+    monkeypatch.setattr(bounds, "_polygon", seen)
+    assert bounds.w_deferral(exact) == 14.5
+    assert types and set(types) == {Fraction}
+    types.clear()
+    value = bounds.w_deferral(rounded)
+    assert types and set(types) == {float}
+    # and it stays a bound: below every schedule of the rounded instance within its cap
+    for name in ("v-greedy", "zb-v", "dualpipev"):
+        result = registry.run(name, rounded)
+        if result.applies and result.fits():
+            assert value <= result.span, name
 
 
 def test_integer_data_give_an_integer_w_deferral_bound():
