@@ -288,6 +288,22 @@ def test_method_parameters_the_generator_takes_are_kept():
                     "methods": [{"name": "1f1b", "params": {"objective": "time"}}]})
 
 
+def test_a_method_cap_of_none_in_a_spec_runs_the_method_without_a_cap(tmp_path):
+    # TOML has no None: "none" (as the memory_cap axis takes it) means no cap for the method
+    spec = parse_spec({"base": {"devices": 2, "microbatches": 4, "m_b": 2, "m_w": 1,
+                                "memory_cap": "1p"},
+                       "methods": [{"name": "zb-greedy", "params": {"memory_cap": "none"}},
+                                   "zb-greedy"]})
+    assert dict(spec.methods[0].params) == {"memory_cap": None}
+    run_sweep(spec, tmp_path / "out", jobs=1, progress=False, report=False)
+    records = load_records(tmp_path / "out")
+    uncapped, capped = sorted(records, key=lambda r: bool(r.get("params")) is False)
+    assert uncapped["status"] == capped["status"] == "heuristic"
+    # without the instance's 1p the greedy order holds more and runs no longer
+    assert uncapped["span"] <= capped["span"]
+    assert max(uncapped["peak_memory"]) > max(capped["peak_memory"])
+
+
 def test_a_non_utf8_spec_or_a_directory_is_one_line_and_exit_2(tmp_path, capsys):
     spec = tmp_path / "spec.toml"
     spec.write_bytes(b"name = \"x\"\n\x8c\xff")

@@ -401,6 +401,9 @@ def _families(entries: Any, source: str) -> list[MethodSpec]:
         if name not in registry:
             raise ZboptError(f"{source}: unknown method {name!r}: choose from "
                              f"{', '.join(sorted(registry))}")
+        cap = params.get("memory_cap")
+        if isinstance(cap, str) and cap.strip().lower() in ("none", "unlimited"):
+            params = {**params, "memory_cap": None}  # TOML has no None: as the axes read it
         _check_params(registry[name], params, source)
         out.append(MethodSpec(name, "family", tuple(sorted(params.items()))))
     return out
