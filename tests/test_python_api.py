@@ -1,6 +1,6 @@
 """The Python API refuses a wrong argument with one ZboptError saying what to give instead,
 never a TypeError or AttributeError from deep inside; numpy's scalars are numbers like any
-other, and nothing past construction sees them."""
+other and its one-dimensional arrays lists, and nothing past construction sees either."""
 
 import re
 from pathlib import Path
