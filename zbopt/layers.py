@@ -125,14 +125,11 @@ class Layer:
         if missing:
             raise ZboptError(f"{where} has no {', '.join(missing)}: give every layer its "
                              f"t_f, t_b and t_w")
-        values = {k: _number(where, k, data.get(k, 0)) for k in _LAYER_NUMBERS}
-        if values["m_w"] > values["m_b"]:
-            raise ZboptError(f"{where}: m_w ({values['m_w']}) exceeds m_b ({values['m_b']}): "
-                             f"m_w is the part of m_b kept for W")
-        count = data.get("count", 1)
-        if not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 1:
-            raise ZboptError(f"{where}: count must be an integer >= 1, got {shown(count)}")
-        return cls(name=name, count=int(count), **values)
+        try:  # __post_init__ checks the numbers, m_w against m_b and the count
+            return cls(name=name, count=data.get("count", 1),
+                       **{k: data.get(k, 0) for k in _LAYER_NUMBERS})
+        except ZboptError as err:
+            raise ZboptError(f"{source}: {err}") from None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}

@@ -162,6 +162,11 @@ def check_params(method: Method, params: dict, also: tuple[str, ...] = (),
             takes += f" ({caller} also takes {', '.join(extra)})"
         raise ZboptError(f"{method.name} takes no parameter{'s' if len(unknown) > 1 else ''} "
                          f"{quoted}: {takes}")
+    check_values(method, params)
+
+
+def check_values(method: Method, params: dict) -> None:
+    """ZboptError for a value of `params` no instance could take (Method.checks)."""
     for key, value in params.items():
         if key in method.checks:
             method.checks[key](method.name, value)

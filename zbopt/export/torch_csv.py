@@ -189,9 +189,11 @@ def sidecar_split(csv_path: str | Path) -> tuple[list[int] | None, str]:
     (None, "") when there is no sidecar or it records no split (a hand-made or foreign CSV,
     an export of a plain schedule file, or a sidecar from before zbopt recorded it)."""
     path = Path(csv_path)
-    if path.suffix.lower() != ".csv" or not sidecar_path(path).is_file():
+    if path.suffix.lower() != ".csv":
         return None, ""
-    side = sidecar_path(path)
+    side = sidecar_path(path)  # after the suffix check: it refuses a name not ending in .csv
+    if not side.is_file():
+        return None, ""
     try:
         doc = json.loads(side.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):

@@ -416,6 +416,7 @@ def _check_params(method: Any, params: Mapping[str, Any], source: str) -> None:
     A value no instance could take (the method's registered checks: a group size that is not a
     whole number) is refused here; whether a value suits an instance (a group size against its
     devices) is the method's to say when it runs: a not-applicable row."""
+    from ..registry import check_values
     accepted = [p for p in list(inspect.signature(method.generate).parameters.values())[1:]
                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY, p.VAR_KEYWORD)]
     names = [p.name for p in accepted if p.kind != p.VAR_KEYWORD] + ["objective"]
@@ -431,11 +432,10 @@ def _check_params(method: Any, params: Mapping[str, Any], source: str) -> None:
         if isinstance(value, float) and not math.isfinite(value):
             raise ZboptError(f"{source}: method {method.name!r}: parameter {key} = {value}: "
                              f"give a finite number")
-        if key in method.checks:
-            try:
-                method.checks[key](method.name, value)
-            except ZboptError as err:
-                raise ZboptError(f"{source}: {err}") from None
+    try:
+        check_values(method, params)
+    except ZboptError as err:
+        raise ZboptError(f"{source}: {err}") from None
 
 
 def _solvers(entries: Any, source: str) -> list[MethodSpec]:
