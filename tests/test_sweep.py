@@ -614,6 +614,30 @@ def test_report_tables_copy_the_records(tmp_path):
          "gap", "backend_status", "runtime", "note", "key"])
 
 
+@pytest.mark.parametrize("instances", [["blocks16-p4"], ["unit-p2-m4", "blocks16-p4"]])
+def test_a_layered_model_over_devices_gets_its_report(tmp_path, capsys, instances):
+    """The even split of another device count has other per-stage lists (m_b, static_memory):
+    they tell the plot panels apart instead of crashing the report."""
+    from zbopt.sweep.report import panels
+    spec = small_spec(tmp_path, f'name = "lm"\nmethods = ["1f1b", "zb-h1"]\n'
+                                f'instances = {json.dumps(instances)}\n[axes]\ndevices = [2, 4]\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    records = load_records(out)
+    assert len(records) == 4 * len(instances)
+    assert len(list(csv.DictReader((out / "results.csv").open()))) == len(records)
+    assert "blocks16-p4-p4" in (out / "results.md").read_text()
+    assert (out / "bubble_vs_cap.png").exists()
+    titles = list(panels(records, "cap_p", ("memory_cap",)))
+    assert any("m_b=3208/3800" in t for t in titles) and \
+        any("static_memory=7200.0/3200.0/3200.0/7200.0" in t for t in titles), titles
+    for name in ("results.csv", "results.md", "bubble_vs_cap.png"):
+        (out / name).unlink()
+    assert main(["sweep-report", str(out)]) == 0
+    assert all((out / name).exists() for name in ("results.csv", "results.md",
+                                                  "bubble_vs_cap.png"))
+
+
 def test_a_replaced_family_gets_the_same_absolute_memory():
     # dualpipe keeps two copies of the model, so its own "1p" would be twice the memory
     instance = Instance(devices=2, microbatches=8, m_b=2, m_w=1, memory_cap="1p")

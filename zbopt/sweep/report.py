@@ -285,12 +285,20 @@ def panels(records: Iterable[dict[str, Any]], x_field: str, ignore: tuple[str, .
                if len({repr(r.get("instance", {}).get(k)) for r in points}) > 1]
     out: dict[tuple, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for r in points:
-        setting = tuple((k, r["instance"].get(k)) for k in varying)
+        setting = tuple((k, _hashable(r["instance"].get(k))) for k in varying)
         out[setting][r["label"]].append((r[x_field], r["bubble_rate"]))
     ordered = sorted(out.items(), key=lambda item: [_sortable(v) for _, v in item[0]])
     return {(", ".join(f"{k}={_label_value(v)}" for k, v in setting) or "all"):
             {method: sorted(pts) for method, pts in sorted(lines.items())}
             for setting, lines in ordered}
+
+
+def _hashable(value: Any) -> Any:
+    """A setting's value as a dict key: a per-stage list (m_b, static_memory) as a tuple, a
+    table (only in a hand-edited record) as its text."""
+    if isinstance(value, list):
+        return tuple(map(_hashable, value))
+    return repr(value) if isinstance(value, dict) else value
 
 
 def _sortable(value: Any) -> tuple:
@@ -305,7 +313,7 @@ def _sortable(value: Any) -> tuple:
 
 
 def _label_value(value: Any) -> str:
-    if isinstance(value, list):
+    if isinstance(value, tuple) and value:
         return "/".join(str(x) for x in value) if len(set(map(str, value))) > 1 else str(value[0])
     return "none" if value is None else str(value)
 
