@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -46,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     except ZboptError as err:
         print(f"zbopt: error: {err}".replace("\n", " "), file=sys.stderr)
         return 2
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader of stdout has gone (`zbopt methods | head -1`)
+        # stdout to /dev/null, so that flushing it at exit does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 0
     except OSError as err:  # a file the user named cannot be read or written
         where = f" {err.filename}" if err.filename else ""

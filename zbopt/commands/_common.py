@@ -264,9 +264,17 @@ def _json_default(x: Any):
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits with status 1 when the reader of stdout has gone (`zbopt methods | head`);
+        # zbopt.cli.main takes the error as the end of the output, status 0
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console() -> Console:
     # a pipe or a file gets wide tables rather than rich's 80-column default
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    return _Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def fmt(x: float | None, digits: int = 1) -> str:
