@@ -35,7 +35,7 @@ from typing import Any, Optional
 
 from ..dag import format_pass
 from ..errors import ZboptError
-from ..instance import MAX_TOTAL, MAX_TOTAL_TEXT, Instance, finite, shown
+from ..instance import FILE_KEYS, MAX_TOTAL, MAX_TOTAL_TEXT, Instance, finite, shown
 from ..schedule import Schedule, Timeline, evaluate, format_item, parse_item, structure_problems
 
 FORMAT = "zbopt.schedule/1"
@@ -205,6 +205,16 @@ _ITEM_KEYS = ("item", "start", "end", "passes")
 _PASS_KEYS = ("pass", "start", "end")
 
 
+# the top-level keys of an instance or layered model file that no schedule file has
+_INSTANCE_KEYS = tuple(key for key in (*FILE_KEYS, "layers") if key not in (*_TOP_KEYS, "name"))
+
+
+def _not_a_schedule(source: str) -> ZboptError:
+    """An instance or layered model file (TOML or JSON) given where a schedule belongs."""
+    return _fail(source, "this is an instance or model file; give a schedule or plan file "
+                         "(.json), which `zbopt solve`, `simulate` or `plan` write with --out")
+
+
 def _check_keys(source: str, entry: dict, known: tuple[str, ...], where: str) -> None:
     unknown = [key for key in entry if key not in known]
     if unknown:
@@ -254,15 +264,15 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
         doc = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         if path.suffix.lower() == ".toml":
-            raise _fail(source, "this is an instance or model file; give a schedule or plan "
-                                "file (.json), which `zbopt solve`, `simulate` or `plan` "
-                                "write with --out") from None
+            raise _not_a_schedule(source) from None
         raise _fail(source, f"not valid JSON ({err.msg} at line {err.lineno} column "
                             f"{err.colno})") from None
     except (OSError, UnicodeDecodeError) as err:
         raise _fail(source, f"cannot read it: {err}") from None
     if not isinstance(doc, dict):
         raise _fail(source, "expected a JSON object")
+    if "format" not in doc and any(key in doc for key in _INSTANCE_KEYS):
+        raise _not_a_schedule(source)  # an instance or model written as JSON
     version = doc.get("format")
     if version != FORMAT:
         raise _fail(source, f"format is {version!r}, this zbopt reads {FORMAT!r}: "
