@@ -276,6 +276,10 @@ class _Search:
         self.on: dict[str, LayeredModel] = {}  # the model on each placement (placed)
         # per placement, the most seconds one split took to schedule (schedule(); affords())
         self.split_seconds: dict[str, float] = {}
+        # per placement, why no registered method applied to a split of it (the first such
+        # split's first reason; a placement where some method applied is absent)
+        self.unapplied: dict[str, str] = {}
+        self.applied: set[str] = set()
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.began
@@ -357,6 +361,10 @@ class _Search:
             split = Split(placement, tuple(sizes), None, math.inf, "cap")
         else:
             results = [run(name, instance) for name in schedule_methods(placement)]
+            if any(r.applies for r in results):
+                self.applied.add(placement)
+            elif results:
+                self.unapplied.setdefault(placement, results[0].message)
             best = best_of(results)
             from ..registry import schedule_bound
             own = schedule_bound(instance)
@@ -889,9 +897,14 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
                           for s in shortfalls.values()):  # CP-SAT proved that none fits
         raise ZboptError(_infeasible_message(model, placements, shortfalls))
     if search.best is None:
-        raise ZboptError("no registered schedule fits the memory cap on any split tried"
-                         + (" (nor did the solver find one)" if exact and search.solver_runs else "")
-                         + ": raise memory_cap or allow other placements")
+        solver = " (nor did the solver find one)" if exact and search.solver_runs else ""
+        reasons = {p: why for p, why in search.unapplied.items() if p not in search.applied}
+        if reasons and set(reasons) >= set(placements):  # not the cap: the methods' own terms
+            raise ZboptError(f"no registered schedule applies to any split tried{solver}: "
+                             + "; ".join(f"on {p}, {why}" for p, why in reasons.items())
+                             + ", or allow other placements")
+        raise ZboptError(f"no registered schedule fits the memory cap on any split tried{solver}"
+                         ": raise memory_cap or allow other placements")
 
     def overall() -> float:
         proven = [s.bound for s in pending]

@@ -1,0 +1,13 @@
+"""plan's one-line refusals where the terms of its input, not its search, leave nothing to run."""
+
+from __future__ import annotations
+
+from cli_checks import refused
+
+
+def test_no_method_applies_says_why_not_the_cap(capsys):
+    # DualPipe needs m >= 2p: with no cap, "raise memory_cap" would send the user the wrong way
+    err = refused(capsys, "plan", "blocks16-p4", "--placements", "dualpipe", "--devices", "10",
+                  "--mem", "none", "--time-limit", "1", "--quiet")
+    assert "microbatches >= 2 * devices = 20, got 16" in err
+    assert "memory_cap" not in err
