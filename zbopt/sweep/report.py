@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ..errors import ZboptError
+from ..instance import finite
 from ..result import relative_gap
 from .store import ResultStore
 
@@ -73,7 +74,9 @@ def usable(record: dict[str, Any]) -> bool:
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    """A number a report can use (an integer too large for a float, in a hand-edited record,
+    is not)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and finite(x)
 
 
 def peak(record: dict[str, Any]) -> Optional[float]:
@@ -159,7 +162,7 @@ def summarize(records: list[dict[str, Any]]) -> InstanceSummary:
     anywhere = min(fitting, key=_rank) if fitting else None
     # a lower bound proves something about the instance's own placement only
     bounds = [r["lower_bound"] for r in records
-              if _home(r) and r.get("lower_bound") is not None
+              if _home(r) and _is_number(r.get("lower_bound"))
               and r.get("objective_name", "span") == "span"]
     return InstanceSummary(
         first.get("instance_name", ""), first.get("devices"), first.get("microbatches"),

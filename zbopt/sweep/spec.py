@@ -52,9 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import ZboptError
-from ..instance import FILE_KEYS, Instance, check_file_keys, read_table, resolve_instance
+from ..errors import ZboptError, reason
+from ..instance import FILE_KEYS, Instance, check_file_keys, finite, read_table, resolve_instance, shown
 from ..sizes import in_unit
+from .store import unreadable_integer
 
 SOLVER_KEYS = ("name", "time_limit", "threads", "objective")
 SPEC_KEYS = ("name", "base", "axes", "instances", "methods", "solvers", "job_timeout")
@@ -199,8 +200,11 @@ def load_spec(path: str | Path) -> SweepSpec:
     except UnicodeDecodeError as err:
         raise ZboptError(f"{path}: not a UTF-8 text file (byte {err.start}): give a TOML "
                          f"sweep spec") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ZboptError(f"{path}: not valid TOML: {err}") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as err:
+        raise ZboptError(f"{path}: not valid TOML: {reason(err)}") from None
+    except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
+        raise ZboptError(f"{path}: {unreadable_integer(err) or reason(err)}: give every value "
+                         f"as a finite number of sensible size") from None
     return parse_spec(data, base_dir=path.parent, source=str(path),
                       default_name=path.stem)
 
@@ -224,7 +228,7 @@ def parse_spec(data: Mapping[str, Any], base_dir: Path = Path("."), source: str 
     timeout = data.get("job_timeout")
     if timeout is not None and (not _positive(timeout)):
         raise ZboptError(f"{source}: job_timeout must be a positive, finite number of seconds, "
-                         f"got {timeout!r}")
+                         f"got {shown(timeout)}")
     instances = _instances(data, base_dir, source, len(methods))  # the grid last: the slow part
     return SweepSpec(name, tuple(instances), tuple(methods), timeout)
 
@@ -239,8 +243,7 @@ def listed_twice(names: list[str]) -> str:
 
 def _positive(x: Any) -> bool:
     """A positive finite number (TOML's inf and nan are floats too)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) \
-        and x > 0
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and finite(x) and x > 0
 
 
 def _instances(data: Mapping[str, Any], base_dir: Path, source: str,
@@ -462,7 +465,7 @@ def _solvers(entries: Any, source: str) -> list[MethodSpec]:
                   "objective": entry.get("objective", "span")}
         if not _positive(params["time_limit"]):
             raise ZboptError(f"{source}: solver time_limit must be a positive, finite number of "
-                             f"seconds, got {params['time_limit']!r}")
+                             f"seconds, got {shown(params['time_limit'])}")
         if not isinstance(params["threads"], int) or isinstance(params["threads"], bool) \
                 or params["threads"] < 1:
             raise ZboptError(f"{source}: solver threads must be an integer >= 1, "

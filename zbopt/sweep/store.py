@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -57,15 +58,16 @@ class ResultStore:
         """Every complete record in file order; ZboptError naming any corrupt line."""
         if not self.path.exists():
             return
-        records, bad = [], []
+        records, bad, why = [], [], ""
         with open(self.path, "rb") as f:
             for number, raw in enumerate(f, 1):
                 if not raw.endswith(b"\n"):
                     continue  # torn last line: the job did not finish as far as we know
                 try:
                     record = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError):
+                except (ValueError, RecursionError) as err:  # not JSON, not UTF-8, too deep
                     record = None
+                    why = why or unreadable_integer(err)
                 if isinstance(record, dict) and isinstance(record.get("key"), str):
                     records.append(record)
                 elif raw.strip():
@@ -75,7 +77,7 @@ class ResultStore:
                                                      if len(bad) > 10 else "")
             raise ZboptError(f"{self.path}: line{'s' if len(bad) > 1 else ''} {shown} "
                              f"{'are' if len(bad) > 1 else 'is'} not a result record (JSON "
-                             f"object with a \"key\"): fix or delete "
+                             f"object with a \"key\"{'; ' + why if why else ''}): fix or delete "
                              f"{'them' if len(bad) > 1 else 'it'}; their jobs rerun on the next "
                              f"`zbopt sweep`")
         yield from records
@@ -91,6 +93,13 @@ class ResultStore:
         """Keys not to run again (errors too, unless include_errors is False: retry them)."""
         return {key for key, r in self.records().items()
                 if include_errors or r.get("status") != "error"}
+
+
+def unreadable_integer(err: BaseException) -> str:
+    """"an integer of N digits cannot be read" when `err` is Python refusing to read an
+    integer of more than 4,300 digits (json and tomllib alike), else ""."""
+    digits = re.search(r"has (\d+) digits", str(err))
+    return f"an integer of {digits.group(1)} digits cannot be read" if digits else ""
 
 
 def _plain(x: Any):

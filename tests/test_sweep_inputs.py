@@ -1,0 +1,78 @@
+"""Sweeps given what Python cannot read or a folder they cannot write: one line, exit status 2,
+and nothing written (no job run, no report file, no spec copy left behind)."""
+
+from __future__ import annotations
+
+import pytest
+from cli_checks import refused
+
+from zbopt.cli import main
+from zbopt.sweep.report import write_report
+from zbopt.sweep.store import ResultStore
+
+BASE = '[base]\ndevices = 2\nmicrobatches = 4\nm_b = 2\nm_w = 1\n'
+SPEC = 'name = "small"\nmethods = ["1f1b", "zb-h1"]\n' + BASE + '[axes]\nmicrobatches = [4, 6]\n'
+
+
+def spec_file(tmp_path, text: str = SPEC):
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return path
+
+
+# ----- numbers Python will not read --------------------------------------------------------------
+
+@pytest.mark.parametrize("text, words", [
+    # past Python's limit of 4,300 digits for reading an integer
+    ('methods = ["1f1b"]\njob_timeout = ' + "9" * 5000 + "\n" + BASE,
+     "an integer of 5000 digits cannot be read"),
+    ('methods = ["1f1b"]\n' + BASE + "[axes]\nmicrobatches = [" + "9" * 4301 + "]\n",
+     "an integer of 4301 digits cannot be read"),
+    # readable, but too large for a float
+    ('methods = ["1f1b"]\njob_timeout = ' + "9" * 4000 + "\n" + BASE,
+     "job_timeout must be a positive, finite number of seconds, got an integer of 4000 digits"),
+    (BASE + '[[solvers]]\nname = "cpsat"\ntime_limit = ' + "9" * 400 + "\n",
+     "time_limit must be a positive, finite number of seconds, got an integer of 400 digits"),
+    ('methods = ["1f1b"]\nx = ' + "[" * 100_000 + "]" * 100_000 + "\n", "not valid TOML"),
+])
+def test_a_number_python_cannot_read_in_a_spec_is_one_line(tmp_path, capsys, text, words):
+    path = spec_file(tmp_path, text)
+    err = refused(capsys, "sweep", path, "--out", tmp_path / "out", "--quiet")
+    assert words in err and str(path) in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("line, words", [
+    ('{"key": "x", "span": ' + "9" * 5000 + "}\n", "an integer of 5000 digits cannot be read"),
+    ('{"key": "x", "span": ' + "[" * 100_000 + "]" * 100_000 + "}\n", "not a result record"),
+])
+def test_a_number_python_cannot_read_in_the_results_is_one_line(tmp_path, capsys, line, words):
+    out = tmp_path / "out"
+    ResultStore(out).append({"key": "a", "status": "heuristic"})
+    with open(out / "results.jsonl", "a") as f:
+        f.write(line)
+    before = sorted(p.name for p in out.iterdir())
+    err = refused(capsys, "sweep-report", out)
+    assert words in err and "line 2" in err and str(out / "results.jsonl") in err
+    # the sweep reads the same store before it runs anything
+    err = refused(capsys, "sweep", spec_file(tmp_path), "--out", out, "--quiet")
+    assert words in err and str(out / "results.jsonl") in err
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_report_leaves_out_integers_too_large_for_a_float(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec_file(tmp_path)), "--out", str(out), "--quiet",
+                 "--no-report"]) == 0
+    store = ResultStore(out)
+    good = next(iter(store.records().values()))
+    huge = 10 ** 4000
+    for field in ("span", "bubble_rate", "runtime", "lower_bound", "microbatches", "cap_p",
+                  "gap"):
+        store.append({**good, field: huge, "key": f"huge-{field}"})
+    store.append({**good, "peak_memory": [huge], "key": "huge-peak"})
+    paths = write_report(out)
+    assert {p.name for p in paths} >= {"results.csv", "results.md", "bubble_vs_m.png"}
+    assert len((out / "results.csv").read_text().splitlines()) == 1 + 4 + 8
+    best = (out / "results.md").read_text().split("## Runtime")[0]
+    assert "1,000,000,000" not in best  # a span too large for a float is never the best
