@@ -617,6 +617,15 @@ def construct(cls, source: str, **values):
         raise ZboptError(f"{source}: {err}") from None
 
 
+def too_long_integer(source: Any, err: ValueError) -> ZboptError:
+    """The one line for Python's refusal to read an integer of more than 4,300 digits (its
+    limit on converting text to int), naming `source` (the file, or a place in it)."""
+    digits = re.search(r"has (\d+) digits", str(err))
+    what = f"an integer of {digits.group(1)} digits" if digits else reason(err)
+    return ZboptError(f"{source}: {what} cannot be read: give every value as a finite number "
+                      f"of sensible size")
+
+
 def read_table(path: str | Path) -> dict[str, Any]:
     """The keys of a TOML or JSON file (.json is JSON, anything else TOML); every problem with
     the file itself (missing, a directory, not text, not parseable) raises ZboptError."""
@@ -639,10 +648,7 @@ def read_table(path: str | Path) -> dict[str, Any]:
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError) as err:
         raise ZboptError(f"{path}: not valid {kind}: {reason(err)}") from None
     except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
-        digits = re.search(r"has (\d+) digits", str(err))
-        what = f"an integer of {digits.group(1)} digits" if digits else reason(err)
-        raise ZboptError(f"{path}: {what} cannot be read: give every value as a finite number "
-                         f"of sensible size") from None
+        raise too_long_integer(path, err) from None
     if not isinstance(data, dict):
         raise ZboptError(f"{path}: expected a table of keys, got {type(data).__name__}")
     return data

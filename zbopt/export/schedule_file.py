@@ -35,7 +35,15 @@ from typing import Any, Optional
 
 from ..dag import format_pass
 from ..errors import ZboptError
-from ..instance import FILE_KEYS, MAX_TOTAL, MAX_TOTAL_TEXT, Instance, finite, shown
+from ..instance import (
+    FILE_KEYS,
+    MAX_TOTAL,
+    MAX_TOTAL_TEXT,
+    Instance,
+    finite,
+    shown,
+    too_long_integer,
+)
 from ..schedule import Schedule, Timeline, evaluate, format_item, parse_item, structure_problems
 
 FORMAT = "zbopt.schedule/1"
@@ -187,6 +195,8 @@ def _parse_orders(source: str, devices: Any, instance: Instance) -> list[list[tu
                 item = parse_item(text)
             except ZboptError as err:
                 raise _fail(source, f"device {d} item {i}: {err}") from None
+            except ValueError as err:  # a stage or micro-batch of more than 4,300 digits
+                raise too_long_integer(f"{source}: device {d} item {i}", err) from None
             for stage, _, _kind in item:
                 if stage >= instance.num_stages:
                     raise _fail(source, f"device {d} item {i} ({text}): unknown stage {stage}, "
@@ -269,6 +279,8 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
                             f"{err.colno})") from None
     except (OSError, UnicodeDecodeError) as err:
         raise _fail(source, f"cannot read it: {err}") from None
+    except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
+        raise too_long_integer(source, err) from None
     if not isinstance(doc, dict):
         raise _fail(source, "expected a JSON object")
     if "format" not in doc and any(key in doc for key in _INSTANCE_KEYS):

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from ..dag import Pass
 from ..errors import ZboptError, reason
-from ..instance import Instance
+from ..instance import Instance, too_long_integer
 from ..schedule import Item, Schedule, format_item, structure_problems
 
 # Lowest torch whose CSV runtime reads I (input grad) and B (full backward) unambiguously: the IR
@@ -198,6 +198,8 @@ def sidecar_split(csv_path: str | Path) -> tuple[list[int] | None, str]:
         doc = json.loads(side.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None, ""
+    except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
+        raise too_long_integer(side, err) from None
     if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT:
         return None, ""
     partition = doc.get("partition")
@@ -255,7 +257,10 @@ def _parse_action(text: str, where: str) -> list[Pass]:
     if not match:
         raise ZboptError(f"{where}: bad cell {text!r}: write {{stage}}{{F|I|B|W}}{{microbatch}}, "
                          f"e.g. 0F1, or (0F3;3B1)OVERLAP_F_B")
-    stage, kind, mb = int(match.group(1)), match.group(2), int(match.group(3))
+    try:
+        stage, kind, mb = int(match.group(1)), match.group(2), int(match.group(3))
+    except ValueError as err:  # a stage or micro-batch of more than 4,300 digits
+        raise too_long_integer(where, err) from None
     if kind == "B":  # torch's full backward is our fused block
         return [(stage, mb, "B"), (stage, mb, "W")]
     return [(stage, mb, _TORCH_TO_OURS[kind])]
@@ -347,6 +352,8 @@ def _refuse_json(path: Path, text: str) -> None:
         doc = json.loads(text)
     except json.JSONDecodeError:
         return  # not JSON after all: the CSV reader says what is wrong
+    except ValueError:  # JSON with an integer of more than 4,300 digits: not a CSV either
+        doc = None
     kind = doc.get("format") if isinstance(doc, dict) else None
     if kind == SIDECAR_FORMAT:
         name = doc.get("csv") if isinstance(doc.get("csv"), str) else ""
