@@ -28,6 +28,16 @@ def test_parse_caps_takes_sizes_in_bytes_in_the_files_unit():
         parse_caps("1GB:2GB:1GB", "sb")
 
 
+def test_parse_caps_takes_exponents_and_refuses_what_overflows():
+    # the docstring's own example, and what --mem and --hbm-bytes take
+    assert parse_caps("6e10,8e0,1.5e1p") == [6 * 10**10, 8, "15p"]
+    assert parse_caps("1e1:2e1:5") == [10, 15, 20]
+    with pytest.raises(ZboptError, match="a cap of 401 characters is too large"):
+        parse_caps("1" + "0" * 400)
+    with pytest.raises(ZboptError, match="too large"):
+        parse_caps("1p:1e400p:1p")
+
+
 def test_parse_caps_range_is_inclusive():
     assert parse_caps("1p:3p:0.25p") == ["1p", "1.25p", "1.5p", "1.75p", "2p", "2.25p",
                                         "2.5p", "2.75p", "3p"]
@@ -37,7 +47,7 @@ def test_parse_caps_range_is_inclusive():
 
 
 @pytest.mark.parametrize("text", ["1p:3p", "1p:3:0.5p", "3p:1p:0.5p", "1p:2p:0p", "2x",
-                                  "1p:1000p:0.001p", "1.5e1"])
+                                  "1p:1000p:0.001p", "1.5e", "e5"])
 def test_bad_caps_are_user_errors(text):
     with pytest.raises(ZboptError, match="--caps"):
         parse_caps(text)

@@ -21,7 +21,7 @@ from .result import Result
 from .sizes import byte_unit, bytes_with_unit, in_unit
 
 GREEDY = "zb-greedy"
-_CAP_TERM = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(p?)\s*$")
+_CAP_TERM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(p?)\s*$")
 
 
 def parse_caps(text: str, memory_unit: str = "") -> list[Any]:
@@ -72,7 +72,11 @@ def _cap_term(part: str, text: str, memory_unit: str) -> tuple[float, str]:
     if not match:
         raise ZboptError(f"--caps {text!r}: {part!r} is not a cap; use numbers or multiples "
                          f"of p such as 1.5p")
-    return float(match.group(1)), match.group(2)
+    value = float(match.group(1))
+    if not math.isfinite(value):
+        raise ZboptError(f"--caps: a cap of {len(match.group(1))} characters is too large: give "
+                         f"a finite number")
+    return value, match.group(2)
 
 
 def _cap_value(value: float, unit: str) -> Any:
