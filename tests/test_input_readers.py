@@ -4,6 +4,8 @@ byte-order mark. Each refusal is one line on stderr, exit status 2, no traceback
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from cli_checks import refused
 
@@ -105,3 +107,35 @@ def test_json_with_a_too_long_integer_given_as_the_csv_is_named_json(tmp_path, c
     line = refused(capsys, "evaluate", path, "--torch-csv", bad)
     assert line == (f"zbopt: error: {bad}: this is a JSON file, not a PyTorch CSV: give the "
                     f".csv file (one row of actions per rank)")
+
+
+# ----- a UTF-8 byte-order mark (some editors write one) -------------------------------------
+
+BOM = "\ufeff"
+
+
+def _span(capsys, *argv) -> float:
+    assert main([str(a) for a in argv]) == 0
+    return json.loads(capsys.readouterr().out)["span"]
+
+
+@pytest.mark.parametrize("kind", ["instance", "model"])
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_an_instance_or_model_file_may_start_with_a_byte_order_mark(
+        tmp_path, capsys, kind, suffix):
+    plain = tmp_path / f"{kind}{suffix}"
+    (UNIT if kind == "instance" else LayeredModel.from_dict(MODEL)).save(plain)
+    marked = tmp_path / f"marked{suffix}"
+    marked.write_text(BOM + plain.read_text(), encoding="utf-8")
+    assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert _span(capsys, "simulate", "-s", "1f1b", marked, "--json") == \
+        _span(capsys, "simulate", "-s", "1f1b", plain, "--json")
+
+
+def test_a_schedule_file_may_start_with_a_byte_order_mark(tmp_path, capsys):
+    path = _schedule(tmp_path)
+    path.write_text(BOM + path.read_text(), encoding="utf-8")
+    assert main(["evaluate", str(path), "--check"]) == 0  # the stored metrics still match
+    out = tmp_path / "s.csv"
+    assert main(["export", str(path), "--torch-csv", str(out)]) == 0
+    assert main(["evaluate", str(path), "--torch-csv", str(out)]) == 0

@@ -627,8 +627,9 @@ def too_long_integer(source: Any, err: ValueError) -> ZboptError:
 
 
 def read_table(path: str | Path) -> dict[str, Any]:
-    """The keys of a TOML or JSON file (.json is JSON, anything else TOML); every problem with
-    the file itself (missing, a directory, not text, not parseable) raises ZboptError."""
+    """The keys of a TOML or JSON file (.json is JSON, anything else TOML; a leading UTF-8
+    byte-order mark is skipped); every problem with the file itself (missing, a directory, not
+    text, not parseable) raises ZboptError."""
     path = Path(path)
     if path.is_dir():
         raise ZboptError(f"{path} is a directory: give an instance file (.toml or .json)")
@@ -636,7 +637,7 @@ def read_table(path: str | Path) -> dict[str, Any]:
         hint = "; `zbopt instances` lists the shipped ones" if not path.suffix else ""
         raise ZboptError(f"instance file {path} not found{hint}")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8-sig")  # some editors write a byte-order mark
     except UnicodeDecodeError as err:
         raise ZboptError(f"{path}: not a text file (byte {err.start} is not UTF-8): give a "
                          f".toml or .json instance file") from None

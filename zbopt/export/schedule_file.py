@@ -271,7 +271,7 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
     if not path.is_file():
         raise ZboptError(f"schedule file {path} not found")
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is skipped
     except json.JSONDecodeError as err:
         if path.suffix.lower() == ".toml":
             raise _not_a_schedule(source) from None
