@@ -198,6 +198,10 @@ def test_head_dim_and_grouped_heads_count_the_parameters_transformers_builds(tmp
     ("--peak-flops", "1e-300", "overflows: give realistic --peak-flops"),
     ("--optimizer-bytes", "1e308", "overflows: give realistic --optimizer-bytes"),
     ("--peak-flops", "1e30", "rounds to 0 us"),
+    # finite, but past zbopt's limit on totals: the flags to change, not "a larger unit"
+    ("--seq-len", "999999999999", "give smaller --microbatch-size, --seq-len or --microbatches"),
+    ("--optimizer-bytes", "1e300", "give smaller --microbatch-size, --seq-len, --microbatches or "
+                                   "--optimizer-bytes"),
 ])
 def test_figures_a_float_cannot_hold_are_refused_and_nothing_written(tmp_path, capsys, flag,
                                                                      value, fragment):

@@ -27,9 +27,14 @@ from pathlib import Path
 
 from .errors import ZboptError
 from .hf_config import read_config
+from .instance import TooLarge
 from .layers import MAX_LAYERS, Layer, LayeredModel
 
 OPTIMIZER_BYTES = 16
+# what to make smaller when the estimated totals pass zbopt's limit (TooLarge's kinds)
+TOO_LARGE_FLAGS = {"time": "--microbatch-size, --seq-len or --microbatches, or a larger "
+                           "--peak-flops",
+                   "memory": "--microbatch-size, --seq-len, --microbatches or --optimizer-bytes"}
 # the experts of a mixture-of-experts config (mixtral, gpt-oss; qwen2-moe; deepseek)
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 ACTIVATION_BYTES = 2  # bf16 activations crossing a stage boundary
@@ -199,7 +204,12 @@ def estimate_model(shape: DecoderShape, microbatch: int, sequence: int, accelera
     cap = accelerator.hbm_bytes
     if cap is not None:
         cap = int(cap) if float(cap).is_integer() else cap
-    return LayeredModel(layers=layers, devices=devices, microbatches=microbatches,
-                        placement=placement, comm=comm, memory_cap=cap,
-                        name=name or f"{shape.model_type or 'decoder'}-{shape.layers}L",
-                        time_unit="us", memory_unit="B")
+    try:
+        return LayeredModel(layers=layers, devices=devices, microbatches=microbatches,
+                            placement=placement, comm=comm, memory_cap=cap,
+                            name=name or f"{shape.model_type or 'decoder'}-{shape.layers}L",
+                            time_unit="us", memory_unit="B")
+    except TooLarge as err:  # its advice, a larger unit, is not the user's to take here
+        flags = TOO_LARGE_FLAGS[err.kind]
+        raise ZboptError(f"the estimate is too large: {err.reason}: give smaller {flags}") \
+            from None

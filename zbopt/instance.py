@@ -153,15 +153,19 @@ def _total_text(total: float) -> str:
 
 
 class TooLarge(ZboptError):
-    """A total past MAX_TOTAL; `kind` says which: "time" or "memory" (so that a caller which
-    scaled the figures, as the exact solvers do, can say it in its own terms)."""
+    """A total past MAX_TOTAL; `kind` says which: "time" or "memory", and `reason` is the
+    message without its advice (a larger unit), so that a caller which scaled the figures, as
+    the exact solvers do, or derived them from its own flags, as estimate does, can say what to
+    change in its own terms."""
 
-    def __init__(self, message: str, kind: str):
-        super().__init__(message)
+    def __init__(self, reason: str, kind: str):
+        super().__init__(f"{reason}: give the {'times' if kind == 'time' else 'memory'} in a "
+                         f"larger unit")
+        self.reason = reason
         self.kind = kind
 
     def __reduce__(self):  # pickled with its kind (compare's worker processes send errors back)
-        return type(self), (str(self), self.kind)
+        return type(self), (self.reason, self.kind)
 
 
 def check_total_time(key: str, value: Any, total: float) -> None:
@@ -171,8 +175,8 @@ def check_total_time(key: str, value: Any, total: float) -> None:
     if total > MAX_TOTAL:
         raise TooLarge(f"{key} {shown(value)} is too large: it makes the passes' total time "
                        f"(every pass's time, plus comm once per pass) {_total_text(total)}, "
-                       f"and zbopt's limit is {MAX_TOTAL_TEXT} (past it sums lose precision): "
-                       f"give the times in a larger unit", "time")
+                       f"and zbopt's limit is {MAX_TOTAL_TEXT} (past it sums lose precision)",
+                       "time")
 
 
 def check_total_memory(key: str, value: Any, total: float, where: str) -> None:
@@ -182,7 +186,7 @@ def check_total_memory(key: str, value: Any, total: float, where: str) -> None:
         raise TooLarge(f"{key} {shown(value)} is too large: with it {where} could hold "
                        f"{_total_text(total)} at once (static memory plus the activations of "
                        f"every micro-batch), and zbopt's limit is {MAX_TOTAL_TEXT} (past it "
-                       f"sums lose precision): give the memory in a larger unit", "memory")
+                       f"sums lose precision)", "memory")
 
 
 def _stage_values(name: str, value: Any, stages: int, parts: int | None = None) -> tuple:
