@@ -214,3 +214,21 @@ def test_figures_a_float_cannot_hold_are_refused_and_nothing_written(tmp_path, c
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_config_with_a_byte_order_mark_reads_and_one_of_4400_digits_is_one_line(tmp_path,
+                                                                                   capsys):
+    data = dict(model_type="llama", hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                vocab_size=100, intermediate_size=128, hidden_act="silu")
+    marked = tmp_path / "marked.json"
+    marked.write_text(json.dumps(data), encoding="utf-8-sig")
+    assert main(["estimate", str(marked), "--devices", "2", "--seq-len", "16"]) == 0
+    assert json.loads(capsys.readouterr().out)["layers"][0]["name"] == "tok_embeddings"
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(data).replace('"vocab_size": 100', '"vocab_size": ' + "9" * 4400))
+    out = tmp_path / "model.toml"
+    assert main(["estimate", str(huge), "--devices", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"zbopt: error: {huge}: an integer of 4400 digits cannot be read: give every " \
+                  f"value as a finite number of sensible size\n"
+    assert not out.exists()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ZboptError, reason
+from .instance import too_long_integer
 
 # sizes every decoder config has (gpt2's n_embd, n_head, n_layer answer to these names too)
 POSITIVE = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
@@ -48,10 +49,12 @@ def read_config(path: str | Path) -> Any:
     if not path.is_file():
         raise ZboptError(f"config file {path} not found: give a transformers config.json")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a leading byte-order mark is skipped
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
         raise ZboptError(f"{path}: not a readable config ({reason(err)})") from None
+    except ValueError as err:  # Python's limit on the digits of an integer it reads
+        raise too_long_integer(path, err) from None
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
         raise ZboptError(f"{path}: no model_type: give a transformers config of a decoder-only "
                          f"model")
