@@ -45,7 +45,12 @@ def parse_pass(text: str) -> Pass:
     match = _PASS_RE.match(text)
     if not match:
         raise ZboptError(f"{text!r} is not a pass: write {{stage}}{{kind}}{{microbatch}}, e.g. 0F1")
-    return (int(match.group(1)), int(match.group(3)), match.group(2))
+    try:
+        return (int(match.group(1)), int(match.group(3)), match.group(2))
+    except ValueError:  # Python reads no integer of more than 4,300 digits
+        longest = max(len(match.group(1)), len(match.group(3)))
+        raise ZboptError(f"a pass with a number of {longest} digits is not a pass: write "
+                         f"{{stage}}{{kind}}{{microbatch}}, e.g. 0F1") from None
 
 
 def format_item(item: Item) -> str:
