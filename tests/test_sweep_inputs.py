@@ -76,3 +76,58 @@ def test_a_report_leaves_out_integers_too_large_for_a_float(tmp_path, capsys):
     assert len((out / "results.csv").read_text().splitlines()) == 1 + 4 + 8
     best = (out / "results.md").read_text().split("## Runtime")[0]
     assert "1,000,000,000" not in best  # a span too large for a float is never the best
+
+
+# ----- an executor that cannot start -------------------------------------------------------------
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("how", ["unreachable address", "local Ray fails to start"])
+def test_a_ray_that_cannot_start_writes_nothing(tmp_path, capsys, monkeypatch, how):
+    ray = pytest.importorskip("ray")
+
+    def failing_init(*_args, **_options):
+        if how == "unreachable address":
+            raise AssertionError("ray.init was reached for an unreachable address")
+        raise ConnectionError("no raylet")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
+    monkeypatch.setattr(ray, "init", failing_init)
+    out = tmp_path / "out"
+    address = ["--address", f"127.0.0.1:{_free_port()}"] if how == "unreachable address" else []
+    err = refused(capsys, "sweep", spec_file(tmp_path), "--out", out, "--executor", "ray",
+                  *address, "--quiet")
+    assert "Ray" in err
+    assert not out.exists()
+    out.mkdir()  # and an empty folder stays empty
+    refused(capsys, "sweep", spec_file(tmp_path), "--out", out, "--executor", "ray", *address,
+            "--quiet")
+    assert list(out.iterdir()) == []
+    # the same command without Ray then runs, no --force needed
+    assert main(["sweep", str(spec_file(tmp_path)), "--out", str(out), "--quiet",
+                 "--no-report"]) == 0
+
+
+def test_a_folder_holding_only_the_spec_copy_is_the_sweeps_own(tmp_path, capsys):
+    """A sweep stopped before its first result leaves only its copy of the spec: the rerun that
+    the interrupt message asks for continues there; a user's own sweep-spec.toml is kept."""
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec_file(tmp_path)), "--out", str(out), "--quiet"]) == 0
+    for path in out.iterdir():
+        if path.name != "sweep-spec.toml":
+            path.unlink()
+    assert main(["sweep", str(spec_file(tmp_path)), "--out", str(out), "--quiet",
+                 "--no-report"]) == 0
+    assert "4 run now" in capsys.readouterr().out
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "sweep-spec.toml").write_text(SPEC)
+    err = refused(capsys, "sweep", spec_file(tmp_path), "--out", mine, "--quiet")
+    assert "holds files but no results.jsonl" in err and "--force" in err
+    assert [p.name for p in mine.iterdir()] == ["sweep-spec.toml"]
+    assert (mine / "sweep-spec.toml").read_text() == SPEC

@@ -7,6 +7,7 @@ Both isolate every job from the sweep process: a job that raises, kills its proc
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 import socket
@@ -77,6 +78,10 @@ class LocalExecutor:
     workers: int = 1
     job_fn: JobFn = run_job
     job_timeout: float | None = None
+
+    def session(self) -> contextlib.AbstractContextManager:
+        """Nothing to start: the workers are spawned as jobs come."""
+        return contextlib.nullcontext()
 
     def run(self, jobs: Sequence[Job], stop: Stop = _never) -> Iterator[tuple[Job, dict]]:
         if self.workers < 1:
@@ -176,19 +181,33 @@ class RayExecutor:
     job_fn: JobFn = run_job
     job_timeout: float | None = None
 
-    def run(self, jobs: Sequence[Job], stop: Stop = _never) -> Iterator[tuple[Job, dict]]:
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Ray started or reached (a ZboptError when it cannot) for the block, and shut down
+        after it if this started it: a sweep connects before it writes anything."""
         ray = _import_ray()
-        started_here = not ray.is_initialized()
-        if started_here and self.address:
+        if ray.is_initialized():
+            yield
+            return
+        if self.address:
             check_reachable(self.address)
-        if started_here:
-            try:
-                ray.init(address=self.address,
-                         num_cpus=self.workers if self.address is None else None,
-                         include_dashboard=False, log_to_driver=False)
-            except (ConnectionError, ValueError, RuntimeError) as err:
-                raise ZboptError(f"cannot start or reach Ray at {self.address or 'local'}: "
-                                 f"{err}") from None
+        try:
+            ray.init(address=self.address, num_cpus=self.workers if self.address is None else None,
+                     include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, ValueError, RuntimeError) as err:
+            raise ZboptError(f"cannot start or reach Ray at {self.address or 'local'}: "
+                             f"{err}") from None
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+    def run(self, jobs: Sequence[Job], stop: Stop = _never) -> Iterator[tuple[Job, dict]]:
+        with self.session():
+            yield from self._run(jobs, stop)
+
+    def _run(self, jobs: Sequence[Job], stop: Stop) -> Iterator[tuple[Job, dict]]:
+        ray = _import_ray()
         # no Ray retries: a task that crashes its worker is a result (an error); node loss is
         # told apart below and resubmitted by us
         remote = ray.remote(max_retries=0)(self.job_fn)
@@ -249,8 +268,6 @@ class RayExecutor:
                     ray.cancel(ref, force=True)
                 except Exception:  # noqa: BLE001  best effort while stopping
                     pass
-            if started_here:
-                ray.shutdown()
 
 
 NODE_LOSS_RETRIES = 3

@@ -73,19 +73,20 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: 
     check_same_spec(store, spec, all_jobs, force)
     done = store.finished(include_errors=not retry_errors)
     runner = make_executor(executor, jobs, address, job_fn, spec.job_timeout)
-    out.mkdir(parents=True, exist_ok=True)
-    if spec_path is not None:
-        _keep_spec_copy(Path(spec_path), out)
     todo = [job for job in all_jobs if job.key not in done]
     flag = _StopFlag()
     ran = errors = 0
     workers = jobs or 1
-    with _sigint_sets(flag), progress_bar(progress, todo, workers, spec.name) as advance:
-        for job, record in runner.run(todo, flag):
-            store.append(record)
-            ran += 1
-            errors += record.get("status") == "error"
-            advance(job, record)
+    with runner.session():  # connected (Ray) before anything is written
+        out.mkdir(parents=True, exist_ok=True)
+        if spec_path is not None:
+            _keep_spec_copy(Path(spec_path), out)
+        with _sigint_sets(flag), progress_bar(progress, todo, workers, spec.name) as advance:
+            for job, record in runner.run(todo, flag):
+                store.append(record)
+                ran += 1
+                errors += record.get("status") == "error"
+                advance(job, record)
     if report:
         from .report import write_report
         write_report(out)
@@ -98,8 +99,8 @@ def check_out_dir(out: Path, force: bool) -> None:
         return
     if not out.is_dir():
         raise ZboptError(f"--out {out} is a file: give a folder")
-    if (out / RESULTS_FILE).exists() or not any(out.iterdir()):
-        return
+    if (out / RESULTS_FILE).exists() or all(_our_spec_copy(p) for p in out.iterdir()):
+        return  # a sweep's folder, or one that a sweep stopped before its first result left
     raise ZboptError(f"--out {out} holds files but no {RESULTS_FILE}: choose another folder "
                      f"or pass --force (results.csv, results.md and plots there get replaced)")
 
@@ -128,6 +129,19 @@ def check_same_spec(store: ResultStore, spec: SweepSpec, jobs: list, force: bool
 # The first line of the spec's copy: its relative paths still point from the original's folder.
 COPY_NOTE = ("# A copy of the sweep spec {name}: its relative paths are relative to that "
              "file's folder, not this one.\n")
+_COPY_START = COPY_NOTE.split("{")[0]
+
+
+def _our_spec_copy(path: Path) -> bool:
+    """Whether `path` is the spec's copy a sweep keeps (see _keep_spec_copy)."""
+    if path.name != "sweep-spec.toml" or not path.is_file():
+        return False
+    start = _COPY_START.encode()
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(start)) == start
+    except OSError:
+        return False
 
 
 def _keep_spec_copy(spec_path: Path, out: Path) -> None:
@@ -136,6 +150,6 @@ def _keep_spec_copy(spec_path: Path, out: Path) -> None:
     if spec_path.resolve() == target.resolve():
         return
     text = spec_path.read_text()
-    if not text.startswith(COPY_NOTE.split("{")[0]):
+    if not text.startswith(_COPY_START):
         text = COPY_NOTE.format(name=spec_path.name) + text
     target.write_text(text)
