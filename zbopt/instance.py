@@ -560,14 +560,13 @@ class Instance:
         return construct(cls, source, **data)
 
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
-        path = Path(path)
-        if path.exists() and not overwrite:
-            raise ZboptError(f"{path} exists: choose another name or pass overwrite")
-        if path.suffix == ".json":
-            path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        else:
-            path.write_text(to_toml(self.to_dict()))
-        return path
+        """Write the instance as JSON (.json) or TOML, whole or not at all; never over an
+        existing file without `overwrite`."""
+        from .export.outputs import write_file
+        data = self.to_dict()
+        text = json.dumps(data, indent=1) + "\n" if Path(path).suffix.lower() == ".json" \
+            else to_toml(data)
+        return write_file(path, text, overwrite)
 
 
 def check_table(data: Any, source: str) -> None:

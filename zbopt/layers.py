@@ -406,18 +406,20 @@ class LayeredModel:
             settings["memory_cap"] = tuple(settings["memory_cap"])
         return construct(cls, source, layers=parsed, **settings)
 
-    def save(self, path: str | Path, overwrite: bool = False) -> Path:
-        path = Path(path)
-        if path.exists() and not overwrite:
-            raise ZboptError(f"{path} exists: choose another name or pass --force")
+    def save(self, path: str | Path, overwrite: bool = False, inputs: Sequence[str | Path] = (),
+             header: str = "") -> Path:
+        """Write the model as JSON (.json) or TOML, whole or not at all; never over an
+        existing file without `overwrite`, nor over one of `inputs`. `header` (comment lines)
+        opens a TOML file."""
+        from .export.outputs import write_file
         data = self.to_dict()
-        if path.suffix == ".json":
-            path.write_text(json.dumps(data, indent=1) + "\n")
-            return path
-        layers = data.pop("layers")
-        text = to_toml(data) + "".join("\n[[layers]]\n" + to_toml(layer) for layer in layers)
-        path.write_text(text)
-        return path
+        if Path(path).suffix.lower() == ".json":
+            text = json.dumps(data, indent=1) + "\n"
+        else:
+            layers = data.pop("layers")
+            text = header + to_toml(data) + "".join("\n[[layers]]\n" + to_toml(layer)
+                                                    for layer in layers)
+        return write_file(path, text, overwrite, inputs)
 
 
 def _cap(spec: Any) -> Any:

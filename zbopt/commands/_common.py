@@ -77,7 +77,10 @@ def load(args: argparse.Namespace) -> Instance:
 def load_with_schedule(args: argparse.Namespace):
     """load(), and the schedule or plan file read (its ScheduleFile; None for other inputs)."""
     given = getattr(args, "instance", None)
-    path = resolve_instance(given) if given else default_instance_path()
+    if given is not None:  # "" (an unset shell variable) is not the default instance
+        nonempty(given, "the instance", "an instance file or a shipped instance's name (`zbopt "
+                                        "instances`), or leave it out for the default")
+    path = resolve_instance(given) if given is not None else default_instance_path()
     data = read_table(path)
     stored, note = None, None
     if "layers" in data:
@@ -203,10 +206,22 @@ def check_input(path: str | Path, what: str) -> Path:
 
 # ----- output paths: all checked before any work ------------------------------------------------
 
+def nonempty(text: str, what: str, remedy: str) -> str:
+    """`text`, refused when empty or blank (an unset shell variable): what is empty, and what
+    to give instead."""
+    if not str(text).strip():
+        raise ZboptError(f"{what} is empty: give {remedy}")
+    return text
+
+
 def check_output(path: str | Path, force: bool, suffixes: tuple[str, ...] = (),
-                 what: str = "output") -> Path:
-    """A file the command will write: refused now (not after the work) if it cannot be."""
-    path = Path(path)
+                 what: str = "output", inputs: Iterable[str | Path] = (),
+                 flag: str = "--out") -> Path:
+    """A file the command will write: refused now (not after the work) if it cannot be: an
+    empty name, a directory, another suffix, an existing file without --force, a folder that is
+    missing or where no file can be created, or one of `inputs` (outputs.check_targets)."""
+    from ..export.outputs import check_targets
+    path = Path(nonempty(path, flag, f"a file name for the {what}"))
     if path.is_dir():
         raise ZboptError(f"{path} is a directory: give a file name for the {what}")
     if suffixes and path.suffix.lower() not in suffixes:
@@ -218,7 +233,7 @@ def check_output(path: str | Path, force: bool, suffixes: tuple[str, ...] = (),
         raise ZboptError(f"directory {parent} does not exist: create it first")
     if not parent.is_dir():
         raise ZboptError(f"{parent} is a file, not a directory: give another path")
-    return path
+    return check_targets([path], force, inputs)[0]
 
 
 def file_stem(text: str, default: str = "instance") -> str:
@@ -228,10 +243,12 @@ def file_stem(text: str, default: str = "instance") -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).lstrip(".-") or default
 
 
-def check_output_dir(path: str | Path, names: list[str], force: bool) -> list[Path]:
-    """Files `names` the command will write into directory `path` (created later if absent):
-    every one checked before any is written."""
-    folder = Path(path)
+def check_output_dir(path: str | Path, names: list[str], force: bool,
+                     flag: str = "-o") -> list[Path]:
+    """Files `names` the command will write into directory `path` (created on writing if
+    absent; its parent must exist): every one checked before any is written."""
+    from ..export.outputs import check_targets
+    folder = Path(nonempty(path, flag, "a directory"))
     if folder.exists() and not folder.is_dir():
         raise ZboptError(f"{folder} is a file, not a directory: give a directory")
     refuse_directories([folder / n for n in names])
@@ -239,7 +256,7 @@ def check_output_dir(path: str | Path, names: list[str], force: bool) -> list[Pa
     if existing and not force:
         raise ZboptError(f"{existing[0]} exists: choose another directory or pass --force to "
                          f"overwrite it")
-    return [folder / n for n in names]
+    return check_targets([folder / n for n in names], True, new_dirs=[folder])
 
 
 def refuse_directories(paths: Iterable[Path]) -> None:

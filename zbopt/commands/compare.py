@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.table import Table
 
@@ -126,13 +127,14 @@ def run(args) -> int:
     names = method_names(args)
     args.solver = solver_for(args.solver, instance)
     plot_dir = None
-    if args.plot:  # before any work: a chart that exists is refused now, not after the solve
+    if args.plot is not None:  # before any work: a chart that exists is refused now, not after the solve
         from ..report.gantt import check_plot_dir
         if args.solve:
             from ..result import STATUSES
             names = names + [f"{args.solver} ({status})" for status in STATUSES]
+        if args.plot.strip():  # a directory where a chart goes is said first, as such
+            refuse_directories(_chart_paths(Path(args.plot), names))
         plot_dir = check_plot_dir(args.plot, names, args.force)
-        refuse_directories(_chart_paths(plot_dir, names))
     with progress(args) as report:
         rows = rows_for(instance, args, report)
         if plot_dir is not None:

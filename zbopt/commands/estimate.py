@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ._common import byte_count, print_json, refuse_overwrite
+from pathlib import Path
+
+from ._common import byte_count, check_output, nonempty, print_json
 
 
 def register(sub) -> None:
@@ -45,10 +47,10 @@ def run(args) -> int:
         raise ZboptError("give the transformers config once: zbopt estimate config.json "
                          "(or --hf-config config.json)")
     config = args.config if args.config is not None else args.hf_config
-    if args.out:
-        refuse_overwrite(args.out, args.force)
-        if not args.out.endswith((".toml", ".json")):
-            raise ZboptError(f"--out {args.out}: name a .toml or .json file")
+    nonempty(config, "the config", "a transformers config.json or its directory")
+    inputs = [config, Path(config) / "config.json"]  # a directory's config.json is read
+    if args.out is not None:  # before any work, and never the config read
+        check_output(args.out, args.force, (".toml", ".json"), "layered model", inputs)
     accelerator = Accelerator(peak_flops=args.peak_flops, efficiency=args.efficiency,
                               hbm_bytes=args.hbm_bytes, link_bandwidth=args.link_bandwidth)
     shape = shape_from_config(config)
@@ -56,7 +58,7 @@ def run(args) -> int:
                            devices=args.devices, microbatches=args.microbatches,
                            optimizer_bytes=args.optimizer_bytes, name=args.name)
     if args.out:
-        model.save(args.out, overwrite=args.force)
+        model.save(args.out, overwrite=args.force, inputs=inputs)
     if args.json or not args.out:
         print_json(model.to_dict())
     else:

@@ -10,6 +10,7 @@ from ._common import (
     console,
     fmt,
     load_with_schedule,
+    nonempty,
     print_json,
     print_timeline,
     with_mem,
@@ -50,7 +51,12 @@ def run(args) -> int:
     stored = solver = None
     kept: dict = {}  # what --out keeps of a schedule or plan file
     left_out = ""  # and what its line says it cannot keep
-    if args.out:
+    nonempty(args.file, "the schedule file" if args.torch_csv is None else "the instance",
+             "a schedule or plan file (.json)" if args.torch_csv is None else
+             "an instance file or a shipped instance's name (`zbopt instances`)")
+    if args.torch_csv is not None:
+        nonempty(args.torch_csv, "--torch-csv", "a PyTorch pipelining CSV")
+    if args.out is not None:
         check_output(args.out, args.force, (".json",), "schedule file")
     if args.torch_csv:
         from ..export.torch_csv import read_torch_csv

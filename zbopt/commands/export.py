@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ZboptError
-from ._common import console
+from ._common import console, nonempty
 
 
 def register(sub) -> None:
@@ -34,9 +34,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..export.outputs import write_all
+    from ..export.outputs import check_targets, write_all
     from ..export.schedule_file import read_schedule_file
 
+    nonempty(args.file, "the schedule file", "a schedule or plan file (.json)")
+    for flag, value in (("--torch-csv", args.torch_csv), ("--chrome-trace", args.chrome_trace),
+                        ("--torchtitan", args.torchtitan)):
+        if value is not None:
+            nonempty(value, flag, "a file name" if flag != "--torchtitan" else "a directory")
     if not (args.torch_csv or args.chrome_trace or args.torchtitan):
         raise ZboptError("nothing to export: give --torch-csv OUT.csv, --chrome-trace "
                          "OUT.json and/or --torchtitan DIR")
@@ -47,6 +52,8 @@ def run(args) -> int:
         name = Path(args.chrome_trace).stem.strip(".") or "trace"
         raise ZboptError(f"{args.chrome_trace}: give the trace a name ending in .json, such as "
                          f"{name}.json (Perfetto and chrome://tracing read JSON)")
+    check_targets(_targets(args), args.force, [args.file],  # before reading and evaluating
+                  [args.torchtitan] if args.torchtitan else [])
     loaded = read_schedule_file(args.file)
     if args.torch_csv or args.torchtitan:
         from ..export.plan_parts import refuse_dualpipe_plan
@@ -84,6 +91,15 @@ def run(args) -> int:
     for line in lines:
         out.print(line, markup=False, soft_wrap=True)
     return 0
+
+
+def _targets(args) -> list[Path]:
+    """Every file the export will write, to check before any work."""
+    from ..export.torch_csv import sidecar_path
+    from ..export.torchtitan import titan_paths
+    paths = [Path(args.torch_csv), sidecar_path(args.torch_csv)] if args.torch_csv else []
+    paths += [Path(args.chrome_trace)] if args.chrome_trace else []
+    return paths + (titan_paths(args.torchtitan) if args.torchtitan else [])
 
 
 def _add(texts: dict[Path, str], new: dict[Path, str]) -> None:

@@ -62,7 +62,7 @@ def run(args) -> int:
     capped_instances(instance, caps)  # every cap checked before any solving
     name = file_stem(instance.name or "instance")  # the file sets it: no path out of --out
     targets = {}
-    if args.out:  # check before hours of solving, not after
+    if args.out is not None:  # check before hours of solving, not after
         paths = check_output_dir(args.out, [f"{name}-frontier.{ext}" for ext in ("md", "json", "png")],
                                  args.force)
         targets = dict(zip(("md", "json", "png"), paths))
@@ -93,19 +93,24 @@ def run(args) -> int:
 
 
 def _write(targets, points, instance, args, plot_frontier, frontier_markdown, name) -> None:
+    """The chart, the table and the JSON: all written or none (outputs.write_all)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    targets["md"].parent.mkdir(parents=True, exist_ok=True)
+
+    from ..export.outputs import write_all
+    from ..report.gantt import figure_bytes
     fig, ax = plt.subplots(figsize=(11, 5))
     plot_frontier(points, f"{name}: bubble rate against the memory cap "
                           f"({args.solver}, {args.time_limit:g} s per cap)", ax=ax)
     fig.tight_layout()
-    fig.savefig(targets["png"], dpi=110)
+    chart = figure_bytes(fig, ".png", dpi=110)
     plt.close(fig)
-    targets["md"].write_text(frontier_markdown(points, instance, args.solver,
-                                               args.time_limit, targets["png"].name))
-    targets["json"].write_text(json.dumps(
-        {"instance": instance.to_dict(), "solver": args.solver,
-         "time_limit": args.time_limit, "threads": args.threads,
-         "results": [doc for p in points for doc in p.documents()]}, indent=1) + "\n")
+    write_all({
+        targets["md"]: frontier_markdown(points, instance, args.solver, args.time_limit,
+                                         targets["png"].name),
+        targets["json"]: json.dumps(
+            {"instance": instance.to_dict(), "solver": args.solver,
+             "time_limit": args.time_limit, "threads": args.threads,
+             "results": [doc for p in points for doc in p.documents()]}, indent=1) + "\n",
+        targets["png"]: chart}, force=args.force, new_dirs=[targets["md"].parent])

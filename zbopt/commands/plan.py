@@ -17,6 +17,7 @@ from ._common import (
     check_solver,
     console,
     fmt,
+    nonempty,
     parse_cap,
     positive_int,
     print_json,
@@ -89,6 +90,8 @@ def _cap(text: str, unit: str):
 
 def load_model(args):
     from ..layers import load_model as read
+    nonempty(args.model, "the model", "a layered model file or a shipped model's name (`zbopt "
+                                      "instances`)")
     model = read(args.model)
     changes = {}
     if args.devices is not None:
@@ -182,11 +185,12 @@ def check_out(args) -> None:
     read, --force or not (the model is what a user re-plans from); a .json name in a folder
     that exists; not an existing file without --force."""
     from ..instance import resolve_instance
-    out, model = Path(args.out), resolve_instance(args.model)
+    out, model = Path(nonempty(args.out, "--out", "a file name for the plan file")), \
+        resolve_instance(args.model)
     if out.exists() and model.exists() and out.resolve() == model.resolve():
         raise ZboptError(f"--out {args.out} would replace the model file {args.model}: choose "
                          f"another name for the plan file")
-    check_output(out, args.force, (".json",), "plan file")
+    check_output(args.out, args.force, (".json",), "plan file")
 
 
 def run(args) -> int:
@@ -194,7 +198,7 @@ def run(args) -> int:
     check_solver(args.solver)
     model = load_model(args)
     placements = _placements(args, model)
-    if args.out:  # before spending the time limit
+    if args.out is not None:  # before spending the time limit
         check_out(args)
     if args.max_partitions < 1:
         raise ZboptError(f"--max-partitions must be >= 1, got {args.max_partitions}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ZboptError
-from ._common import check_input, check_output
+from ._common import check_input, check_output, nonempty
 
 
 def register(sub) -> None:
@@ -21,8 +21,10 @@ def run(args) -> int:
     from ..export.schedule_file import read_schedule_file
     from ..report.gantt import PLOT_SUFFIXES, plot_schedule, save_figure
     from ..schedule import evaluate
-    out = check_output(args.out, args.force, PLOT_SUFFIXES, "chart")
-    check_input(args.schedule_file, "schedule file")
+    out = check_output(args.out, args.force, PLOT_SUFFIXES, "chart", [args.schedule_file],
+                       flag="-o")
+    check_input(nonempty(args.schedule_file, "the schedule file", "a schedule or plan file "
+                                                                  "(.json)"), "schedule file")
     loaded = read_schedule_file(args.schedule_file)
     # the file's stored times are informative only: the chart is drawn from a fresh evaluation
     try:

@@ -10,7 +10,15 @@ from pathlib import Path
 from ..errors import ZboptError
 from ..progress import wanted
 from ..sizes import as_bytes
-from ._common import add_progress_arguments, brief, console, fmt, print_json, refuse_overwrite
+from ._common import (
+    add_progress_arguments,
+    brief,
+    check_output,
+    console,
+    fmt,
+    nonempty,
+    print_json,
+)
 
 
 def register(sub) -> None:
@@ -88,15 +96,25 @@ def check_numbers(args) -> None:
         raise ZboptError(f"--bytes-per-param must be a finite number >= 0, got {args.bytes_per_param}")
 
 
-def check_out(path: str | None, force: bool) -> Path | None:
+def inputs_of(args) -> list:
+    """The files profile reads (never to be replaced by --out): the --hf-config file, or
+    config.json in its directory; refuses an empty --hf-config, --preset or --module."""
+    for flag, value, remedy in (
+            ("--hf-config", args.hf_config, "a transformers config.json or its directory"),
+            ("--preset", args.preset, "llama-tiny or gpt2-tiny"),
+            ("--module", args.module, "PKG.MOD:FUNCTION")):
+        if value is not None:
+            nonempty(value, flag, remedy)
+    if args.hf_config is None:
+        return []
+    return [args.hf_config, Path(args.hf_config) / "config.json"]
+
+
+def check_out(path: str | None, force: bool, inputs=()) -> Path | None:
+    """--out, checked before any measuring (outputs.check_targets)."""
     if path is None:
         return None
-    out = refuse_overwrite(path, force)
-    if out.suffix not in (".toml", ".json"):
-        raise ZboptError(f"--out {path}: give a .toml or .json file name")
-    if not out.parent.is_dir():
-        raise ZboptError(f"--out {path}: directory {out.parent} does not exist")
-    return out
+    return check_output(path, force, (".toml", ".json"), "layered model", inputs)
 
 
 def build(args, dtype, device):
@@ -104,7 +122,7 @@ def build(args, dtype, device):
     from ..profile.models import escaped
     if args.preset:
         return preset_model(args.preset, args.microbatch_size, args.seq_len, dtype, device, args.naming)
-    if args.hf_config:
+    if args.hf_config is not None:
         config = read_config(args.hf_config)
         return hf_model(config, args.microbatch_size, args.seq_len, dtype, device,
                         naming=args.naming or "hf", name=escaped(Path(args.hf_config).stem),
@@ -117,7 +135,8 @@ def build(args, dtype, device):
 def run(args) -> int:
     check_numbers(args)
     cap = parse_bytes(args.mem)
-    out = check_out(args.out, args.force)  # before any measuring
+    inputs = inputs_of(args)
+    out = check_out(args.out, args.force, inputs)  # before any measuring
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -136,9 +155,8 @@ def run(args) -> int:
     layered = result.layered_model(args.devices, args.microbatches, cap, args.bytes_per_param,
                                    pool=not args.each_block).with_settings(comm=args.comm)
     if out is not None:
-        layered.save(out, overwrite=args.force)
-        if out.suffix == ".toml":  # provenance as comments: the layered format has no key for it
-            out.write_text(header(result, layered) + out.read_text())
+        # a TOML file opens with the provenance as comments: the layered format has no key for it
+        layered.save(out, overwrite=args.force, inputs=inputs, header=header(result, layered))
     clamped = [t.name for t in result.layers if t.m_w > t.m_b]
     if args.json:
         print_json({"model": layered.to_dict(), "layers": result.summary(), "settings": result.settings,

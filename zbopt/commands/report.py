@@ -29,7 +29,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     # every check before the (possibly long) methods and solve
-    out = check_output(args.out, args.force, (".html", ".htm"), "report")
+    out = check_output(args.out, args.force, (".html", ".htm"), "report", flag="-o")
     method_names(args)
     instance = load(args)
     args.solver = solver_for(args.solver, instance)

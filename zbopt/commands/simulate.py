@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     family = get_method(args.schedule, "schedule")
-    if args.out:
+    if args.out is not None:
         check_output(args.out, args.force, (".json",), "schedule file")
     instance = load(args)
     if args.chunks and family.placement == "interleaved" and instance.placement == "contiguous":

@@ -73,7 +73,7 @@ def _fitting(schedule, instance, source):
 def run(args) -> int:
     from ..registry import run as run_method
     check_solver(args.solver)  # an unknown solver is refused before any work
-    if args.out:  # before spending the time limit
+    if args.out is not None:  # before spending the time limit
         check_output(args.out, args.force, (".json",), "schedule file")
     instance, stored = load_with_schedule(args)  # notes (a layered file's split) once it is good
     # a plan file solved again keeps its split (export --torchtitan needs it)

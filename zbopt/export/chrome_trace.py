@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from ..dag import format_pass
-from ..errors import ZboptError
 from ..schedule import Timeline, format_item
 
 _TO_MICROSECONDS = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
@@ -104,11 +103,6 @@ def chrome_trace(timeline: Timeline) -> dict:
 
 
 def write_chrome_trace(path: str | Path, timeline: Timeline, force: bool = False) -> Path:
-    path = Path(path)
-    if path.exists() and not force:
-        raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
-    try:
-        path.write_text(json.dumps(chrome_trace(timeline)) + "\n")
-    except OSError as err:
-        raise ZboptError(f"cannot write {path}: {err.strerror}") from None
-    return path
+    """Write the trace, whole or not at all; never over an existing file without `force`."""
+    from .outputs import write_file
+    return write_file(path, json.dumps(chrome_trace(timeline)) + "\n", force)

@@ -1,19 +1,26 @@
-"""Write several output files as one act: every target is checked before any is written.
+"""Write output files as one act: every target is checked before any is written.
 
 An export that writes a CSV, its sidecar and a trace must not leave the first two behind when the
-third is refused, so all targets are checked first (existing without --force, a directory, a
-missing parent folder, the same path twice or one of the inputs), each file is written to a
-temporary name beside it, and the temporaries are renamed only once all of them exist.
+third is refused, so all targets are checked first (an empty name, existing without --force, a
+directory, a missing parent folder, a folder where no file can be created, the same path twice or
+one of the inputs), each file is written to a temporary name beside it, and the temporaries are
+renamed only once all of them exist. A full disk or any other error leaves no file, new or
+temporary, behind. Every command that writes goes through here, one file (write_file) or several
+(write_all); commands call check_targets before their work as well, so a target that cannot be
+written is refused before the work, not after it.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Union
 
 from ..errors import ZboptError
+
+Content = Union[str, bytes]
 
 
 def check_targets(paths: Iterable[str | Path], force: bool = False,
@@ -22,11 +29,13 @@ def check_targets(paths: Iterable[str | Path], force: bool = False,
     """The targets as Paths; ZboptError (one line) for the first that cannot be written.
 
     A folder in `new_dirs` may be missing (it is created on writing) if its own parent exists.
+    Each folder is probed by creating and removing a temporary file in it: permission bits say
+    nothing true to root, nor on a read-only mount.
     """
     creatable = set()
     for folder in map(Path, new_dirs):
         if folder.exists() and not folder.is_dir():
-            raise ZboptError(f"{folder} is a file: give a directory")
+            raise ZboptError(f"{folder} is a file, not a directory: give a directory")
         if not folder.exists():
             if not folder.parent.is_dir():
                 raise ZboptError(f"cannot create {folder}: folder {folder.parent} does not "
@@ -34,15 +43,18 @@ def check_targets(paths: Iterable[str | Path], force: bool = False,
             creatable.add(folder.resolve())
     protected = {Path(p).resolve(): Path(p) for p in inputs}
     seen: dict[Path, Path] = {}
+    probed: set[Path] = set()
     out = []
     for raw in paths:
+        if not str(raw).strip():
+            raise ZboptError("an output file name is empty: give a file name")
         path = Path(raw)
         key = path.resolve()
         if key in protected:
             raise ZboptError(f"{path} would replace the input {protected[key]}: choose another "
                              f"output name")
         if key in seen:
-            raise ZboptError(f"{path} is written twice by this export: choose distinct names")
+            raise ZboptError(f"{path} is written twice by this command: choose distinct names")
         if path.is_dir():
             raise ZboptError(f"{path} is a directory: give a file name")
         if path.exists() and not force:
@@ -51,39 +63,82 @@ def check_targets(paths: Iterable[str | Path], force: bool = False,
         parent = path.parent
         if parent.resolve() in creatable:
             parent = parent.parent
+        elif parent.exists() and not parent.is_dir():
+            raise ZboptError(f"cannot write {path}: {parent} is a file, not a directory")
         elif not parent.is_dir():
             raise ZboptError(f"cannot write {path}: folder {parent} does not exist")
-        if not os.access(parent, os.W_OK):
-            raise ZboptError(f"cannot write {path}: folder {parent} is not writable")
+        if parent.resolve() not in probed:
+            _probe(parent, path)
+            probed.add(parent.resolve())
         seen[key] = path
         out.append(path)
     return out
 
 
-def write_all(texts: Mapping[str | Path, str], force: bool = False,
+def _probe(folder: Path, path: Path) -> None:
+    """Create and remove a file in `folder`; ZboptError naming `path` if that fails."""
+    try:
+        handle, temp = tempfile.mkstemp(prefix=".zbopt-probe-", dir=folder)
+    except OSError as err:
+        raise ZboptError(f"cannot write {path}: folder {folder} is not writable "
+                         f"({err.strerror})") from None
+    os.close(handle)
+    os.unlink(temp)
+
+
+def file_mode(path: Path) -> int:
+    """The mode a written `path` gets: an existing file's own, else what open() would give a
+    new file (0o666 less the umask); mkstemp's temporaries are 0o600."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def write_all(contents: Mapping[str | Path, Content], force: bool = False,
               inputs: Iterable[str | Path] = (), new_dirs: Iterable[str | Path] = ()
               ) -> list[Path]:
-    """Write every (path, text) or none of them; returns the paths in the given order."""
+    """Write every (path, text or bytes) or none of them; returns the paths in the given order.
+
+    Text is written as UTF-8. A failure (a full disk, say) is a ZboptError naming the file, and
+    leaves neither the new files, nor the temporaries, nor a folder this call created."""
     new_dirs = list(map(Path, new_dirs))
-    paths = check_targets(texts.keys(), force, inputs, new_dirs)
+    paths = check_targets(contents.keys(), force, inputs, new_dirs)
     staged: list[tuple[str, Path]] = []
     created = [folder for folder in new_dirs if not folder.exists()]
+    target: Path | None = None
     try:
         for folder in created:
+            target = folder
             folder.mkdir()
-        for path, text in zip(paths, texts.values()):
+        for path, content in zip(paths, contents.values()):
+            target = path
             handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
             staged.append((temp, path))
-            with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                stream.write(text)
+            binary = isinstance(content, bytes)
+            with os.fdopen(handle, "wb" if binary else "w",
+                           encoding=None if binary else "utf-8") as stream:
+                os.fchmod(stream.fileno(), file_mode(path))
+                stream.write(content)
         for temp, path in staged:
+            target = path
             os.replace(temp, path)
-    except OSError as err:
+    except BaseException as err:  # Ctrl-C too: no temporary is left behind
         for temp, _ in staged:
             if os.path.exists(temp):
                 os.unlink(temp)
         for folder in created:
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
-        raise ZboptError(f"cannot write {err.filename or 'an output'}: {err.strerror}") from None
+        if isinstance(err, OSError):
+            raise ZboptError(f"cannot write {target}: {err.strerror}") from None
+        raise
     return paths
+
+
+def write_file(path: str | Path, content: Content, force: bool = False,
+               inputs: Iterable[str | Path] = ()) -> Path:
+    """Write one file (text or bytes) whole or not at all: write_all of one."""
+    return write_all({path: content}, force, inputs)[0]

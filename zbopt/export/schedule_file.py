@@ -135,19 +135,14 @@ def write_schedule_file(path: str | Path, timeline: Timeline, result=None,
                         force: bool = False, partition: Optional[dict] = None,
                         model: Optional[dict] = None, plan: Optional[dict] = None) -> Path:
     """Write `timeline` (and the solver's `result`, if any; a plan's `partition` and layered
-    `model`) as a zbopt.schedule/1 JSON file. Refuses to overwrite an existing file unless `force`.
+    `model`) as a zbopt.schedule/1 JSON file, whole or not at all (outputs.write_file). Refuses
+    to overwrite an existing file unless `force`.
     """
-    path = Path(path)
-    if path.exists() and not force:
-        raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
+    from .outputs import write_file
     if (partition is None) != (model is None):
         raise ValueError("a plan file records both its partition and its model")
     text = render(schedule_document(timeline, result, partition, model, plan))
-    try:
-        path.write_text(text)
-    except OSError as err:
-        raise ZboptError(f"cannot write {path}: {err.strerror}") from None
-    return path
+    return write_file(path, text, force)
 
 
 def render(doc: dict) -> str:

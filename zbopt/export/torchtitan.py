@@ -258,6 +258,13 @@ class TitanExport:
     checked_against: str | None  # the torchtitan version whose config classes were checked
 
 
+def titan_paths(directory: str | Path) -> list[Path]:
+    """The files titan_export writes into `directory`: the CSV, its sidecar, the TOML."""
+    from .torch_csv import sidecar_path
+    csv_path = Path(directory) / CSV_NAME
+    return [csv_path, sidecar_path(csv_path), Path(directory) / TOML_NAME]
+
+
 def titan_export(loaded, directory: str | Path, microbatch_size: int = 1,
                  stage_layers: Sequence[Sequence[str]] | None = None) -> TitanExport:
     """The CSV, its sidecar and the job-config fragment of a plan (or schedule) file; the

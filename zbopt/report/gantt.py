@@ -10,6 +10,7 @@ backend or figure registry; saving to PNG/SVG goes through Agg/SVG canvases.
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -300,18 +301,23 @@ def slug(name: str) -> str:
     return text or "schedule"
 
 
+def figure_bytes(figure: Figure, suffix: str, dpi: float | None = None) -> bytes:
+    """The figure as the bytes of a PNG, SVG or PDF file (by `suffix`, ".png" and so on)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=suffix.lower().lstrip("."), **({"dpi": dpi} if dpi else {}))
+    return buffer.getvalue()
+
+
 def save_figure(figure: Figure, path: str | Path, force: bool = False) -> Path:
-    """Save as PNG, SVG or PDF (by suffix); never overwrite an existing file without force."""
+    """Save as PNG, SVG or PDF (by suffix), whole or not at all; never overwrite an existing
+    file without force."""
+    from ..export.outputs import check_targets, write_file
     path = Path(path)
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise ZboptError(f"cannot write a chart to {path}: use a name ending in "
                          f"{', '.join(PLOT_SUFFIXES)}")
-    if path.exists() and not force:
-        raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
-    if not path.parent.exists():
-        raise ZboptError(f"directory {path.parent} does not exist: create it first")
-    figure.savefig(path)
-    return path
+    check_targets([path], force)  # before the drawing
+    return write_file(path, figure_bytes(figure, path.suffix), force)
 
 
 def compare_plot_paths(timelines: Iterable[Timeline], outdir: str | Path) -> list[Path]:
@@ -329,8 +335,12 @@ def compare_plot_paths(timelines: Iterable[Timeline], outdir: str | Path) -> lis
 
 
 def check_plot_dir(outdir: str | Path, names: Sequence[str], force: bool = False) -> Path:
-    """Refuse now (before any work) a --plot directory that is a file or holds a chart that
-    write_compare_plots would overwrite for one of `names` (unless force)."""
+    """Refuse now (before any work) a --plot directory that is a file, whose parent is missing,
+    where no file can be created, or that holds a chart write_compare_plots would overwrite
+    for one of `names` (unless force)."""
+    from ..export.outputs import check_targets
+    if not str(outdir).strip():
+        raise ZboptError("--plot is empty: give a directory for the charts")
     outdir = Path(outdir)
     if outdir.exists() and not outdir.is_dir():
         raise ZboptError(f"{outdir} is a file, not a directory: give a directory for --plot")
@@ -341,14 +351,17 @@ def check_plot_dir(outdir: str | Path, names: Sequence[str], force: bool = False
             if path.suffix in (".png", ".svg") and (path.stem in stems or base in stems):
                 raise ZboptError(f"{path} exists: choose another directory or pass --force to "
                                  f"overwrite the charts in it")
+    check_targets([outdir / f"{STACKED_NAME}.png"], True, new_dirs=[outdir])
     return outdir
 
 
 def write_compare_plots(timelines: Iterable[Timeline], outdir: str | Path,
                         force: bool = False) -> list[Path]:
-    """One PNG per method (Gantt + memory per device) and one stacked figure (PNG and SVG).
+    """One PNG per method (Gantt + memory per device) and one stacked figure (PNG and SVG),
+    all written or none (the directory is created if its parent exists).
 
-    Refuses, before writing anything, when one of the files exists (unless force)."""
+    Refuses, before drawing anything, when one of the files exists (unless force)."""
+    from ..export.outputs import check_targets, write_all
     timelines = list(timelines)
     if not timelines:
         raise ZboptError("no schedule to plot: no method applies to this instance")
@@ -360,10 +373,10 @@ def write_compare_plots(timelines: Iterable[Timeline], outdir: str | Path,
     if existing and not force:
         raise ZboptError(f"{existing[0]} exists: choose another directory or pass --force "
                          f"to overwrite the charts in it")
-    outdir.mkdir(parents=True, exist_ok=True)
-    for timeline, path in zip(timelines, paths):
-        save_figure(plot_schedule(timeline), path, force=True)
+    check_targets(paths, force, new_dirs=[outdir])
+    charts = {path: figure_bytes(plot_schedule(timeline), ".png")
+              for timeline, path in zip(timelines, paths)}
     stacked = plot_stacked(timelines)
     for path in paths[len(timelines):]:
-        save_figure(stacked, path, force=True)
-    return paths
+        charts[path] = figure_bytes(stacked, path.suffix)
+    return write_all(charts, force, new_dirs=[outdir])

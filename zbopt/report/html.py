@@ -17,7 +17,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import ZboptError
 from ..instance import Instance
 from ..result import Result
 from ..schedule import Timeline
@@ -296,15 +295,9 @@ def _stacked(timelines: Sequence[Timeline], tell: Callable[[str], None]) -> str:
 def write_report(path: str | Path, instance: Instance, rows: Sequence[Result],
                  force: bool = False, title: str = "",
                  progress: Callable[[str], None] | None = None) -> Path:
-    """Write render_report() to `path`; never overwrites an existing file without force."""
-    path = Path(path)
-    if path.exists() and not force:
-        raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
-    if not path.parent.exists():
-        raise ZboptError(f"directory {path.parent} does not exist: create it first")
+    """Write render_report() to `path`, whole or not at all; never overwrites an existing file
+    without force. The target is checked before the charts are drawn."""
+    from ..export.outputs import check_targets, write_file
+    check_targets([path], force)
     text = render_report(instance, rows, title, progress=progress)
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise ZboptError(f"cannot write {path}: {err.strerror}") from None
-    return path
+    return write_file(path, text, force)
