@@ -7,7 +7,7 @@ import pytest
 from cli_checks import refused
 
 from zbopt.cli import main
-from zbopt.sweep.report import write_report
+from zbopt.sweep.report import REPORT_FILES, write_report
 from zbopt.sweep.store import ResultStore
 
 BASE = '[base]\ndevices = 2\nmicrobatches = 4\nm_b = 2\nm_w = 1\n'
@@ -131,3 +131,38 @@ def test_a_folder_holding_only_the_spec_copy_is_the_sweeps_own(tmp_path, capsys)
     assert "holds files but no results.jsonl" in err and "--force" in err
     assert [p.name for p in mine.iterdir()] == ["sweep-spec.toml"]
     assert (mine / "sweep-spec.toml").read_text() == SPEC
+
+
+# ----- a report target that cannot be written ----------------------------------------------------
+
+@pytest.mark.parametrize("name", REPORT_FILES)
+def test_a_folder_named_as_a_report_file_is_refused_before_any_job(tmp_path, capsys, name):
+    out = tmp_path / "out"
+    (out / name).mkdir(parents=True)
+    err = refused(capsys, "sweep", spec_file(tmp_path), "--out", out, "--force", "--quiet")
+    assert f"{out / name} is a folder" in err and "--no-report" in err
+    assert [p.name for p in out.iterdir()] == [name]  # no job run, no spec copy
+    assert main(["sweep", str(spec_file(tmp_path)), "--out", str(out), "--force", "--quiet",
+                 "--no-report"]) == 0
+
+
+def test_sweep_report_writes_all_of_its_files_or_none(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec_file(tmp_path)), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    table = (out / "results.csv").read_text()
+    (out / "results.csv").write_text("stale\n")
+    (out / "bubble_vs_m.png").unlink()
+    (out / "results.md").unlink()
+    (out / "results.md").mkdir()
+    err = refused(capsys, "sweep-report", out)
+    assert f"{out / 'results.md'} is a folder" in err and "--no-report" not in err
+    # nothing written: the table is the stale one, the plot is not back
+    assert (out / "results.csv").read_text() == "stale\n"
+    assert sorted(p.name for p in out.iterdir()) == \
+        ["results.csv", "results.jsonl", "results.md", "sweep-spec.toml"]
+    (out / "results.md").rmdir()
+    assert main(["sweep-report", str(out)]) == 0
+    assert (out / "results.csv").read_text() == table
+    assert sorted(p.name for p in out.iterdir()) == \
+        ["bubble_vs_m.png", "results.csv", "results.jsonl", "results.md", "sweep-spec.toml"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ..errors import ZboptError
+from ..export.outputs import check_targets, write_all
 from ..instance import finite
 from ..result import relative_gap
 from .store import ResultStore
@@ -347,12 +348,27 @@ _PLOTS = (
 )
 
 
-def write_plots(records: list[dict[str, Any]], directory: Path) -> list[str]:
-    """The plots whose x axis takes at least two values among usable results."""
+# every file a report may write (a plot only when its x axis takes two values)
+REPORT_FILES = ("results.csv", "results.md") + tuple(name for name, *_ in _PLOTS)
+
+
+def check_report_targets(directory: Path, hint: str = "") -> None:
+    """Refuse, before anything is written (before a sweep runs a job), a report file that cannot
+    be written: a folder of its name, or a folder `directory` that is not writable."""
+    for name in REPORT_FILES:
+        if (directory / name).is_dir():
+            raise ZboptError(f"{directory / name} is a folder, where the sweep's report writes "
+                             f"its {name}: move or rename it{hint}")
+    check_targets([directory / name for name in REPORT_FILES], force=True)
+
+
+def render_plots(records: list[dict[str, Any]]) -> dict[str, bytes]:
+    """{file name: PNG} of the plots whose x axis takes at least two values among usable
+    results."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    written = []
+    pngs = {}
     for name, x_field, xlabel, ignore in _PLOTS:
         xs = {r.get(x_field) for r in records if usable(r) and _is_number(r.get(x_field))}
         if len(xs) < 2:
@@ -373,18 +389,24 @@ def write_plots(records: list[dict[str, Any]], directory: Path) -> list[str]:
         fig.legend(handles, methods, loc="center right", fontsize=7)
         fig.suptitle(f"bubble rate against {xlabel} (schedules within the cap)", fontsize=10)
         fig.tight_layout(rect=(0, 0, 1 - 2.0 / (4.2 * cols + 2.2), 0.96))
-        fig.savefig(directory / name, dpi=110)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=110)
         plt.close(fig)
-        written.append(name)
-    return written
+        pngs[name] = png.getvalue()
+    return pngs
 
 
 def write_report(directory: str | Path, title: str | None = None) -> list[Path]:
-    """Regenerate results.csv, results.md and the plots in `directory` from results.jsonl."""
+    """Regenerate results.csv, results.md and the plots in `directory` from results.jsonl;
+    every file is made (in memory) and its target checked before any is written."""
     directory = Path(directory)
     records = load_records(directory)
-    plots = write_plots(records, directory)
-    (directory / "results.csv").write_text(csv_text(records))
-    (directory / "results.md").write_text(
-        markdown_text(records, title or f"Sweep results: {directory.name}", plots))
-    return [directory / "results.csv", directory / "results.md"] + [directory / p for p in plots]
+    plots = render_plots(records)
+    texts = {"results.csv": csv_text(records),
+             "results.md": markdown_text(records, title or f"Sweep results: {directory.name}",
+                                         plots)}
+    check_report_targets(directory)
+    for name, png in plots.items():
+        (directory / name).write_bytes(png)
+    write_all({directory / name: text for name, text in texts.items()}, force=True)
+    return [directory / name for name in [*texts, *plots]]

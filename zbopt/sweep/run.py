@@ -73,6 +73,9 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: 
     check_same_spec(store, spec, all_jobs, force)
     done = store.finished(include_errors=not retry_errors)
     runner = make_executor(executor, jobs, address, job_fn, spec.job_timeout)
+    if report and out.is_dir():  # a report that cannot be written is refused before any job
+        from .report import check_report_targets
+        check_report_targets(out, hint=", choose another --out, or pass --no-report")
     todo = [job for job in all_jobs if job.key not in done]
     flag = _StopFlag()
     ran = errors = 0
