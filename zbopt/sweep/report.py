@@ -398,7 +398,8 @@ def render_plots(records: list[dict[str, Any]]) -> dict[str, bytes]:
 
 def write_report(directory: str | Path, title: str | None = None) -> list[Path]:
     """Regenerate results.csv, results.md and the plots in `directory` from results.jsonl;
-    every file is made (in memory) and its target checked before any is written."""
+    every file is made (in memory) and every target checked before any is written, and they
+    are written all or none (export.outputs.write_all)."""
     directory = Path(directory)
     records = load_records(directory)
     plots = render_plots(records)
@@ -406,7 +407,5 @@ def write_report(directory: str | Path, title: str | None = None) -> list[Path]:
              "results.md": markdown_text(records, title or f"Sweep results: {directory.name}",
                                          plots)}
     check_report_targets(directory)
-    for name, png in plots.items():
-        (directory / name).write_bytes(png)
-    write_all({directory / name: text for name, text in texts.items()}, force=True)
-    return [directory / name for name in [*texts, *plots]]
+    return write_all({directory / name: content
+                      for name, content in {**texts, **plots}.items()}, force=True)
