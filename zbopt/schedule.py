@@ -49,8 +49,8 @@ def parse_pass(text: str) -> Pass:
         return (int(match.group(1)), int(match.group(3)), match.group(2))
     except ValueError:  # Python reads no integer of more than 4,300 digits
         longest = max(len(match.group(1)), len(match.group(3)))
-        raise ZboptError(f"a pass with a number of {longest} digits is not a pass: write "
-                         f"{{stage}}{{kind}}{{microbatch}}, e.g. 0F1") from None
+        raise ZboptError(f"an integer of {longest} digits cannot be read: give every value as "
+                         f"a finite number of sensible size") from None
 
 
 def format_item(item: Item) -> str:

@@ -188,10 +188,8 @@ def _parse_orders(source: str, devices: Any, instance: Instance) -> list[list[tu
                                     f"\"(0B1;0W1)\", got {text!r}")
             try:
                 item = parse_item(text)
-            except ZboptError as err:
+            except ZboptError as err:  # a stage or micro-batch of more than 4,300 digits too
                 raise _fail(source, f"device {d} item {i}: {err}") from None
-            except ValueError as err:  # a stage or micro-batch of more than 4,300 digits
-                raise too_long_integer(f"{source}: device {d} item {i}", err) from None
             for stage, _, _kind in item:
                 if stage >= instance.num_stages:
                     raise _fail(source, f"device {d} item {i} ({text}): unknown stage {stage}, "
