@@ -11,3 +11,9 @@ def test_no_method_applies_says_why_not_the_cap(capsys):
                   "--mem", "none", "--time-limit", "1", "--quiet")
     assert "microbatches >= 2 * devices = 20, got 16" in err
     assert "memory_cap" not in err
+
+
+def test_a_placement_listed_twice_is_refused(capsys):
+    err = refused(capsys, "plan", "blocks16-p4", "--placements", "v,contiguous,v",
+                  "--time-limit", "1", "--quiet")
+    assert err == "zbopt: error: --placements 'v,contiguous,v': v listed twice: list each once"
