@@ -17,3 +17,11 @@ def test_a_placement_listed_twice_is_refused(capsys):
     err = refused(capsys, "plan", "blocks16-p4", "--placements", "v,contiguous,v",
                   "--time-limit", "1", "--quiet")
     assert err == "zbopt: error: --placements 'v,contiguous,v': v listed twice: list each once"
+
+
+def test_a_value_that_looks_like_an_option_says_how_to_give_it(capsys):
+    err = refused(capsys, "plan", "blocks16-p4", "--mem", "-1,2,3,4", "--quiet")
+    assert "argument --mem: expected one argument (a value that starts with '-' goes after '='" \
+        in err
+    err = refused(capsys, "plan", "blocks16-p4", "--mem=-1,2,3,4", "--quiet")  # then it is read
+    assert "--mem" in err and "expected one argument" not in err

@@ -17,6 +17,8 @@ from .errors import ZboptError
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse would print the usage too)
+        if message.endswith("expected one argument"):  # argparse takes "-1p" for an option
+            message += " (a value that starts with '-' goes after '=', e.g. --mem=-1)"
         raise ZboptError(f"{message} (see {self.prog} --help)")
 
 
