@@ -166,3 +166,12 @@ def test_sweep_report_writes_all_of_its_files_or_none(tmp_path, capsys):
     assert (out / "results.csv").read_text() == table
     assert sorted(p.name for p in out.iterdir()) == \
         ["bubble_vs_m.png", "results.csv", "results.jsonl", "results.md", "sweep-spec.toml"]
+
+
+def test_a_spec_may_start_with_a_byte_order_mark(tmp_path):
+    from zbopt.sweep.spec import load_spec
+    plain = load_spec(spec_file(tmp_path))
+    marked = tmp_path / "marked.toml"
+    marked.write_text(SPEC, encoding="utf-8-sig")  # as some Windows editors save it
+    assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert load_spec(marked) == plain

@@ -279,3 +279,11 @@ def test_a_layer_torchtitans_decoder_lacks_is_noted_not_refused():
     note = " ".join(other.notes)
     assert "module(s) output are not modules of torchtitan" in note and "norm+lm_head" in note
     assert other.module_fqns[1] == ("layers.2", "layers.3", "norm", "output")
+
+
+def test_a_fragment_may_start_with_a_byte_order_mark(tmp_path):
+    text = '[parallelism]\npipeline_parallel_degree = 2\n'
+    plain, marked = tmp_path / "plain.toml", tmp_path / "marked.toml"
+    plain.write_text(text)
+    marked.write_text(text, encoding="utf-8-sig")  # hand-edited in an editor that adds one
+    assert titan.read_fragment(marked) == titan.read_fragment(plain) == tomllib.loads(text)

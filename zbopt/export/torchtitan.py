@@ -154,7 +154,7 @@ def toml_text(settings: TitanSettings, header: Sequence[str] = ()) -> str:
 def read_fragment(path: str | Path) -> dict[str, dict[str, Any]]:
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ZboptError(f"{path}: cannot read the torchtitan fragment: {err}") from None
     return data

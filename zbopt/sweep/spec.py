@@ -196,7 +196,7 @@ def load_spec(path: str | Path) -> SweepSpec:
             f"folder, {Path.cwd()}; the repository's examples are in its sweeps/ folder)"
         raise ZboptError(f"sweep spec {path} not found{where}")
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        data = tomllib.loads(path.read_bytes().decode("utf-8-sig"))
     except UnicodeDecodeError as err:
         raise ZboptError(f"{path}: not a UTF-8 text file (byte {err.start}): give a TOML "
                          f"sweep spec") from None
