@@ -1,8 +1,15 @@
-"""plan's one-line refusals where the terms of its input, not its search, leave nothing to run."""
+"""One-line refusals of flags that cannot do what they say: plan's where the terms of its
+input, not its search, leave nothing to run; a placement listed twice; a value argparse takes
+for an option; --chunks where it would change nothing (simulate, compare)."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from cli_checks import refused
+
+from zbopt.cli import main
 
 
 def test_no_method_applies_says_why_not_the_cap(capsys):
@@ -25,3 +32,29 @@ def test_a_value_that_looks_like_an_option_says_how_to_give_it(capsys):
         in err
     err = refused(capsys, "plan", "blocks16-p4", "--mem=-1,2,3,4", "--quiet")  # then it is read
     assert "--mem" in err and "expected one argument" not in err
+
+
+@pytest.mark.parametrize("argv, asked", [
+    (["simulate", "unit-p4-m8", "-s", "1f1b"], "1f1b on contiguous"),
+    (["simulate", "unit-p4-m8", "-s", "dualpipe"], "dualpipe on dualpipe"),
+    (["compare", "unit-p4-m8", "--methods", "zb-v,1f1b", "--quiet"], "zb-v on v, 1f1b on contiguous"),
+])
+def test_chunks_that_would_change_nothing_are_refused(capsys, argv, asked):
+    err = refused(capsys, *argv, "--chunks", "3")
+    assert f"--chunks 3 re-places the instance for interleaved schedules, and none is asked for " \
+           f"({asked}): drop --chunks" in err
+
+
+def test_chunks_on_an_instance_already_interleaved_are_refused(tmp_path, capsys):
+    from zbopt.instance import load_instance, resolve_instance
+    placed = load_instance(resolve_instance("unit-p4-m8")).with_placement("interleaved", 2)
+    path = placed.save(tmp_path / "interleaved.toml")
+    err = refused(capsys, "simulate", path, "-s", "interleaved-1f1b", "--chunks", "3")
+    assert "already on the interleaved placement with 2 chunk(s) per device" in err
+    assert main(["simulate", str(path), "-s", "interleaved-1f1b", "--json"]) == 0  # without it
+
+
+def test_chunks_for_an_interleaved_schedule_still_re_place(capsys):
+    assert main(["simulate", "unit-p4-m8", "-s", "interleaved-1f1b", "--chunks", "3",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunks"] == 3

@@ -178,6 +178,24 @@ def chunk_count(text: str) -> int:
     return value
 
 
+def check_chunks(chunks: int, instance: Instance, names: Iterable[str]) -> None:
+    """--chunks re-places a contiguous instance for the interleaved methods among `names`;
+    where it would change nothing it is refused rather than silently ignored."""
+    if not chunks:
+        return
+    from ..registry import get_method
+    if instance.placement != "contiguous":
+        raise ZboptError(f"--chunks {chunks}: the instance is already on the "
+                         f"{instance.placement} placement with {instance.chunks} chunk(s) per "
+                         f"device, which --chunks does not change: drop --chunks")
+    if not any(get_method(n).placement == "interleaved" and get_method(n).kind != "solver"
+               for n in names):
+        shown = ", ".join(f"{n} on {get_method(n).placement}" for n in names)
+        raise ZboptError(f"--chunks {chunks} re-places the instance for interleaved schedules, "
+                         f"and none is asked for ({shown}): drop --chunks or ask for one "
+                         f"(e.g. interleaved-1f1b)")
+
+
 def add_progress_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--progress", action="store_true",
                         help="report progress on stderr even when it is not a terminal")

@@ -12,6 +12,7 @@ from ._common import (
     SOLVER_HELP,
     add_instance_arguments,
     add_progress_arguments,
+    check_chunks,
     check_solver,
     chunk_count,
     console,
@@ -102,7 +103,9 @@ def rows_for(instance, args, report=None) -> list:
     solver's (compare and report share this). `report` is a Progress for stderr."""
     from ..compare import available_cores, compare
     jobs = args.jobs if args.jobs is not None else min(2, available_cores())
-    rows = compare(instance, method_names(args), chunks=args.chunks, objective=args.objective,
+    names = method_names(args)
+    check_chunks(args.chunks, instance, names)
+    rows = compare(instance, names, chunks=args.chunks, objective=args.objective,
                    jobs=jobs, progress=report.update if report is not None else None)
     if args.solve:
         callback = None

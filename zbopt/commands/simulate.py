@@ -8,6 +8,7 @@ from ..registry import run as run_method
 from ._common import (
     add_instance_arguments,
     add_progress_arguments,
+    check_chunks,
     check_output,
     chunk_count,
     console,
@@ -38,6 +39,7 @@ def run(args) -> int:
     if args.out is not None:
         check_output(args.out, args.force, (".json",), "schedule file")
     instance = load(args)
+    check_chunks(args.chunks, instance, [family.name])
     if args.chunks and family.placement == "interleaved" and instance.placement == "contiguous":
         instance = instance.with_placement("interleaved", args.chunks)
     with progress(args) as report:
