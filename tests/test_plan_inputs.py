@@ -58,3 +58,35 @@ def test_chunks_for_an_interleaved_schedule_still_re_place(capsys):
     assert main(["simulate", "unit-p4-m8", "-s", "interleaved-1f1b", "--chunks", "3",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["chunks"] == 3
+
+
+def test_an_empty_cap_in_a_list_is_named_as_such(capsys):
+    err = refused(capsys, "plan", "blocks16-p4", "--mem", "24000,,24000,24000", "--quiet")
+    assert err.endswith("a cap between commas is empty: give a number for every device")
+
+
+def test_a_cap_list_for_a_per_stage_command_says_where_a_list_goes(capsys):
+    err = refused(capsys, "solve", "unit-p2-m4", "--mem", "4,4", "--time-limit", "1")
+    assert "give one cap for every device" in err and "memory_cap = [...]" in err
+    assert "a list per device, or a multiple" not in err  # what the file format takes
+
+
+CONFIG = '{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}'
+SPEC = 'name = "s"\nmethods = ["1f1b"]\n[base]\ndevices = 2\n[axes]\nmicrobatches = [4, 8]\n'
+
+
+@pytest.mark.parametrize("name, text, kind, remedy", [
+    ("config.json", CONFIG, "a transformers config", "zbopt estimate"),
+    ("spec.toml", SPEC, "a sweep spec", "zbopt sweep"),
+])
+@pytest.mark.parametrize("argv, wanted", [
+    (["plan"], "a layered model"),
+    (["solve", "--time-limit", "1"], "an instance"),
+    (["simulate", "-s", "1f1b"], "an instance"),
+])
+def test_a_config_or_a_spec_is_named_with_the_command_that_takes_it(tmp_path, capsys, name, text,
+                                                                     kind, remedy, argv, wanted):
+    path = tmp_path / name
+    path.write_text(text)
+    err = refused(capsys, argv[0], path, *argv[1:])
+    assert f"{path} is {kind}, not {wanted}: " in err and remedy in err

@@ -658,12 +658,25 @@ def read_table(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def refuse_other_inputs(data: dict[str, Any], source: str, wanted: str) -> None:
+    """A transformers config or a sweep spec given where `wanted` (an instance, a layered
+    model) belongs: what it is and which command takes it, rather than its unknown keys."""
+    if isinstance(data.get("model_type"), str) and "t_f" not in data:
+        raise ZboptError(f"{source} is a transformers config, not {wanted}: make a layered model "
+                         f"of it with zbopt estimate {source} --out model.toml (or zbopt profile "
+                         f"--hf-config {source}) and plan that")
+    if ("methods" in data or "axes" in data) and "t_f" not in data and "layers" not in data:
+        raise ZboptError(f"{source} is a sweep spec, not {wanted}: run it with zbopt sweep "
+                         f"{source} --out FOLDER")
+
+
 def check_file_keys(data: dict[str, Any], source: str) -> None:
     """What a file must say that the Instance constructor lets code leave out: every cost key
     (a missing one would silently cost 1), and no `chunks = 0` (it would silently mean 2)."""
     if "layers" in data:
         raise ZboptError(f"{source} is a layered model ([[layers]]), not a per-stage instance: "
                          f"`zbopt plan` partitions it into stages")
+    refuse_other_inputs(data, source, "an instance")
     check_keys(data, source)
     missing = [key for key in COST_KEYS if key not in data]
     if missing:

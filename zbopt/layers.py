@@ -43,6 +43,7 @@ from .instance import (
     listed,
     plain,
     read_table,
+    refuse_other_inputs,
     resolve_instance,
     shown,
     to_toml,
@@ -444,6 +445,7 @@ def load_model(path: str | Path) -> LayeredModel:
                          f"with [[layers]])" + ("; evaluate, solve or export this one as it is"
                                                 if schedule else ""))
     if not is_layered(data):
+        refuse_other_inputs(data, str(path), "a layered model")
         raise ZboptError(f"{path}: no [[layers]] array: this is a per-stage instance, not a "
                          f"layered model; give a file with [[layers]] (zbopt estimate or zbopt "
                          f"profile writes one; blocks16-p4 is shipped), or solve or compare this one "

@@ -101,6 +101,10 @@ def load_with_schedule(args: argparse.Namespace):
 
 def with_mem(instance: Instance, text: str) -> Instance:
     """`instance` under the cap --mem `text` gives; its errors name the flag."""
+    if "," in text:  # Instance's message offers "a list per device", which a file gives
+        raise ZboptError(f"--mem {brief(text)}: give one cap for every device (a number, a "
+                         f"multiple of p such as 1.5p, or 'none'); a cap per device goes in the "
+                         f"instance file, as memory_cap = [...]")
     try:
         return instance.with_cap(parse_cap(text, instance.memory_unit))
     except ZboptError as err:

@@ -73,6 +73,9 @@ def _memory_column(inst) -> tuple[float, str]:
 
 
 def _cap(text: str, unit: str):
+    if "," in text and any(not x.strip() for x in text.split(",")):
+        raise ZboptError(f"--mem {brief(text)!r}: a cap between commas is empty: give a number "
+                         f"for every device")
     try:
         parts = [parse_cap(x.strip(), unit) for x in text.split(",")]
     except ZboptError as err:
