@@ -240,6 +240,26 @@ def test_bad_numbers_exit_2(user_module, capsys, extra, message):
     assert message in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("extra, flag", [
+    (["--comm", "1e300"], "--comm"),
+    (["--bytes-per-param", "1e300"], "--bytes-per-param"),
+    (["--bytes-per-param", "1e20"], "--bytes-per-param"),
+])
+def test_totals_past_the_limit_name_the_flag_before_any_measuring(user_module, tmp_path, capsys,
+                                                                  monkeypatch, extra, flag):
+    """profile fixes the units (us, bytes): the advice is the flag, not a larger unit, and it
+    comes before the measuring (which would take minutes on a real model)."""
+    def never(*_args, **_kwargs):
+        raise AssertionError("measured before refusing")
+    monkeypatch.setattr("zbopt.commands.profile._measure", never)
+    out = tmp_path / "model.toml"
+    assert main(["profile", "--module", f"{user_module}:layers", "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.strip().endswith(f"give a smaller {flag}"), err
+    assert "larger unit" not in err and "Traceback" not in err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("spec, message", [
     ("no_such_package_zb.mod:fn", "cannot import no_such_package_zb.mod"),
     ("nofunction", "pkg.module:function"),

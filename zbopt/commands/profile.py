@@ -132,6 +132,25 @@ def build(args, dtype, device):
     return function_model(args.module, args.microbatch_size, args.seq_len, dtype, device)
 
 
+def check_settings(model, args, cap) -> None:
+    """Before the minutes of measuring: the pipeline settings must accept this many layers,
+    and --comm and --bytes-per-param must keep the totals within zbopt's limits (the layers'
+    parameters are known now; their times and saved bytes, yet to be measured, only add)."""
+    from ..instance import TooLarge
+    from ..layers import Layer, LayeredModel
+    from ..profile.measure import parameter_count
+    from ..profile.profiler import MEMORY_UNIT, TIME_UNIT, _static
+    try:
+        LayeredModel(layers=tuple(
+            Layer(name=spec.name, t_f=1, t_b=1, t_w=1,
+                  static=_static(parameter_count(spec.module), args.bytes_per_param))
+            for spec in model.layers), devices=args.devices, microbatches=args.microbatches,
+            memory_cap=cap, comm=args.comm, time_unit=TIME_UNIT, memory_unit=MEMORY_UNIT)
+    except TooLarge as err:  # profile fixes the units: the flag is what to change
+        flag = "--comm" if err.kind == "time" else "--bytes-per-param"
+        raise ZboptError(f"{err.reason}: give a smaller {flag}") from None
+
+
 def run(args) -> int:
     check_numbers(args)
     cap = parse_bytes(args.mem)
@@ -141,14 +160,11 @@ def run(args) -> int:
         import torch  # noqa: F401
     except ImportError:
         raise ZboptError("zbopt profile needs torch: pip install 'zbopt[torch]'") from None
-    from ..layers import Layer, LayeredModel
     from ..profile.profiler import resolve_device, resolve_dtype
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     model = build(args, dtype, device)
-    # the pipeline settings must accept this many layers before the minutes of measuring
-    LayeredModel(layers=tuple(Layer(name=f"l{i}", t_f=1, t_b=1, t_w=1) for i in range(len(model.layers))),
-                 devices=args.devices, microbatches=args.microbatches, memory_cap=cap, comm=args.comm)
+    check_settings(model, args, cap)
     settings = {"microbatch_size": args.microbatch_size, "seq_len": args.seq_len, "dtype": args.dtype,
                 "bytes_per_param": args.bytes_per_param}
     result = _measure(model, args, device, settings)

@@ -216,15 +216,19 @@ class Repetition:
         return forward, backward_input, backward_weight, forward_again, full
 
 
+def parameter_count(module: nn.Module) -> int:
+    """The module's parameters, each shared tensor once."""
+    return sum({id(p): p.numel() for p in module.parameters()}.values())
+
+
 def to_times(name: str, group: str, module: nn.Module, m_b: int, m_w: int,
              samples: list[tuple[float, float, float, float, float]]) -> LayerTimes:
     """Recorded repetitions (seconds) as a LayerTimes in microseconds."""
     us = lambda s: round(s * 1e6, 3)
-    unique = {id(p): p.numel() for p in module.parameters()}
     return LayerTimes(
         name=name, group=group, t_f=tuple(us(r[k]) for r in samples for k in (0, 3)),
         t_b=tuple(us(r[1]) for r in samples), t_w=tuple(us(r[2]) for r in samples),
-        t_full=tuple(us(r[4]) for r in samples), m_b=m_b, m_w=m_w, parameters=sum(unique.values()))
+        t_full=tuple(us(r[4]) for r in samples), m_b=m_b, m_w=m_w, parameters=parameter_count(module))
 
 
 def measure_layer(name: str, group: str, module: nn.Module, x_in: Any, warmup: int, repeat: int,
