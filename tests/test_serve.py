@@ -146,6 +146,14 @@ def test_serve_reports_a_busy_port_in_one_line(instance_file, capsys):
     assert len(err) == 1 and f"127.0.0.1:{port}" in err[0] and "--port" in err[0]
 
 
+def test_serve_names_the_host_when_it_is_not_an_address_of_this_machine(instance_file, capsys):
+    # 192.0.2.1 is reserved for documentation: no machine of ours has it
+    assert main(["serve", str(instance_file), "--host", "192.0.2.1", "--allow-remote"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--host must be an address of this machine" in err[0]
+    assert "--port" not in err[0]
+
+
 def test_serve_prints_its_loopback_url_and_serves_the_page(server):
     assert server.first_line.startswith("zbopt serve: http://127.0.0.1:")
     status, page, _ = server.request("/")

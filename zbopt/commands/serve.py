@@ -3,6 +3,7 @@ unless --allow-remote)."""
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import ipaddress
 import socket
@@ -61,6 +62,10 @@ def listen(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except OSError as err:
         sock.close()
+        if err.errno == errno.EADDRNOTAVAIL:  # the host, not the port, is what to change
+            raise ZboptError(f"cannot listen on {host}:{port}: {err.strerror}: --host must be an "
+                             f"address of this machine (127.0.0.1, or 0.0.0.0 for all of them "
+                             f"with --allow-remote)") from None
         raise ZboptError(f"cannot listen on {host}:{port}: {err.strerror}: pass another --port "
                          f"(0 picks a free one)") from None
     sock.set_inheritable(True)
