@@ -268,3 +268,12 @@ def test_evaluate_torch_csv_of_other_orders_keeps_the_split_not_the_verdict(tmp_
     assert doc["partition"] == before["partition"] and doc["model"] == before["model"]
     assert "plan" not in doc and "solver" not in doc
     assert doc["devices"] == json.loads(other.read_text())["devices"]  # the CSV's orders
+
+
+def test_an_error_found_later_in_the_run_of_a_layered_file_is_the_error_line_alone(capsys):
+    # the caps are read after the model is taken on its even split: the note waits for success
+    code, out, err = run(capsys, "frontier", "blocks16-p4", "--caps", "1000,2000", "--quiet")
+    assert code == 2 and out == ""
+    assert "below static memory plus one activation" in one_error_line(err)
+    code, _, err = run(capsys, "simulate", "blocks16-p4", "-s", "1f1b")
+    assert code == 0 and err.startswith("zbopt: note:") and "even split" in err

@@ -43,9 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .commands._common import take_notes
+    take_notes()  # none left from an earlier call in this process
     try:
         args = build_parser().parse_args(argv)
-        return args.func(args) or 0
+        code = args.func(args) or 0
+        for note in take_notes():  # how the input was taken, once the command has run
+            print(note, file=sys.stderr)
+        return code
     except ZboptError as err:
         print(f"zbopt: error: {err}".replace("\n", " "), file=sys.stderr)
         return 2

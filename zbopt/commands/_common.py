@@ -94,9 +94,26 @@ def load_with_schedule(args: argparse.Namespace):
         instance = Instance.from_dict(data, source=str(path))
     if getattr(args, "mem", None) is not None:
         instance = with_mem(instance, args.mem)
-    if note:  # once the input is good: bad input gets the error line alone
-        print(note, file=sys.stderr)
+    if note:
+        defer_note(note)
     return instance, stored
+
+
+# Notes on how the input was taken (a layered model on its even split), printed on stderr when the
+# command has run (zbopt.cli.main): an error found later in the run (a method that does not
+# apply, a cap refused) is then the one line bad input gets.
+_NOTES: list[str] = []
+
+
+def defer_note(text: str) -> None:
+    _NOTES.append(text)
+
+
+def take_notes() -> list[str]:
+    """The notes deferred so far, and none left."""
+    notes = list(_NOTES)
+    _NOTES.clear()
+    return notes
 
 
 def with_mem(instance: Instance, text: str) -> Instance:
