@@ -11,7 +11,7 @@ import sys
 import threading
 
 from ..errors import ZboptError
-from ._common import add_instance_arguments, load
+from ._common import add_instance_arguments, load, take_notes
 
 
 def register(sub) -> None:
@@ -90,6 +90,8 @@ def run(args) -> int:
     # the socket already queues connections: say where before the slower imports
     url = url_of(sock)
     print(f"zbopt serve: {url} (Ctrl+C stops it)", flush=True)
+    for note in take_notes():  # how the input was taken: now, not when the server stops
+        print(note, file=sys.stderr, flush=True)
     import uvicorn
 
     from ..serve.app import create_app
