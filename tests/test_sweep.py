@@ -823,3 +823,13 @@ def test_the_spec_copy_beside_the_results_says_whose_folder_its_paths_are_from(t
         text = (folder / "sweep-spec.toml").read_text()
         assert text.count("# A copy of the sweep spec") == 1 and text.endswith(SMALL_SPEC)
         assert "spec.toml:" in text.splitlines()[0]
+
+
+def test_a_long_panel_title_is_wrapped_to_its_panel():
+    from zbopt.sweep.report import TITLE_WIDTH, plot_bubble_against
+    title = ("m_b=3208/3800/3800/3800/3800/3800/3800/5208, static_memory=8800/3200/3200/3200/"
+             "3200/3200/3200/8800, devices=8")
+    ax = plot_bubble_against({"1f1b": [(4, 0.5), (8, 0.3)]}, "m", title)
+    lines = ax.get_title().splitlines()
+    assert len(lines) > 1 and all(len(line) <= TITLE_WIDTH for line in lines)
+    assert " ".join(lines) == title  # wrapped at spaces, nothing lost

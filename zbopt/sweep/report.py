@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import textwrap
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,6 +323,9 @@ def _label_value(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
+TITLE_WIDTH = 55  # characters a panel's title line holds at its font size
+
+
 def plot_bubble_against(lines: dict[str, list[tuple[float, float]]], xlabel: str, title: str,
                         ax=None, colors: dict[str, Any] | None = None):
     """One line per method: bubble rate against x. Returns the Axes."""
@@ -336,7 +340,8 @@ def plot_bubble_against(lines: dict[str, list[tuple[float, float]]], xlabel: str
                 color=(colors or {}).get(method))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("bubble rate (%)")
-    ax.set_title(title, fontsize=8)
+    # a panel's setting may list per-stage values: wrapped, it stays within its panel's width
+    ax.set_title(textwrap.fill(title, TITLE_WIDTH, break_on_hyphens=False), fontsize=8)
     ax.grid(True, alpha=0.3)
     return ax
 
