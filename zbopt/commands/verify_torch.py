@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
+from contextlib import contextmanager
 
-from ..progress import wanted
-from ._common import console, print_json
+from ._common import console, print_json, progress
 
 
 def register(sub) -> None:
@@ -44,10 +43,66 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
-def _progress(args, text: str) -> None:
-    if not wanted(args):
-        return
-    print(f"verify-torch: {text}", file=sys.stderr, flush=True)
+@contextmanager
+def _launch(args, what: str):
+    """While the ranks run: a progress line on stderr (--progress/--quiet, or a terminal) with
+    what the command waits for, the ranks finished and the time waited; a rank that cannot
+    allocate its model is bad input, said with the flags that size it."""
+    from ..errors import ZboptError
+    from ..export.torch_runtime import OutOfMemory, watching
+
+    with progress(args) as shown:
+        head = f"verify-torch: {what}"
+        shown.update(f"{head}: starting")
+
+        def report(elapsed: float, finished: int, world: int) -> None:
+            text = f"{head}: {finished} of {world} finished (timeout {args.timeout:g} s)"
+            if not shown.live and elapsed >= 10:  # a line per change, and one per 10 s
+                text += f", still waiting after {int(elapsed) // 10 * 10} s"
+            shown.update(text)
+
+        try:
+            with watching(report):
+                yield
+        except OutOfMemory as err:
+            raise ZboptError(f"{err}: give a smaller {_size_flags(args)}") from None
+
+
+def _size_flags(args) -> str:
+    """The flags that size the stand-in model of this run."""
+    if args.timed:
+        return "--hidden or --rows"
+    return "--hidden or --microbatch-size" if args.runtime == "torchtitan" else "--hidden"
+
+
+def _check_size(args, loaded, hidden: int) -> None:
+    """A stand-in model too large for this machine's memory is refused before any launch:
+    together the ranks hold at least every stage's weights and gradients and the batch."""
+    from ..export.plan_parts import plan_model, stage_layer_names
+    from ..export.timing import preset_of
+    from ..export.torch_runtime import check_memory
+
+    instance = loaded.instance
+    layers = stage_layer_names(loaded)
+    if args.runtime == "torchtitan" or args.timed:
+        if layers is not None and preset_of(plan_model(loaded), instance.microbatches):
+            return  # the profiled preset's model: --hidden is not used
+        modules = sum(map(len, layers)) if layers is not None else instance.num_stages
+        rows = args.rows if args.timed else args.microbatch_size
+        weights = modules * 2 * (hidden * hidden + hidden)  # two Linear layers per module
+        itemsize = 4 if args.timed else 8
+    else:  # every rank builds all the stages (one Linear each) and the whole batch
+        modules, rows = instance.num_stages, 2
+        weights = instance.devices * modules * (hidden * hidden + hidden)
+        itemsize = 8
+    values = 2 * weights + 2 * instance.microbatches * rows * hidden
+    given = f"--hidden {hidden}"
+    if args.timed:
+        given += f" and --rows {args.rows}"
+    elif args.runtime == "torchtitan":
+        given += f" and --microbatch-size {args.microbatch_size}"
+    check_memory(values, itemsize, f"the stand-in model at {given} ({modules} modules, "
+                 f"{instance.devices} processes)", f"give a smaller {_size_flags(args)}")
 
 
 MAX_TIMEOUT = 1_000_000  # seconds
@@ -97,21 +152,24 @@ def run(args) -> int:
     loaded.evaluate()  # a deadlocking or malformed order is reported by our evaluator first
     from ..export.torch_csv import torch_rows
     torch_rows(loaded.instance, loaded.schedule)  # what torch cannot run is refused before a launch
+    if args.timed and args.runtime != "torch":
+        raise ZboptError("--timed runs PyTorch's runtime: drop --runtime torchtitan")
+    _check_size(args, loaded, hidden)
     if args.timed:
-        if args.runtime != "torch":
-            raise ZboptError("--timed runs PyTorch's runtime: drop --runtime torchtitan")
         return _run_timed(args, loaded, hidden)
-    _progress(args, f"starting {loaded.instance.devices} gloo processes ({args.runtime} runtime)")
+    what = f"{loaded.instance.devices} gloo processes ({args.runtime} runtime)"
     if args.runtime == "torchtitan":
         from ..export.titan_runtime import verify_titan
-        result = verify_titan(loaded, atol=args.atol, timeout=args.timeout, hidden=hidden,
-                              microbatch_size=args.microbatch_size)
+        with _launch(args, what):
+            result = verify_titan(loaded, atol=args.atol, timeout=args.timeout, hidden=hidden,
+                                  microbatch_size=args.microbatch_size)
     else:
         from ..export.titan_runtime import check_world
         from ..export.torch_runtime import verify_torch
         check_world(loaded.instance.devices)
-        result = verify_torch(loaded.instance, loaded.schedule, atol=args.atol,
-                              timeout=args.timeout, hidden=hidden)
+        with _launch(args, what):
+            result = verify_torch(loaded.instance, loaded.schedule, atol=args.atol,
+                                  timeout=args.timeout, hidden=hidden)
     if args.json:
         print_json(result.as_dict())
     else:
@@ -154,10 +212,10 @@ def _run_timed(args, loaded, hidden: int) -> int:
         model_line = (f"model: stand-in MLP blocks (width {hidden}, {args.rows} rows per "
                       f"micro-batch) at the plan's module names; the prediction is only "
                       f"meaningful if the plan's costs were profiled on this model")
-    _progress(args, f"starting {instance.devices} gloo processes: {args.warmup} warm-up + "
-              f"{args.steps} timed steps")
-    timing = time_plan(instance, loaded.schedule, spec, stage_fqns, steps=args.steps,
-                       warmup=args.warmup, timeout=args.timeout, stage_layers=layers)
+    with _launch(args, f"{instance.devices} gloo processes, {args.warmup} warm-up + "
+                       f"{args.steps} timed steps"):
+        timing = time_plan(instance, loaded.schedule, spec, stage_fqns, steps=args.steps,
+                           warmup=args.warmup, timeout=args.timeout, stage_layers=layers)
     if args.json:
         print_json(timing.as_dict())
         return 0

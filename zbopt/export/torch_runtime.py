@@ -21,6 +21,7 @@ import math
 import os
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -184,26 +185,85 @@ def _worker(rank: int, world: int, workdir: str, jobs: list[_Job], timeout: floa
         dist.destroy_process_group()
 
 
+class OutOfMemory(ZboptError):
+    """A rank could not allocate its model: the sizes asked for do not fit this machine.
+    Callers name the flags that set the sizes."""
+
+
+# called on every poll of the waiting ranks with (seconds waited, ranks finished, ranks)
+_WATCHERS: list = []
+
+
+@contextmanager
+def watching(callback):
+    """Within the block, every launch reports to `callback(elapsed, finished, world)` about
+    twice a second while it waits for its ranks (a command's progress line)."""
+    _WATCHERS.append(callback)
+    try:
+        yield
+    finally:
+        _WATCHERS.remove(callback)
+
+
+def machine_memory() -> int | None:
+    """The machine's physical memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_memory(values: int, itemsize: int, sizes: str, remedy: str) -> None:
+    """Refuse before any launch a run whose `values` numbers of `itemsize` bytes (at least
+    what the ranks hold together) exceed the machine's memory: `sizes` says which flags make
+    the model, `remedy` what to change."""
+    total = machine_memory()
+    need = values * itemsize
+    if total and need > total:
+        shown = f"{need:.3g}" if need < 10 ** 300 else "more than 1e300"
+        raise ZboptError(f"{sizes} needs at least {shown} bytes of memory, more than this "
+                         f"machine's {total:.3g}: {remedy}")
+
+
+def _out_of_memory(text: str) -> bool:
+    return "can't allocate memory" in text or "MemoryError" in text \
+        or "not enough memory" in text
+
+
 def _run_processes(world: int, args: tuple, timeout: float, worker=None) -> str:
     """Spawn the ranks of `worker` (default: one verify job list) and wait; '' on success,
-    else a one-line reason (hang, crash)."""
+    else a one-line reason (hang, crash). OutOfMemory when a rank could not allocate."""
+    import logging
+
     import torch.multiprocessing as mp
     from torch.multiprocessing import ProcessRaisedException
 
     context = mp.start_processes(worker or _worker, args=args, nprocs=world, join=False,
                                  start_method="spawn")
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    # torch logs a warning for every sibling it terminates after a rank fails: the failure
+    # itself is our report, in one line
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_log.level
+    spawn_log.setLevel(logging.ERROR)
     try:
         while not context.join(timeout=0.5):
+            for watch in _WATCHERS:
+                finished = sum(not p.is_alive() for p in context.processes)
+                watch(time.monotonic() - started, finished, world)
             if time.monotonic() > deadline:
                 return (f"the ranks did not finish within {timeout:g} s: the runtime hangs on "
                         f"this order (or raise --timeout)")
     except ProcessRaisedException as err:
         lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+        if _out_of_memory(str(err)):
+            raise OutOfMemory("a rank could not allocate the memory its model needs") from None
         return "a rank raised: " + (lines[-1].strip() if lines else "unknown error")
     except Exception as err:  # a rank exited with a signal or a non-zero code
         return f"a rank failed: {reason(err)}"
     finally:
+        spawn_log.setLevel(level)
         for process in context.processes:
             if process.is_alive():  # only the ranks we started, after a hang
                 process.kill()
