@@ -90,6 +90,7 @@ class _Shape:
         self.num_chains = len(chains)
         self.chain = [0] * stages_count  # index of each stage's chain
         self.position = [0] * stages_count  # each stage's index on its chain
+        self.rank = [0] * stages_count  # its index among its device's stages on its chain
         self.count = [0] * stages_count  # micro-batches through each stage
         self.head = [0.0] * stages_count  # forward_head of each stage
         self.stages: list[tuple[int, ...]] = []  # per chain, its stages in forward order
@@ -109,6 +110,8 @@ class _Shape:
                 on.setdefault(instance.device_of(u), []).append(u)
             for d, mine in on.items():
                 self.on_chain[(c, d)] = tuple(mine)
+                for r, u in enumerate(mine):
+                    self.rank[u] = r
             n = len(stages)
             forward, backward = [0.0] * n, [0.0] * n
             for i in range(1, n):
@@ -125,6 +128,7 @@ class _Shape:
         self.ramp: dict[int, float] = {}  # ramp_idle per device
         self.sums_exact: Optional[bool] = None  # _sums_exact, once asked
         self.closed: dict[tuple[int, int], object] = {}  # _closed_states, CLOSED_KEPT at most
+        self.forward_memory: dict[tuple[int, int], list] = {}  # _forward_memory's prefix sums
 
     def mine_on_chain(self, device: int, stage: int) -> tuple[int, ...]:
         """`device`'s stages on the chain of `stage`, in forward order."""
@@ -384,8 +388,8 @@ def _held(instance: Instance, done: frozenset) -> float:
 
 
 # most passes of a micro-batch on a device, beyond F(stage) and its ancestors, whose closed sets
-# _closed_states enumerates (2^n masks: 14 is about 16,000, a fraction of a second; at 8 chunks
-# a device holds 24 passes a micro-batch, and the enumeration ran for minutes)
+# _closed_states enumerates (at 8 chunks a device holds 24 passes a micro-batch, and the 2^23
+# subsets the enumeration once tested ran for minutes; past this number it claims nothing)
 MAX_OPEN_PASSES = 14
 
 
@@ -395,7 +399,10 @@ def _closed_states(instance: Instance, device: int, stage: int):
     more than MAX_OPEN_PASSES passes are left open (many chunks): the bounds built on the
     states then claim no idle, which is weaker and still a bound. The last CLOSED_KEPT are
     kept (chain_drain_idle and w_deferral_idle both need them)."""
-    kept = _shape(instance).closed
+    shape = _shape(instance)
+    if _open_passes(shape, device, stage) > MAX_OPEN_PASSES:
+        return None  # known without listing the passes, let alone their pairs
+    kept = shape.closed
     key = (device, stage)
     if key not in kept:
         if len(kept) >= CLOSED_KEPT:
@@ -404,22 +411,32 @@ def _closed_states(instance: Instance, device: int, stage: int):
     return kept[key]
 
 
+def _open_passes(shape: _Shape, device: int, stage: int) -> int:
+    """How many of one micro-batch's passes on `device` are neither F(stage) nor among its
+    ancestors (the `rest` of _enumerate_closed), in O(1): the device's stages on the chain
+    give an F, a B and a W each, and F(stage)'s ancestors among them are exactly the Fs of
+    the device's earlier stages on the chain (_is_before: no B or W precedes an F)."""
+    return 3 * len(shape.mine_on_chain(device, stage)) - shape.rank[stage] - 1
+
+
 def _enumerate_closed(instance: Instance, device: int, stage: int):
-    """_closed_states, enumerated."""
+    """_closed_states, enumerated: the open passes are taken in an order where each comes after
+    its ancestors (_is_before is transitive, so an ancestor has fewer ancestors), and each
+    closed set so far is extended by the next pass only where that pass's ancestors are all in
+    it. This lists exactly the closed sets, in time about their number times the passes,
+    instead of testing every one of the 2^n subsets against every pair of passes."""
     mine = _device_passes(instance, device, stage)
     position = _shape(instance).position
     first = (stage, "F")
-    before = [(a, b) for a in mine for b in mine if _is_before(position, a, b)]
-    ancestors = frozenset(a for a, b in before if b == first)
+    ancestors = frozenset(a for a in mine if _is_before(position, a, first))
     base = ancestors | {first}
     rest = [q for q in mine if q not in base]
     if len(rest) > MAX_OPEN_PASSES:
         return None
-    states = []
-    for mask in range(1 << len(rest)):
-        done = base | {q for i, q in enumerate(rest) if mask >> i & 1}
-        if not any(b in done and a not in done for a, b in before):
-            states.append(done)
+    needs = {q: [a for a in rest if _is_before(position, a, q)] for q in rest}
+    states = [base]
+    for q in sorted(rest, key=lambda q: len(needs[q])):
+        states += [done | {q} for done in states if all(a in done for a in needs[q])]
     return tuple(mine), ancestors, tuple(states)
 
 
@@ -491,6 +508,9 @@ def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
     capacity = activation_capacity(instance, device)
     if not math.isfinite(capacity):
         return 0.0
+    options = _remaining_options(instance, device, stage)
+    if options is None:  # too many passes a micro-batch on this device to enumerate: no claim
+        return 0.0
     shape = _shape(instance)
     position, chain = shape.position, shape.chain[stage]
     mine = _device_passes(instance, device, stage)
@@ -501,9 +521,6 @@ def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
     # micro-batches of another chain (dualpipe) may not have started: all their work is left
     free = sum(_count(instance, s) * (instance.t_f[s] + instance.t_b[s] + instance.t_w[s])
                for s in _device_stages(instance)[device] if shape.chain[s] != chain)
-    options = _remaining_options(instance, device, stage)
-    if options is None:  # too many passes a micro-batch on this device to enumerate: no claim
-        return 0.0
     work = _lp_max_work(options, capacity - held_z, others)
     return max(0.0, _chain_length(instance, device, stage) - own - work - free)
 
@@ -511,10 +528,23 @@ def chain_drain_idle(instance: Instance, device: int, stage: int) -> float:
 def _forwards_exceed_cap(instance: Instance, device: int, stage: int) -> bool:
     """Whether every F up to `stage` on the device cannot be held at once: then some F(stage, ·)
     starts after the device's first B, and the ramp and drain windows are disjoint."""
+    return _forward_memory(instance, device, stage) > activation_capacity(instance, device) + 1e-9
+
+
+def _forward_memory(instance: Instance, device: int, stage: int) -> float:
+    """Memory of every F on the device's stages of `stage`'s chain up to `stage`, all
+    micro-batches: a prefix sum over those stages in forward order (added in that order, as a
+    sum over them would), made once per (chain, device) instead of once per stage."""
     shape = _shape(instance)
-    upto = [u for u in shape.mine_on_chain(device, stage)
-            if shape.position[u] <= shape.position[stage]]
-    return sum(_count(instance, u) * instance.m_b[u] for u in upto) > activation_capacity(instance, device) + 1e-9
+    key = (shape.chain[stage], device)
+    prefix = shape.forward_memory.get(key)
+    if prefix is None:
+        prefix, total = [], 0
+        for u in shape.mine_on_chain(device, stage):
+            total = total + shape.count[u] * instance.m_b[u]
+            prefix.append(total)
+        shape.forward_memory[key] = prefix
+    return prefix[shape.rank[stage]]
 
 
 def device_bound(instance: Instance, device: int, with_drain: bool = True,
