@@ -99,7 +99,6 @@ def test_check_atol_refuses_what_is_not_a_finite_tolerance(atol):
     (["--steps", "3"], "--steps is read only with --timed: add --timed or drop --steps"),
     (["--steps", "5", "--rows", "4"], "--steps and --rows are read only with --timed"),
     (["--warmup", "2"], "--warmup is read only with --timed"),
-    (["--progress", "--quiet"], "--progress and --quiet contradict each other"),
     (["--hidden", "0"], "--hidden and --microbatch-size must be >= 1"),
     (["--timed", "--steps", "0"], "--steps and --rows must be >= 1"),
 ])

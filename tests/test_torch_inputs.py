@@ -85,9 +85,10 @@ def test_waiting_shows_the_ranks_finished_and_the_time_waited(capsys):
     assert not torch_runtime._WATCHERS  # the hook is gone after the launch
 
 
-def test_quiet_waits_without_a_word(capsys):
+@pytest.mark.parametrize("progress", [False, True])  # --quiet wins, as on every command
+def test_quiet_waits_without_a_word(capsys, progress):
     from zbopt.commands.verify_torch import _launch
-    with _launch(_args(quiet=True), "2 gloo processes"):
+    with _launch(_args(quiet=True, progress=progress), "2 gloo processes"):
         for watch in torch_runtime._WATCHERS:
             watch(3.0, 1, 2)
     assert capsys.readouterr().err == ""

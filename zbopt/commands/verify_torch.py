@@ -136,8 +136,6 @@ def _check_flags(args, hidden: int) -> None:
             setattr(args, name, default)
     if args.steps < 1 or args.warmup < 0 or args.rows < 1:
         raise ZboptError("--steps and --rows must be >= 1 and --warmup >= 0")
-    if args.progress and args.quiet:
-        raise ZboptError("--progress and --quiet contradict each other: give one of them")
 
 
 def run(args) -> int:
