@@ -27,14 +27,20 @@ def _commands(path, tmp_path):
             ("plot", path, "-o", tmp_path / "out.png"), ("verify-torch", path)]
 
 
+def _saved(tmp_path, kind: str, suffix: str):
+    """UNIT ("instance") or MODEL ("model") saved as `kind` + `suffix` in tmp_path."""
+    path = tmp_path / f"{kind}{suffix}"
+    (UNIT if kind == "instance" else LayeredModel.from_dict(MODEL)).save(path)
+    return path
+
+
 # ----- an instance or model where a schedule file belongs ------------------------------------
 
 @pytest.mark.parametrize("kind", ["instance", "model"])
 @pytest.mark.parametrize("suffix", [".json", ".toml"])
 def test_an_instance_or_model_file_is_named_as_one_where_a_schedule_belongs(
         tmp_path, capsys, kind, suffix):
-    path = tmp_path / f"{kind}{suffix}"
-    (UNIT if kind == "instance" else LayeredModel.from_dict(MODEL)).save(path)
+    path = _saved(tmp_path, kind, suffix)
     for argv in _commands(path, tmp_path):
         if suffix == ".toml" and argv[0] == "evaluate":
             continue  # evaluate asks for a .json name before reading (or --torch-csv)
@@ -123,8 +129,7 @@ def _span(capsys, *argv) -> float:
 @pytest.mark.parametrize("suffix", [".json", ".toml"])
 def test_an_instance_or_model_file_may_start_with_a_byte_order_mark(
         tmp_path, capsys, kind, suffix):
-    plain = tmp_path / f"{kind}{suffix}"
-    (UNIT if kind == "instance" else LayeredModel.from_dict(MODEL)).save(plain)
+    plain = _saved(tmp_path, kind, suffix)
     marked = tmp_path / f"marked{suffix}"
     marked.write_text(BOM + plain.read_text(), encoding="utf-8")
     assert marked.read_bytes().startswith(b"\xef\xbb\xbf")

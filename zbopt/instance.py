@@ -620,13 +620,20 @@ def construct(cls, source: str, **values):
         raise ZboptError(f"{source}: {err}") from None
 
 
+def unreadable_integer(err: BaseException) -> str:
+    """"an integer of N digits cannot be read" when `err` is Python refusing to read an
+    integer of more than 4,300 digits (int(), json and tomllib alike), else ""."""
+    digits = re.search(r"has (\d+) digits", str(err))
+    return f"an integer of {digits.group(1)} digits cannot be read" if digits else ""
+
+
 def too_long_integer(source: Any, err: ValueError) -> ZboptError:
     """The one line for Python's refusal to read an integer of more than 4,300 digits (its
-    limit on converting text to int), naming `source` (the file, or a place in it)."""
-    digits = re.search(r"has (\d+) digits", str(err))
-    what = f"an integer of {digits.group(1)} digits" if digits else reason(err)
-    return ZboptError(f"{source}: {what} cannot be read: give every value as a finite number "
-                      f"of sensible size")
+    limit on converting text to int), naming `source` (the file, or a place in it; None: the
+    caller names it)."""
+    what = unreadable_integer(err) or f"{reason(err)} cannot be read"
+    where = "" if source is None else f"{source}: "
+    return ZboptError(f"{where}{what}: give every value as a finite number of sensible size")
 
 
 def read_table(path: str | Path) -> dict[str, Any]:

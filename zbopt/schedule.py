@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from .errors import ZboptError
-from .instance import KINDS, Instance, finite, plain, require_instance
+from .instance import KINDS, Instance, finite, plain, require_instance, too_long_integer
 from .passes import (
     Item,
     Pass,
@@ -47,10 +47,8 @@ def parse_pass(text: str) -> Pass:
         raise ZboptError(f"{text!r} is not a pass: write {{stage}}{{kind}}{{microbatch}}, e.g. 0F1")
     try:
         return (int(match.group(1)), int(match.group(3)), match.group(2))
-    except ValueError:  # Python reads no integer of more than 4,300 digits
-        longest = max(len(match.group(1)), len(match.group(3)))
-        raise ZboptError(f"an integer of {longest} digits cannot be read: give every value as "
-                         f"a finite number of sensible size") from None
+    except ValueError as err:  # Python reads no integer of more than 4,300 digits
+        raise too_long_integer(None, err) from None
 
 
 def format_item(item: Item) -> str:

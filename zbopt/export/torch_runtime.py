@@ -249,9 +249,10 @@ def _run_processes(world: int, args: tuple, timeout: float, worker=None) -> str:
     spawn_log.setLevel(logging.ERROR)
     try:
         while not context.join(timeout=0.5):
-            for watch in _WATCHERS:
+            if _WATCHERS:
                 finished = sum(not p.is_alive() for p in context.processes)
-                watch(time.monotonic() - started, finished, world)
+                for watch in _WATCHERS:
+                    watch(time.monotonic() - started, finished, world)
             if time.monotonic() > deadline:
                 return (f"the ranks did not finish within {timeout:g} s: the runtime hangs on "
                         f"this order (or raise --timeout)")

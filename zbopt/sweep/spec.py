@@ -53,9 +53,17 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ZboptError, reason
-from ..instance import FILE_KEYS, Instance, check_file_keys, finite, read_table, resolve_instance, shown
+from ..instance import (
+    FILE_KEYS,
+    Instance,
+    check_file_keys,
+    finite,
+    read_table,
+    resolve_instance,
+    shown,
+    too_long_integer,
+)
 from ..sizes import in_unit
-from .store import unreadable_integer
 
 SOLVER_KEYS = ("name", "time_limit", "threads", "objective")
 SPEC_KEYS = ("name", "base", "axes", "instances", "methods", "solvers", "job_timeout")
@@ -203,8 +211,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     except (tomllib.TOMLDecodeError, RecursionError) as err:
         raise ZboptError(f"{path}: not valid TOML: {reason(err)}") from None
     except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
-        raise ZboptError(f"{path}: {unreadable_integer(err) or reason(err)}: give every value "
-                         f"as a finite number of sensible size") from None
+        raise too_long_integer(path, err) from None
     return parse_spec(data, base_dir=path.parent, source=str(path),
                       default_name=path.stem)
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import ZboptError
+from ..instance import unreadable_integer
 
 RESULTS_FILE = "results.jsonl"
 
@@ -93,13 +93,6 @@ class ResultStore:
         """Keys not to run again (errors too, unless include_errors is False: retry them)."""
         return {key for key, r in self.records().items()
                 if include_errors or r.get("status") != "error"}
-
-
-def unreadable_integer(err: BaseException) -> str:
-    """"an integer of N digits cannot be read" when `err` is Python refusing to read an
-    integer of more than 4,300 digits (json and tomllib alike), else ""."""
-    digits = re.search(r"has (\d+) digits", str(err))
-    return f"an integer of {digits.group(1)} digits cannot be read" if digits else ""
 
 
 def _plain(x: Any):
