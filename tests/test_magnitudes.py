@@ -111,6 +111,18 @@ def test_a_huge_cap_on_activations_of_zero_is_no_nan():
     assert inst.cap == (0, 0)  # k times a unit of 0 is 0, as "1p" is there
 
 
+def test_a_kp_cap_on_activations_of_zero_survives_a_new_placement_and_the_solver():
+    """"1p" comes to 0 where nothing holds memory; rebuilding the instance (another placement,
+    the solver's integer scaling) passes that 0 back and must take it."""
+    inst = Instance(devices=2, microbatches=4, t_f=1, t_b=2, t_w=1, m_b=0, m_w=0, memory_cap="1p")
+    assert inst.with_placement("v").cap == (0, 0)
+    for method in ("zb-v", "interleaved-1f1b", "cpsat"):
+        result = run(method, inst, **({"time_limit": 5} if method == "cpsat" else {}))
+        assert result.applies and result.fits(), (method, result.message)
+    with pytest.raises(ZboptError, match="positive"):  # where memory is held, 0 is no cap
+        Instance(devices=2, microbatches=4, m_b=(0, 1), memory_cap=[4, 0])
+
+
 # ----- layered models -------------------------------------------------------------------------
 
 def layered_file(path: Path, key: str, value: float) -> Path:

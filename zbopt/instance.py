@@ -466,6 +466,8 @@ class Instance:
         can hold that much: _check_totals) and is taken as MAX_TOTAL, so that sums with a cap
         stay far from overflow."""
         if _is_number(x):
+            if x == 0 and not self._holds_memory(device):
+                return 0  # what "kp" comes to there: rebuilding the instance keeps it
             if not finite(x) or x <= 0:
                 raise ZboptError(f"memory_cap must be a positive finite number, got {shown(x)}")
             return min(x, MAX_TOTAL)
@@ -480,6 +482,11 @@ class Instance:
                 raise ZboptError(self._byte_cap_message(x))
         raise ZboptError(f"memory_cap {x!r} is not a number, a list per device, "
                          f"or a multiple of p such as '1p', '1.5p', '2p'")
+
+    def _holds_memory(self, device: int) -> bool:
+        """Whether anything can occupy the device: static memory or an activation."""
+        return bool(self.static_memory[device]
+                    or any(self.m_b[s] for s in self.stages_of(device)))
 
     def _byte_cap_message(self, text: str) -> str:
         """Why a cap written in bytes ("80GB") is refused here: the command line's --mem reads
