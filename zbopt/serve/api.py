@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from ..commands._common import parse_cap
 from ..compare import compare
 from ..errors import ZboptError
-from ..instance import PLACEMENTS, Instance, finite, shown
+from ..instance import MAX_TOTAL, MAX_TOTAL_TEXT, PLACEMENTS, Instance, finite, shown
 from ..registry import get_method, methods, prepare, run, solver_names
 from ..result import Result
 from .events import step_states
@@ -110,8 +110,9 @@ def _integer(field: str, raw: Any) -> int:
     if isinstance(raw, int) and not isinstance(raw, bool):
         value = raw
     else:
+        _empty(field, raw, f"a whole number from {low} to {high}")
         text = str(raw).strip()
-        if isinstance(raw, bool) or not _WHOLE.fullmatch(text):
+        if not isinstance(raw, str) or not _WHOLE.fullmatch(text):
             raise SettingError(field, f"{label} must be a whole number, got {_quoted(raw)}")
         try:
             value = int(text)
@@ -132,18 +133,34 @@ def _plain(text: str) -> bool:
 
 def _quoted(raw: Any) -> str:
     """A request's value for a one-line message: repr, a long integer described by its length,
-    long text cut short."""
+    long text cut short, JSON's null, true, false, objects and lists named as JSON writes them."""
+    if raw is None or isinstance(raw, bool):
+        return {None: "null", True: "true", False: "false"}[raw]
+    if isinstance(raw, dict):
+        return "a JSON object"
+    if isinstance(raw, (list, tuple)):
+        if any(isinstance(x, (list, tuple, dict)) for x in raw):
+            return "a list holding lists or objects"
+        return f"a list of {len(raw)}"
     text = shown(raw)
     return text if len(text) <= 40 or isinstance(raw, int) else f"{text[:30]}...{text[-1]}"
+
+
+def _empty(field: str, raw: Any, wanted: str) -> None:
+    """SettingError when a value is empty text (a number field the browser could not read is
+    sent empty too), saying what to give."""
+    if isinstance(raw, str) and not raw.strip():
+        raise SettingError(field, f"{LABELS[field]} is empty: give {wanted}")
 
 
 def _number(field: str, raw: Any) -> float:
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         value = raw
     else:
+        _empty(field, raw, "a number >= 0")
         text = str(raw).strip()
         try:
-            if not _plain(text):
+            if not isinstance(raw, str) or not _plain(text):
                 raise ValueError(text)
             value = float(text)
         except ValueError:
@@ -155,6 +172,12 @@ def _number(field: str, raw: Any) -> float:
     if not finite(value) or value < 0:
         raise SettingError(field, f"{LABELS[field]} must be a finite number >= 0, got "
                                   f"{_quoted(raw)}")
+    if value > MAX_TOTAL and field != "memory_cap":  # a cap that large binds nothing
+        # refused here, quoting what was given: the instance would quote its own float of it
+        raise SettingError(field, f"{LABELS[field]} must be at most {MAX_TOTAL_TEXT}, got "
+                                  f"{_quoted(raw)}: zbopt's limit is {MAX_TOTAL_TEXT} on the "
+                                  f"passes' total time and on a device's memory; give it in a "
+                                  f"larger unit")
     return value
 
 
@@ -162,8 +185,14 @@ def _numbers(field: str, raw: Any) -> Any:
     """A number, or one number per stage (a list, or text separated by commas or spaces)."""
     if isinstance(raw, (list, tuple)):
         parts = list(raw)
+        if any(not isinstance(x, (int, float, str)) or isinstance(x, bool) for x in parts):
+            raise SettingError(field, f"{LABELS[field]} must be a number or a list of numbers, "
+                                      f"got {_quoted(raw)}")
     elif isinstance(raw, (int, float)) and not isinstance(raw, bool):  # a JSON number
         parts = [raw]
+    elif not isinstance(raw, str):  # null, true, false or a JSON object
+        raise SettingError(field, f"{LABELS[field]} must be a number or a list of numbers, "
+                                  f"got {_quoted(raw)}")
     else:
         parts = [x for x in re.split(r"[,\s]+", str(raw).strip()) if x]
     if not parts:
@@ -180,6 +209,10 @@ def parse_settings(params: Mapping[str, Any], base: Instance) -> Settings:
         raise SettingError(unknown[0], f"unknown parameter(s) {', '.join(unknown)}: use "
                                        f"{', '.join(LABELS)}")
     given = {**defaults(base), **{k: v for k, v in params.items()}}
+    for key in ("schedule", "placement"):
+        if not isinstance(given[key], str):
+            raise SettingError(key, f"{LABELS[key]} must be a name (text), got "
+                                    f"{_quoted(given[key])}")
     schedule = str(given["schedule"]).strip()
     if schedule not in methods("schedule"):
         raise SettingError("schedule", f"unknown schedule {schedule!r}: choose one of "
@@ -189,6 +222,10 @@ def parse_settings(params: Mapping[str, Any], base: Instance) -> Settings:
         raise SettingError("placement", f"unknown placement {placement!r}: use one of "
                                         f"{', '.join(PLACEMENTS)}")
     cap_text = str(given["memory_cap"]).strip()
+    if given["memory_cap"] is None or isinstance(given["memory_cap"], (bool, dict)):
+        raise SettingError("memory_cap", f"memory cap must be a number, '1p', '1.5p', one "
+                                         f"number per device or 'none' (no cap), got "
+                                         f"{_quoted(given['memory_cap'])}")
     if not cap_text:
         raise SettingError("memory_cap", "memory cap is empty: give a number, '1p', '1.5p' or "
                                          "'none'")
@@ -381,9 +418,9 @@ def view_document(result: Result, events: bool = True) -> dict:
 
 def solve_arguments(params: Mapping[str, Any]) -> tuple[str, float]:
     """(solver, time limit) from a solve request; SettingError when out of range."""
-    solver = str(params.get("solver", "cpsat"))
-    if solver not in solver_names():
-        raise SettingError("solver", f"unknown solver {solver!r}: use one of "
+    solver = params.get("solver", "cpsat")
+    if not isinstance(solver, str) or solver not in solver_names():
+        raise SettingError("solver", f"unknown solver {_quoted(solver)}: use one of "
                                      f"{', '.join(solver_names())}")
     low, high = SOLVE_TIME_LIMIT
     raw = params.get("time_limit", 10)

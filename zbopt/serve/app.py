@@ -253,14 +253,14 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
                                               "(Content-Type: application/json)")
         try:
             body = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than Python reads
             body = None
         if not isinstance(body, dict):
             raise api.SettingError("request", "the request body must be a JSON object of "
                                               "settings, page, solver and time_limit")
         body = dict(body)
-        page = str(body.pop("page", ""))
-        if not _PAGE_ID.match(page):
+        page = body.pop("page", "")
+        if not isinstance(page, str) or not _PAGE_ID.match(page):
             raise api.SettingError("page", "page must be 1-64 letters, digits, '-' or '_'")
         solver, limit = api.solve_arguments({k: body.pop(k) for k in ("solver", "time_limit")
                                              if k in body})
