@@ -81,3 +81,50 @@ def test_null_and_json_objects_are_refused_alike(server, body, field, message):
                                                       **body})
     assert status == 422 and answer["field"] == field, answer
     assert message in answer["error"], answer
+
+
+# ----- the comparison table's sizes and the caches ------------------------------------------------
+
+def test_compare_does_not_run_a_method_too_large_to_draw():
+    from zbopt.instance import Instance
+    from zbopt.serve import api
+    base = Instance(devices=4, microbatches=8)
+    settings = api.parse_settings({"devices": "64", "microbatches": "299",
+                                   "schedule": "interleaved-zb"}, base)
+    with pytest.raises(api.SettingError) as refused:
+        api.evaluate_settings(settings, base)
+    assert refused.value.field == "microbatches"
+    rows = api.compare_settings(settings, base, ["interleaved-zb", "zb-v"])
+    assert [(r.method, r.status, r.applies) for r in rows] == \
+        [("interleaved-zb", "not-applicable", False), ("zb-v", "not-applicable", False)]
+    # the row says what the view says: a second asking gets the same answer
+    assert all(r.message == str(refused.value) for r in rows)
+    assert str(refused.value).startswith("114,816 passes is more than the explorer draws")
+
+
+def test_the_caches_are_bounded_by_the_passes_they_hold():
+    from zbopt.instance import Instance
+    from zbopt.registry import run
+    from zbopt.serve.app import _Recent, held_passes
+    small = run("1f1b", Instance(devices=2, microbatches=4))  # 24 passes
+    large = run("1f1b", Instance(devices=4, microbatches=16))  # 192 passes
+    assert (held_passes(small), held_passes(large)) == (24, 192)
+    cache = _Recent(size=10, budget=60)
+    cache.put("a", small)
+    cache.put("b", small)
+    assert cache.held == 48 and len(cache) == 2
+    cache.put("c", small)  # 72 > 60: the oldest goes
+    assert cache.held == 48 and cache.get("a") is None and cache.get("b") is small
+    cache.put("d", large)  # larger than the budget alone: kept, every other entry goes
+    assert cache.held == 192 and len(cache) == 1 and cache.get("d") is large
+    # a comparison growing method by method is re-weighed each time it is put again
+    rows: dict = {}
+    cache.put("table", rows)
+    assert cache.held == 0 and len(cache) == 1
+    rows["1f1b"] = [small]
+    cache.put("table", rows)
+    rows["gpipe"] = [small, run("gpipe", Instance(devices=2, microbatches=4))]
+    cache.put("table", rows)
+    assert cache.held == 72 and len(cache) == 1
+    not_applied = run("interleaved-1f1b", Instance(devices=2, microbatches=3))
+    assert not not_applied.applies and held_passes(not_applied) == 0

@@ -300,11 +300,27 @@ def target_instance(name: str, instance: Instance, chunks: int) -> Instance:
     return instance
 
 
+def too_large(instance: Instance) -> str:
+    """Why the explorer does not draw `instance` (more than MAX_PASSES passes), or ""."""
+    if instance.num_passes <= MAX_PASSES:
+        return ""
+    return f"{instance.num_passes:,} passes is more than the explorer draws ({MAX_PASSES:,}): " \
+           f"lower devices, micro-batches or chunks"
+
+
 def check_size(instance: Instance) -> None:
-    if instance.num_passes > MAX_PASSES:
-        raise SettingError("microbatches", f"{instance.num_passes:,} passes is more than the "
-                                           f"explorer draws ({MAX_PASSES:,}): lower devices, "
-                                           f"micro-batches or chunks")
+    reason = too_large(instance)
+    if reason:
+        raise SettingError("microbatches", reason)
+
+
+def placed_instance(name: str, target: Instance) -> Instance:
+    """The instance method `name` runs on (re-placed for its placement); `target` itself when
+    the method does not apply there (run() then says why)."""
+    try:
+        return prepare(get_method(name, "schedule"), target)
+    except ZboptError:
+        return target
 
 
 def evaluate_settings(settings: Settings, base: Instance) -> Result:
@@ -313,11 +329,7 @@ def evaluate_settings(settings: Settings, base: Instance) -> Result:
     instance = instance_of(settings, base)
     name = settings.schedule
     target = target_instance(name, instance, settings.chunks)
-    try:
-        placed = prepare(get_method(name, "schedule"), target)
-    except ZboptError:  # the method does not apply: run() says why below
-        placed = target
-    check_size(placed)
+    check_size(placed_instance(name, target))
     result = run(name, target, **_method_params(name, settings))
     if not result.applies:
         # a family's precondition names the setting it needs changed; a placement clash is
@@ -344,11 +356,23 @@ def normalized(settings: Settings) -> Settings:
 def compare_settings(settings: Settings, base: Instance, names: list[str] | None = None
                      ) -> list[Result]:
     """Every schedule method (or `names`) on the instance as written, through compare(); the
-    page's group size is used for the methods that take one."""
+    page's group size is used for the methods that take one. A method whose placed instance
+    is larger than a view may be (MAX_PASSES) is not run: its row is not-applicable, saying so
+    (its view would be refused, so the table offers none)."""
     instance = instance_of(settings, base)
     check_size(instance)
     rows = []
     for name in names if names is not None else list(methods("schedule")):
+        try:
+            target = target_instance(name, instance, settings.chunks)
+        except ZboptError:  # the method does not apply: compare()'s row says why
+            target, reason = instance, ""
+        else:
+            reason = too_large(placed_instance(name, target))
+        if reason:
+            rows.append(Result(name, get_method(name, "schedule").kind, "not-applicable",
+                               target, message=reason))
+            continue
         params = _method_params(name, settings)
         if params:
             rows.append(run(name, target_instance(name, instance, settings.chunks), **params))

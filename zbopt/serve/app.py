@@ -13,6 +13,7 @@ import contextlib
 import functools
 import ipaddress
 import json
+import math
 import re
 import threading
 import time
@@ -70,26 +71,52 @@ def _loopback_name(host_header: str) -> bool:
         return False
 
 
-class _Recent:
-    """The last `size` entries put, by key (a thread-safe LRU of computed answers)."""
+# the most passes the answers kept for reuse may hold together, per cache: a Result keeps its
+# timeline (every pass's times and each device's memory curve), about a kilobyte a pass
+HELD_PASSES = 240_000
 
-    def __init__(self, size: int) -> None:
+
+def held_passes(value: Any) -> int:
+    """The passes a cached answer holds: a Result's timeline, or a comparison's rows."""
+    if isinstance(value, Result):
+        return value.instance.num_passes if value.timeline is not None else 0
+    if isinstance(value, dict):
+        return sum(held_passes(row) for rows in value.values() for row in rows)
+    return 0
+
+
+class _Recent:
+    """The entries put last, by key (a thread-safe LRU of computed answers): at most `size`
+    of them, and while they hold more than `budget` passes together (held_passes), the oldest
+    go; the newest entry is always kept. An entry that grows is put again to be re-weighed."""
+
+    def __init__(self, size: int, budget: float = math.inf) -> None:
         self.size = size
-        self._items: OrderedDict = OrderedDict()
+        self.budget = budget
+        self.held = 0  # passes held by the entries kept
+        self._items: OrderedDict = OrderedDict()  # key -> (value, its passes when put)
         self._lock = threading.Lock()
 
     def get(self, key: Any) -> Any:
         with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-            return self._items.get(key)
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key][0]
 
     def put(self, key: Any, value: Any) -> None:
+        weight = held_passes(value)
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            if key in self._items:
+                self.held -= self._items.pop(key)[1]
+            self._items[key] = (value, weight)
+            self.held += weight
+            while len(self._items) > 1 and (len(self._items) > self.size
+                                            or self.held > self.budget):
+                self.held -= self._items.popitem(last=False)[1][1]
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
@@ -109,8 +136,10 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
     app = FastAPI(title="zbopt explorer", docs_url=None, redoc_url=None,
                   openapi_url="/api/openapi.json", lifespan=lifespan)
     jobs = Jobs(max_solves, runner=solve_in_process)
-    results = _Recent(32)  # normalized settings -> Result: a view shown again is not re-run
-    comparisons = _Recent(16)  # settings without the schedule -> {method: rows}, even partial
+    # normalized settings -> Result: a view shown again is not re-run
+    results = _Recent(32, HELD_PASSES)
+    # settings without the schedule -> {method: rows}, even partial
+    comparisons = _Recent(16, HELD_PASSES)
     # one evaluation at a time: a request the page gave up on while it waited is dropped
     # instead of holding the interpreter while the page waits for the newer one
     gate = asyncio.Lock()
@@ -171,6 +200,7 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
                 return None
             rows = await run_in_threadpool(pool.compare_one, settings, base, name)
             done[name] = rows
+            comparisons.put(key, done)  # re-weighed with the new rows
             if settings.chunks != 1:  # a shown row then needs no second run
                 for row in rows:
                     if row.applies:
