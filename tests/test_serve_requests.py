@@ -5,6 +5,7 @@ served instance's per-device static memory, against a real `zbopt serve` subproc
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -128,3 +129,46 @@ def test_the_caches_are_bounded_by_the_passes_they_hold():
     assert cache.held == 72 and len(cache) == 1
     not_applied = run("interleaved-1f1b", Instance(devices=2, microbatches=3))
     assert not not_applied.applies and held_passes(not_applied) == 0
+
+
+# ----- solves: refused up front, and downloads that never mix two instances -----------------------
+
+def _wait_done(server: Server, job: str) -> dict:
+    for _ in range(600):
+        status, state, _ = server.request(f"/api/solve/{job}")
+        assert status == 200
+        if state["state"] == "done":
+            return state
+        time.sleep(0.2)
+    raise AssertionError("the solve did not finish")
+
+
+def test_a_solve_whose_time_limit_is_too_short_is_refused_up_front(server):
+    body = {"page": "short", "devices": 64, "microbatches": 64, "schedule": "1f1b",
+            "memory_cap": "none", "time_limit": 1}
+    status, answer, _ = server.request("/api/solve", body)
+    assert status == 422 and answer["field"] == "time_limit", answer
+    assert "12,288 passes" in answer["error"] and "at least 4 s" in answer["error"]
+
+
+def test_a_solve_downloads_only_with_the_settings_it_was_solved_for(server):
+    settings = {"schedule": "zb-h1", "devices": 2, "microbatches": 4}
+    status, job, _ = server.request("/api/solve", {**settings, "page": "mix", "time_limit": 1})
+    assert status == 202, job
+    done = _wait_done(server, job["job"])
+    assert done["result"]["applies"], done
+    ident = job["job"]
+    for what in ("schedule", "report"):
+        status, _, _ = server.request(f"/api/download/{what}?" + q(job=ident, **settings),
+                                      raw=True)
+        assert status == 200
+        status, body, _ = server.request(f"/api/download/{what}?" +
+                                         q(job=ident, **{**settings, "devices": 4}))
+        assert status == 422 and body["field"] == "job", body
+        assert f"solve {ident} was run on another instance than these settings " \
+               f"(devices 2, not 4)" in body["error"]
+    # the schedule alone needs no settings; the report is about settings, so it needs them
+    status, _, _ = server.request(f"/api/download/schedule?job={ident}", raw=True)
+    assert status == 200
+    status, body, _ = server.request(f"/api/download/report?job={ident}")
+    assert status == 422 and body["field"] == "job" and "devices 2, not 4" in body["error"]

@@ -323,6 +323,29 @@ def placed_instance(name: str, target: Instance) -> Instance:
         return target
 
 
+def settings_instance(settings: Settings, base: Instance) -> Instance:
+    """The instance the settings' method runs on (a Result's instance), without running it."""
+    name = settings.schedule
+    return placed_instance(name, target_instance(name, instance_of(settings, base),
+                                                 settings.chunks))
+
+
+_COMPARED = ("devices", "microbatches", "placement", "chunks", "t_f", "t_b", "t_w", "comm",
+             "m_b", "m_w", "memory_cap", "static_memory", "overlap")
+
+
+def difference(ran: Instance, asked: Instance) -> str:
+    """The first setting in which two instances differ, as "devices 8, not 4", or ""."""
+    if ran == asked:
+        return ""
+    for key in _COMPARED:
+        a, b = getattr(ran, key), getattr(asked, key)
+        if a != b:
+            return f"{key} {_text(_uniform(a) if isinstance(a, tuple) else a)}, not " \
+                   f"{_text(_uniform(b) if isinstance(b, tuple) else b)}"
+    return "another instance"
+
+
 def evaluate_settings(settings: Settings, base: Instance) -> Result:
     """The Result of the chosen method, as `zbopt simulate` computes it; SettingError (naming
     the control) when the settings are invalid or the method does not apply."""
@@ -464,6 +487,16 @@ def solve_arguments(params: Mapping[str, Any]) -> tuple[str, float]:
         raise SettingError("time_limit", f"time limit must be between {low:g} and {high:g} "
                                          f"seconds, got {_quoted(raw)}")
     return solver, limit
+
+
+def check_solvable(instance: Instance, time_limit: float) -> None:
+    """SettingError (about the time limit) when solve() would refuse `instance` at once for
+    `time_limit`: the page hears it before a job starts, with the smallest limit that does."""
+    from ..solvers.api import check_size as check_time
+    try:
+        check_time(instance, time_limit)
+    except ZboptError as err:
+        raise SettingError("time_limit", str(err)) from None
 
 
 def warm_up() -> None:

@@ -211,14 +211,24 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
         params = {k: v for k, v in request.query_params.items() if k not in extra}
         return api.parse_settings(params, base)
 
-    def shown_result(request: Request) -> Result:
-        """The result a download is about: a finished solve (?job=) or the settings' method."""
+    def shown_result(request: Request, settings_needed: bool = False) -> Result:
+        """The result a download is about: a finished solve (?job=) or the settings' method.
+        A solve's download with settings (always, when `settings_needed`) must give the
+        settings of the instance it was solved on: a file never mixes two instances."""
         ident = request.query_params.get("job")
         if ident:
             job = jobs.get(ident)
             if job is None or job.result is None or not job.result.applies:
                 raise api.SettingError("job", f"no finished solve {ident!r} with a schedule: "
                                               f"press Solve again")
+            if settings_needed or any(k != "job" for k in request.query_params):
+                asked = api.settings_instance(settings_of(request, ("job",)), base)
+                other = api.difference(job.instance, asked)
+                if other:
+                    raise api.SettingError("job", f"solve {ident} was run on another instance "
+                                                  f"than these settings ({other}): download it "
+                                                  f"with the settings it was solved for, or "
+                                                  f"press Solve again")
             return job.result
         return result_of(settings_of(request, ("job",)))
 
@@ -296,6 +306,7 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
                                              if k in body})
         settings = api.parse_settings(body, base)
         shown = await run_in_threadpool(result_of, settings)
+        api.check_solvable(shown.instance, limit)  # refused now, not after the job started
         job = jobs.start(page, shown.instance, solver, limit, shown.method)
         return _json(job.snapshot(), 202)
 
@@ -357,7 +368,7 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
     @app.get("/api/download/report")
     async def download_report(request: Request) -> Response:
         settings = settings_of(request, ("job",))
-        shown = await run_in_threadpool(shown_result, request)
+        shown = await run_in_threadpool(shown_result, request, True)
         rows = await compared(settings, request)
         if rows is None:
             return _error("the client went away", status=499)
