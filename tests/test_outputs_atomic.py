@@ -246,6 +246,29 @@ def test_estimate_and_profile_never_replace_their_config(argv, tmp_path, inputs,
     assert (inputs / "config.json").read_bytes() == before
 
 
+def test_simulate_solve_and_evaluate_of_a_csv_never_replace_what_they_read(tmp_path, inputs,
+                                                                           capsys):
+    """An instance file given as --out (with --force) would become a schedule file, and a plan
+    given to evaluate --torch-csv would take the CSV's orders: both refused, nothing changed."""
+    instance = tmp_path / "in" / "inst.json"
+    instance.write_text(json.dumps({"devices": 2, "microbatches": 4, "t_f": 1, "t_b": 1,
+                                    "t_w": 1, "m_b": 2, "m_w": 1}))
+    schedule = inputs / "s.json"
+    assert main(["export", str(schedule), "--torch-csv", str(inputs / "s.csv")]) == 0
+    capsys.readouterr()
+    files = {path: path.read_bytes() for path in (instance, schedule, inputs / "s.csv")}
+    for argv in (["simulate", instance, "-s", "zb-h1", "--out", instance],
+                 ["solve", instance, "--time-limit", "2", "--out", instance],
+                 ["simulate", schedule, "-s", "zb-h1", "--out", schedule],
+                 ["evaluate", instance, "--torch-csv", inputs / "s.csv", "--out", instance],
+                 ["evaluate", schedule, "--torch-csv", inputs / "s.csv", "--out", schedule]):
+        line = refused(capsys, *argv, "--force")
+        assert f"would replace the input {argv[1]}" in line, line
+    assert all(path.read_bytes() == text for path, text in files.items())
+    # the one exception: a schedule file re-evaluated in place
+    assert main(["evaluate", str(schedule), "--out", str(schedule), "--force"]) == 0
+
+
 # ----- modes --------------------------------------------------------------------------------
 
 def test_files_get_the_mode_an_ordinary_write_gives(tmp_path, inputs, capsys):

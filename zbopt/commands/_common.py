@@ -266,13 +266,19 @@ def check_output(path: str | Path, force: bool, suffixes: tuple[str, ...] = (),
     if suffixes and path.suffix.lower() not in suffixes:
         raise ZboptError(f"cannot write the {what} to {path}: use a name ending in "
                          f"{' or '.join(suffixes)}")
-    refuse_overwrite(path, force)
-    parent = path.parent
+    parent = path.parent  # an existing file, or one of `inputs`, is refused by check_targets
     if not parent.exists():
         raise ZboptError(f"directory {parent} does not exist: create it first")
     if not parent.is_dir():
         raise ZboptError(f"{parent} is a file, not a directory: give another path")
     return check_targets([path], force, inputs)[0]
+
+
+def own_inputs(args) -> list[str]:
+    """The instance file the command reads (not a shipped instance's name), for check_output's
+    `inputs`: a command never writes over what it reads, --force or not."""
+    given = getattr(args, "instance", None)
+    return [given] if given and Path(given).exists() else []
 
 
 def file_stem(text: str, default: str = "instance") -> str:

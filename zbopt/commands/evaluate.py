@@ -57,7 +57,10 @@ def run(args) -> int:
     if args.torch_csv is not None:
         nonempty(args.torch_csv, "--torch-csv", "a PyTorch pipelining CSV")
     if args.out is not None:
-        check_output(args.out, args.force, (".json",), "schedule file")
+        # FILE --out FILE --force rewrites a schedule re-evaluated in place; with --torch-csv the
+        # CSV's orders would replace the file's own, so neither input may be written over
+        check_output(args.out, args.force, (".json",), "schedule file",
+                     [args.file, args.torch_csv] if args.torch_csv else [])
     if args.torch_csv:
         from ..export.torch_csv import read_torch_csv
         args.instance = args.file

@@ -13,6 +13,7 @@ from ._common import (
     chunk_count,
     console,
     load,
+    own_inputs,
     print_json,
     print_timeline,
     progress,
@@ -37,7 +38,7 @@ def register(sub) -> None:
 def run(args) -> int:
     family = get_method(args.schedule, "schedule")
     if args.out is not None:
-        check_output(args.out, args.force, (".json",), "schedule file")
+        check_output(args.out, args.force, (".json",), "schedule file", own_inputs(args))
     instance = load(args)
     check_chunks(args.chunks, instance, [family.name])
     if args.chunks and family.placement == "interleaved" and instance.placement == "contiguous":

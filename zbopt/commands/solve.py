@@ -14,6 +14,7 @@ from ._common import (
     console,
     fmt,
     load_with_schedule,
+    own_inputs,
     positive_int,
     positive_seconds,
     print_json,
@@ -74,7 +75,7 @@ def run(args) -> int:
     from ..registry import run as run_method
     check_solver(args.solver)  # an unknown solver is refused before any work
     if args.out is not None:  # before spending the time limit
-        check_output(args.out, args.force, (".json",), "schedule file")
+        check_output(args.out, args.force, (".json",), "schedule file", own_inputs(args))
     instance, stored = load_with_schedule(args)  # notes (a layered file's split) once it is good
     # a plan file solved again keeps its split (export --torchtitan needs it)
     from ..export.schedule_file import kept_entries
