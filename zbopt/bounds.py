@@ -56,7 +56,7 @@ from typing import Iterable, Optional
 
 from .dag import critical_path_length
 from .errors import ZboptError
-from .instance import Instance, cap_limit
+from .instance import Instance, cap_limit, require_instance
 from .passes import stage_lag
 
 OBJECTIVES = ("span", "makespan")
@@ -68,7 +68,8 @@ _ENUMERATION_LIMIT = 500
 Item = tuple[float, float, int]  # (weight, value, how many are available)
 
 
-def _check_objective(objective: str) -> None:
+def check_objective(objective: str) -> None:
+    """ZboptError unless `objective` is one of OBJECTIVES (every public entry point's check)."""
     if objective not in OBJECTIVES:
         raise ZboptError(f"unknown objective {objective!r}: use 'span' or 'makespan'")
 
@@ -165,6 +166,7 @@ def min_feasible_cap(instance: Instance) -> tuple[float, ...]:
     of the first of them can run, so d holds all those activations at once; running one
     micro-batch at a time (with W right after B) needs no more. Static memory adds on top.
     """
+    require_instance(instance, "min_feasible_cap()")
     shape = _shape(instance)
     need = []
     for d in range(instance.devices):
@@ -934,6 +936,7 @@ def ramp_formula(instance: Instance) -> float | None:
 
 def lower_bounds(instance: Instance, objective: str = "span") -> dict[str, float]:
     """Every lower bound on `objective` by name (see the module doc)."""
+    require_instance(instance, "lower_bounds()")
     return _lower_bounds(instance, objective, extended=True)
 
 
@@ -943,7 +946,7 @@ def _lower_bounds(instance: Instance, objective: str, extended: bool,
     wave; without `deferral` (default: as `extended`), before the W deferral bound
     (benchmarks compare them)."""
     deferral = extended if deferral is None else deferral
-    _check_objective(objective)
+    check_objective(objective)
     p = instance.devices
     heads = [device_head(instance, d) if objective == "makespan" else 0.0 for d in range(p)]
     loads = device_loads(instance)
@@ -977,6 +980,7 @@ def memory_pipeline(instance: Instance) -> float:
 
 def best_lower_bound(instance: Instance, objective: str = "span") -> tuple[str, float]:
     """(name, value) of the largest bound."""
+    require_instance(instance, "best_lower_bound()")
     bounds = lower_bounds(instance, objective)
     name = max(bounds, key=bounds.__getitem__)
     return name, bounds[name]

@@ -15,8 +15,9 @@ import sys
 from queue import Empty
 from typing import Callable, Iterable, Optional
 
+from .bounds import check_objective
 from .errors import ZboptError
-from .instance import Instance
+from .instance import Instance, require_instance
 from .registry import methods, run
 from .result import Result
 
@@ -48,8 +49,16 @@ def compare(instance: Instance, methods_: Iterable[str] | None = None, chunks: i
     processes for an instance of PARALLEL_FROM passes or more (where the platform can fork).
     `progress` is told, in a line, what is running.
     """
+    require_instance(instance, "compare()")
+    check_objective(objective)
     registry = methods("schedule")
+    if isinstance(methods_, str):
+        methods_ = [methods_]  # one method's name: that method
     names = list(methods_) if methods_ is not None else list(registry)
+    odd = [n for n in names if not isinstance(n, str)]
+    if odd:
+        raise ZboptError(f"compare(): methods must be names such as '1f1b', got "
+                         f"{type(odd[0]).__name__} {odd[0]!r}: give a list of method names")
     if any(n not in registry for n in names):  # a solver named: only then import the solvers
         registry = methods()
     unknown = [n for n in names if n not in registry]
@@ -211,6 +220,7 @@ def _picklable(err: Exception) -> Exception:
 def best_of(results: Iterable[Result], objective: str = "span",
             placement: Optional[str] = None) -> Optional[Result]:
     """The result with the best objective among those that fit the cap (on `placement`)."""
+    check_objective(objective)
     best: Optional[Result] = None
     for r in results:
         if not r.fits() or (placement is not None and r.placement != placement):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .errors import ZboptError
-from .instance import Instance
+from .instance import Instance, require_instance
 from .result import Result
 from .sizes import byte_unit, bytes_with_unit, in_unit
 
@@ -136,17 +136,26 @@ class CapResults:
         return out
 
 
-def capped_instances(instance: Instance, caps: list[Any]) -> list[Instance]:
+def capped_instances(instance: Instance, caps: list[Any], python: bool = False) -> list[Instance]:
     """The instance under every cap, each checked now (a cap below one activation, or one that
-    is not a cap, is refused before any solving, as compare and solve refuse it)."""
+    is not a cap, is refused before any solving, as compare and solve refuse it). Messages
+    name the command line's --caps, or with `python` frontier()'s `caps`."""
+    require_instance(instance, "frontier()")
+    if isinstance(caps, str) or not isinstance(caps, (list, tuple)):
+        got = f"the str {caps!r}" if isinstance(caps, str) else type(caps).__name__
+        raise ZboptError(f"frontier(): caps must be a list of caps such as ['1p', '1.5p', 4e6], "
+                         f"got {got}: write [{caps!r}] for one cap, or "
+                         f"parse_caps('1p:3p:0.25p') for a range")
     if not caps:
-        raise ZboptError("no caps given: use e.g. --caps 1p:3p:0.25p")
+        raise ZboptError("frontier(): no caps given: pass e.g. caps=['1p', '2p']" if python
+                         else "no caps given: use e.g. --caps 1p:3p:0.25p")
     out = []
     for cap in caps:
         try:
             out.append(instance.with_cap(cap))
         except ZboptError as err:
-            raise ZboptError(f"--caps: cap {cap}: {err}") from None
+            where = "frontier(): caps" if python else "--caps"
+            raise ZboptError(f"{where}: cap {cap}: {err}") from None
     return out
 
 
@@ -156,8 +165,12 @@ def frontier(instance: Instance, caps: list[Any], solver: str = "cpsat",
     """Solve `instance` at every cap beside the greedy and the families. `progress(cap, info)`
     gets the solver's reports (see zbopt.solvers.solve) and {"phase": "families"}."""
     from .registry import get_method
+    from .solvers.api import check_progress, check_threads, check_time_limit
     get_method(solver, "solver")
-    capped = capped_instances(instance, caps)
+    check_time_limit(time_limit)
+    check_threads(threads)
+    check_progress(progress, "a cap and a dict")
+    capped = capped_instances(instance, caps, python=True)
     out = []
     for cap, inst in zip(caps, capped):
         out.append(cap_results(inst, cap, solver, time_limit, threads,

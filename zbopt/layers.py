@@ -412,15 +412,15 @@ class LayeredModel:
         """Write the model as JSON (.json) or TOML, whole or not at all; never over an
         existing file without `overwrite`, nor over one of `inputs`. `header` (comment lines)
         opens a TOML file."""
-        from .export.outputs import write_file
+        from .export.outputs import require_path, write_file
         data = self.to_dict()
-        if Path(path).suffix.lower() == ".json":
+        if require_path(path, "save()'s path").suffix.lower() == ".json":
             text = json.dumps(data, indent=1) + "\n"
         else:
             layers = data.pop("layers")
             text = header + to_toml(data) + "".join("\n[[layers]]\n" + to_toml(layer)
                                                     for layer in layers)
-        return write_file(path, text, overwrite, inputs)
+        return write_file(path, text, overwrite, inputs, force_flag="overwrite=True")
 
 
 def _cap(spec: Any) -> Any:

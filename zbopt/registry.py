@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from .errors import ZboptError
-from .instance import PLACEMENTS, Instance, require_instance
+from .instance import PLACEMENTS, Instance, plain, require_instance
 from .result import KINDS, Result
 from .schedule import Schedule, evaluate
 
@@ -122,6 +122,12 @@ def solver_names() -> tuple[str, ...]:
 
 
 def get_method(name: str, kind: str | None = None) -> Method:
+    if not isinstance(name, str):
+        what = {"solver": "a solver", "schedule": "a schedule method"}.get(kind or "", "a method")
+        several = " (compare(instance, [...]) runs several)" \
+            if isinstance(name, (list, tuple, set)) else ""
+        raise ZboptError(f"the method must be the name of {what} such as '1f1b', got "
+                         f"{type(name).__name__} {name!r}: give one name{several}")
     _load_kind("schedule")
     if name in _REGISTRY and _of_kind(_REGISTRY[name], kind):
         return _REGISTRY[name]  # a family or heuristic: no need to import the solvers
@@ -223,9 +229,12 @@ def run(name: str, instance: Instance, objective: str = "span", **params) -> Res
     A keyword the method does not take, a value of it no instance could take (Method.checks),
     or an `instance` that is not an Instance, is a ZboptError.
     """
+    from .bounds import check_objective
     method = get_method(name)
     require_instance(instance, "run()")
+    check_objective(objective)
     check_params(method, params, also=("objective",), caller="run()")
+    params = {key: plain(value) for key, value in params.items()}  # numpy's numbers as Python's
     if method.kind == "solver":
         from .solvers.api import solve
         return solve(instance, solver=name, objective=objective, **params)

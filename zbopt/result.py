@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .instance import Instance
+from .instance import Instance, plain
 from .schedule import Schedule, Timeline
 
 # optimal: a schedule whose objective equals a proven lower bound; feasible: a solver's schedule
@@ -24,6 +24,16 @@ def relative_gap(value: float, bound: float) -> float:
     """(value - bound) / value: how far above a lower bound a span is, as a share of the span;
     the one definition of a gap (Result.gap, sweep reports, the benchmarks' tables)."""
     return (value - bound) / value
+
+
+def _plain_value(value: Any) -> Any:
+    """A parameter's value with numpy's scalars and arrays as plain Python values."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist) and isinstance(getattr(value, "ndim", None), int):
+        value = tolist()  # a numpy scalar or array: its Python number(s), bool or list
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain_value(x) for x in value)
+    return plain(value)
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,12 @@ class Result:
     backend_status: Optional[str] = None  # solvers: what the backend itself proved
     warm_start: Optional[str] = None  # solvers: the schedule the search started from
     min_feasible_cap: Optional[tuple] = None  # infeasible: the smallest cap per device
+
+    def __post_init__(self) -> None:
+        # params as plain values (numpy's scalars and arrays as Python's), as Instance keeps
+        # its numbers: to_dict() is then always a JSON document
+        object.__setattr__(self, "params", {key: _plain_value(value)
+                                            for key, value in dict(self.params).items()})
 
     # ----- derived ---------------------------------------------------------------------------
 

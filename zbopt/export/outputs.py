@@ -16,21 +16,37 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterable, Mapping, Union
+from typing import Any, Iterable, Mapping, Union
 
 from ..errors import ZboptError
 
 Content = Union[str, bytes]
 
 
+# how a caller allows overwriting, as the refusal of an existing file names it: the command
+# line's flag by default; a Python function passes its own parameter ("force=True")
+FORCE_FLAG = "--force"
+
+
+def require_path(path: Any, what: str = "the output file") -> Path:
+    """`path` as a Path if it is a str or a pathlib.Path (os.PathLike), else ZboptError saying
+    so, rather than pathlib's TypeError."""
+    if isinstance(path, (str, os.PathLike)):
+        return Path(path)
+    fix = ": decode it to a str" if isinstance(path, bytes) else ""
+    raise ZboptError(f"{what} must be a path (a str or a pathlib.Path), got "
+                     f"{type(path).__name__}{fix}")
+
+
 def check_targets(paths: Iterable[str | Path], force: bool = False,
-                  inputs: Iterable[str | Path] = (), new_dirs: Iterable[str | Path] = ()
-                  ) -> list[Path]:
+                  inputs: Iterable[str | Path] = (), new_dirs: Iterable[str | Path] = (),
+                  force_flag: str = FORCE_FLAG) -> list[Path]:
     """The targets as Paths; ZboptError (one line) for the first that cannot be written.
 
     A folder in `new_dirs` may be missing (it is created on writing) if its own parent exists.
     Each folder is probed by creating and removing a temporary file in it: permission bits say
-    nothing true to root, nor on a read-only mount.
+    nothing true to root, nor on a read-only mount. An existing file is refused naming
+    `force_flag`, how the caller allows overwriting it.
     """
     creatable = set()
     for folder in map(Path, new_dirs):
@@ -46,9 +62,9 @@ def check_targets(paths: Iterable[str | Path], force: bool = False,
     probed: set[Path] = set()
     out = []
     for raw in paths:
+        path = require_path(raw)
         if not str(raw).strip():
             raise ZboptError("an output file name is empty: give a file name")
-        path = Path(raw)
         key = path.resolve()
         if key in protected:
             raise ZboptError(f"{path} would replace the input {protected[key]}: choose another "
@@ -58,7 +74,7 @@ def check_targets(paths: Iterable[str | Path], force: bool = False,
         if path.is_dir():
             raise ZboptError(f"{path} is a directory: give a file name")
         if path.exists() and not force:
-            raise ZboptError(f"{path} exists: choose another name or pass --force to "
+            raise ZboptError(f"{path} exists: choose another name or pass {force_flag} to "
                              f"overwrite it")
         parent = path.parent
         if parent.resolve() in creatable:
@@ -98,14 +114,15 @@ def file_mode(path: Path) -> int:
 
 
 def write_all(contents: Mapping[str | Path, Content], force: bool = False,
-              inputs: Iterable[str | Path] = (), new_dirs: Iterable[str | Path] = ()
-              ) -> list[Path]:
+              inputs: Iterable[str | Path] = (), new_dirs: Iterable[str | Path] = (),
+              force_flag: str = FORCE_FLAG) -> list[Path]:
     """Write every (path, text or bytes) or none of them; returns the paths in the given order.
 
     Text is written as UTF-8. A failure (a full disk, say) is a ZboptError naming the file, and
-    leaves neither the new files, nor the temporaries, nor a folder this call created."""
+    leaves neither the new files, nor the temporaries, nor a folder this call created.
+    `force_flag`: see check_targets."""
     new_dirs = list(map(Path, new_dirs))
-    paths = check_targets(contents.keys(), force, inputs, new_dirs)
+    paths = check_targets(contents.keys(), force, inputs, new_dirs, force_flag)
     staged: list[tuple[str, Path]] = []
     created = [folder for folder in new_dirs if not folder.exists()]
     target: Path | None = None
@@ -139,6 +156,6 @@ def write_all(contents: Mapping[str | Path, Content], force: bool = False,
 
 
 def write_file(path: str | Path, content: Content, force: bool = False,
-               inputs: Iterable[str | Path] = ()) -> Path:
+               inputs: Iterable[str | Path] = (), force_flag: str = FORCE_FLAG) -> Path:
     """Write one file (text or bytes) whole or not at all: write_all of one."""
-    return write_all({path: content}, force, inputs)[0]
+    return write_all({path: content}, force, inputs, force_flag=force_flag)[0]

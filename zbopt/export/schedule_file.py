@@ -136,13 +136,30 @@ def write_schedule_file(path: str | Path, timeline: Timeline, result=None,
                         model: Optional[dict] = None, plan: Optional[dict] = None) -> Path:
     """Write `timeline` (and the solver's `result`, if any; a plan's `partition` and layered
     `model`) as a zbopt.schedule/1 JSON file, whole or not at all (outputs.write_file). Refuses
-    to overwrite an existing file unless `force`.
+    to overwrite an existing file unless `force`. A Result given for `timeline` gives its
+    timeline (and, a solver's, its solver entry too).
     """
-    from .outputs import write_file
+    from ..result import Result
+    from .outputs import require_path, write_file
+    require_path(path, "write_schedule_file()'s path")
+    if isinstance(timeline, Result):
+        if timeline.timeline is None:
+            raise ZboptError(f"write_schedule_file(): the {timeline.method} result has no "
+                             f"schedule (status {timeline.status}): write a result that applies")
+        if result is None and timeline.kind == "solver":
+            result = timeline
+        timeline = timeline.timeline
+    elif isinstance(timeline, Schedule):
+        raise ZboptError("write_schedule_file(): expected a Timeline or a Result, got a "
+                         "Schedule: pass evaluate(instance, schedule)")
+    elif not isinstance(timeline, Timeline):
+        raise ZboptError(f"write_schedule_file(): expected a Timeline (evaluate(instance, "
+                         f"schedule)) or a Result, got {type(timeline).__name__}")
     if (partition is None) != (model is None):
-        raise ValueError("a plan file records both its partition and its model")
+        raise ZboptError("write_schedule_file(): a plan file records both its partition and "
+                         "its model: give both or neither")
     text = render(schedule_document(timeline, result, partition, model, plan))
-    return write_file(path, text, force)
+    return write_file(path, text, force, force_flag="force=True")
 
 
 def render(doc: dict) -> str:
@@ -257,7 +274,8 @@ def _check_device_label(source: str, entry: dict, d: int, devices: int) -> None:
 
 def read_schedule_file(path: str | Path) -> ScheduleFile:
     """Read a zbopt.schedule/1 file. Every problem raises ZboptError with a one-line message."""
-    path = Path(path)
+    from .outputs import require_path
+    path = require_path(path, "read_schedule_file()'s path")
     source = str(path)
     if path.is_dir():
         raise ZboptError(f"{path} is a directory: give a schedule or plan file (.json) in it")
@@ -430,12 +448,46 @@ def _plan_partition(source: str, doc: dict, instance: Instance) -> tuple[dict, d
         cut = layered.instance(sizes)
     except ZboptError as err:
         raise _fail(source, f"partition: {err}") from None
-    for key in ("t_f", "t_b", "t_w", "m_b", "m_w", "static_memory"):
-        if not all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-                   for a, b in zip(getattr(cut, key), getattr(instance, key))):
-            raise _fail(source, f"the instance's {key} is not what the partition gives the "
-                                f"model's layers: the file was edited; re-plan the model")
+    edited = _edited_field(cut, instance, model)
+    if edited:
+        raise _fail(source, f"the instance's {edited}: the file was edited; re-plan the "
+                            f"model")
     return {**partition, "placement": placement, "stages": names}, model
+
+
+# what the model implies for a split and the stored instance must hold alike (its name is a
+# label: a renamed instance is the same problem)
+_PER_STAGE = ("t_f", "t_b", "t_w", "m_b", "m_w", "static_memory")
+_SCALARS = ("comm", "overlap")
+_UNITS = ("time_unit", "memory_unit")
+
+
+def _edited_field(cut: Instance, instance: Instance, model: dict) -> str:
+    """How the first field in which `instance` is not what the model gives its split (`cut`)
+    differs ("comm is 999 where the model gives 50"); "" where none does."""
+    def close(a: Any, b: Any) -> bool:
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+    for key in ("devices", "microbatches"):  # the model states its own
+        stated = model.get(key)
+        if isinstance(stated, int) and stated != getattr(instance, key):
+            return f"{key} is {getattr(instance, key)} where the model has {stated}"
+    for key in _PER_STAGE:
+        a, b = getattr(cut, key), getattr(instance, key)
+        if len(a) != len(b) or not all(map(close, a, b)):
+            return f"{key} is not what the partition gives the model's layers"
+    for key in _SCALARS:
+        a, b = getattr(cut, key), getattr(instance, key)
+        if not close(a, b):
+            return f"{key} is {shown(b)} where the model gives {shown(a)}"
+    for key in _UNITS:
+        a, b = getattr(cut, key), getattr(instance, key)
+        if a != b:
+            return f"{key} is {b!r} where the model has {a!r}"
+    if (cut.cap is None) != (instance.cap is None) or (
+            cut.cap is not None and not all(map(close, cut.cap, instance.cap))):
+        return "memory_cap is not the cap the model gives this split"
+    return ""
 
 
 def compare_metrics(stored: Optional[dict], fresh: dict, rel: float = 1e-9) -> list[str]:

@@ -28,8 +28,8 @@ from typing import Any, Sequence
 
 from ..dag import Pass
 from ..errors import ZboptError, reason
-from ..instance import Instance, too_long_integer
-from ..schedule import Item, Schedule, format_item, structure_problems
+from ..instance import Instance, require_instance, too_long_integer
+from ..schedule import Item, Schedule, format_item, require_schedule, structure_problems
 
 # Lowest torch whose CSV runtime reads I (input grad) and B (full backward) unambiguously: the IR
 # change is pytorch/pytorch#138886 (Oct 2024, in 2.6). The OVERLAP_F_B block form needs 2.9.
@@ -46,6 +46,15 @@ _CELL_RE = re.compile(r"^(\d+)(F|I|B|W)(\d+)$")
 _OVERLAP_RE = re.compile(r"^\((.*)\)OVERLAP_F_B$")
 # Non-compute actions a compute+comms CSV may hold; they carry no cost in our model.
 _SKIPPED_RE = re.compile(r"^\d+(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)\d*$")
+
+
+def _require_pair(instance: Instance, schedule: Schedule, where: str) -> None:
+    """ZboptError unless `instance` is an Instance and `schedule` a Schedule, naming a swap."""
+    if isinstance(instance, Schedule) and isinstance(schedule, Instance):
+        raise ZboptError(f"{where}: the instance and the schedule are swapped: give the "
+                         f"instance first, then the schedule")
+    require_instance(instance, where)
+    require_schedule(schedule, where)
 
 
 def _check_exportable(instance: Instance) -> None:
@@ -229,7 +238,9 @@ def torch_csv_texts(path: str | Path, instance: Instance, schedule: Schedule,
                     source: str | Path | None = None) -> dict[Path, str]:
     """{path: text} of the CSV and (by default) its sidecar, nothing written; a plan's
     `partition` and the `source` file's name go into the sidecar (see `sidecar`)."""
-    path = Path(path)
+    from .outputs import require_path
+    path = require_path(path, "the torch CSV's path")
+    _require_pair(instance, schedule, "write_torch_csv()")
     rows = torch_rows(instance, schedule)
     texts = {path: csv_text(rows)}
     if with_sidecar:
@@ -284,6 +295,7 @@ def cell_to_item(text: str, where: str = "cell") -> Item | None:
 def parse_torch_csv(text: str, instance: Instance, source: str = "CSV",
                     method: str = "") -> Schedule:
     """A torch compute-only (or compute+comms) CSV as a Schedule of `instance`, checked."""
+    require_instance(instance, "parse_torch_csv()")
     _check_exportable(instance)
     text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
     rows = [row for row in csv.reader(io.StringIO(text))]
@@ -370,7 +382,13 @@ def _refuse_json(path: Path, text: str) -> None:
 
 
 def read_torch_csv(path: str | Path, instance: Instance) -> Schedule:
-    path = Path(path)
+    """The CSV at `path` as a Schedule of `instance`, checked (parse_torch_csv)."""
+    from .outputs import require_path
+    if isinstance(path, Instance) and isinstance(instance, (str, Path)):
+        raise ZboptError("read_torch_csv(): the path and the instance are swapped: give the "
+                         "path first, then the instance")
+    path = require_path(path, "the torch CSV's path")
+    require_instance(instance, "read_torch_csv()")
     if path.is_dir():
         raise ZboptError(f"{path} is a directory: give the torch CSV itself")
     if not path.is_file():

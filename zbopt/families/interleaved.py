@@ -16,12 +16,16 @@ from ..schedule import Schedule, fused
 
 
 def check_group_size(method: str, value: Any) -> None:
-    """A group size must be None or a whole number, whatever the instance; else ZboptError."""
+    """A group size must be None or a whole number of at least 1 (no instance has fewer than
+    one device), whatever the instance; else ZboptError."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
         fix = f"write group_size = {int(value)}" if isinstance(value, float) \
             and value.is_integer() else \
             "give a whole number at least the number of devices, or None for N = p"
         raise ZboptError(f"{method}: group_size must be a whole number, got {value!r}: {fix}")
+    if value is not None and value < 1:
+        raise ZboptError(f"{method}: group_size must be at least the number of devices, got "
+                         f"{int(value)}: give a whole number >= p, or None for N = p")
 
 
 def _group_size(value: Any, p: int) -> int:

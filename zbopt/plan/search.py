@@ -59,6 +59,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import numbers
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
@@ -73,7 +74,15 @@ from ..registry import get_method, methods, run
 from ..result import Result
 from ..sizes import readable
 from ..solvers import AUTO
-from ..solvers.api import COLLISION, RELAXED, WINDOW
+from ..solvers.api import (
+    COLLISION,
+    RELAXED,
+    WINDOW,
+    check_flag,
+    check_progress,
+    check_threads,
+    check_time_limit,
+)
 from .baselines import BASELINES
 from .bound import (
     SegmentBounds,
@@ -805,13 +814,20 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     placements: a list of placements, or one placement's name as a str."""
     require_model(model, "plan()")
     placements = _placement_list(placements)
-    if exact and solver != AUTO:
+    # every argument is checked now, whether or not the phase that uses it runs
+    exact, others = check_flag("exact", exact), check_flag("others", others)
+    if solver != AUTO:
         get_method(solver, "solver")  # ZboptError now, not after the heuristics' time
     for placement in placements:
         if placement not in PLACEMENTS:
             raise ZboptError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")
-    if not isinstance(time_limit, (int, float)) or not math.isfinite(time_limit) or time_limit <= 0:
-        raise ZboptError(f"time limit must be a positive number of seconds, got {time_limit!r}")
+    time_limit, threads = check_time_limit(time_limit), check_threads(threads)
+    if isinstance(max_partitions, bool) or not isinstance(max_partitions, numbers.Integral) \
+            or max_partitions < 1:
+        raise ZboptError(f"max_partitions must be a whole number of at least 1, got "
+                         f"{max_partitions!r}")
+    max_partitions = int(max_partitions)
+    check_progress(progress)
     # with others, OTHERS_SHARE of the time is kept for a short search on each of them
     main_limit = float(time_limit) * (1 - OTHERS_SHARE if others else 1)
     search = _Search(model, main_limit, progress, solver, threads)

@@ -16,6 +16,7 @@ against the best lower bound.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import replace
 from fractions import Fraction
@@ -29,7 +30,7 @@ from ..instance import MAX_TOTAL_TEXT, Instance, TooLarge
 from ..passes import Pass, neighbours
 from ..registry import get_method, solver_names
 from ..result import Result
-from ..schedule import Schedule, Timeline, evaluate, validate
+from ..schedule import Schedule, Timeline, evaluate, structure_problems, validate
 from ..sizes import readable
 from . import chunk_relaxation
 from .orders import device_orders
@@ -42,20 +43,59 @@ MAX_SCALE = 10 ** 6
 
 # ----- arguments and scaling ----------------------------------------------------------------
 
+def check_time_limit(value) -> float:
+    """`value` as seconds (float); ZboptError unless a finite number > 0 (True is no number)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value) or value <= 0:
+        raise ZboptError(f"time limit must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def check_threads(value) -> int:
+    """`value` as an int; ZboptError unless a whole number >= 1 (True is no number)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ZboptError(f"threads must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_flag(name: str, value) -> bool:
+    """ZboptError unless `value` is True or False: a string such as "no" is not read as one."""
+    if not isinstance(value, (bool, numpy_bool())):
+        raise ZboptError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def numpy_bool() -> tuple:
+    """numpy's bool type where numpy is installed (it is a flag like any other)."""
+    try:
+        import numpy
+    except ImportError:
+        return ()
+    return (numpy.bool_,)
+
+
+def check_progress(value, takes: str = "a dict") -> None:
+    """ZboptError unless `value` is None or something to call (with `takes`)."""
+    if value is not None and not callable(value):
+        raise ZboptError(f"progress must be a function taking {takes}, or None; got "
+                         f"{type(value).__name__} {value!r}")
+
+
 def _check_arguments(solver: str, objective: str, time_limit: float, threads: int,
                      known_bound=None) -> None:
+    if not isinstance(solver, str):
+        raise ZboptError(f"solver must be a name such as 'cpsat', got {type(solver).__name__}: "
+                         f"use one of {', '.join(solver_names())}")
     if solver not in solver_names():
         raise ZboptError(f"unknown solver {solver!r}: use one of {', '.join(solver_names())}")
     if objective not in OBJECTIVES:
         raise ZboptError(f"unknown objective {objective!r}: use 'span' or 'makespan'")
-    if not isinstance(time_limit, (int, float)) or not math.isfinite(time_limit) \
-            or time_limit <= 0:
-        raise ZboptError(f"time limit must be a positive number of seconds, got {time_limit!r}")
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-        raise ZboptError(f"threads must be a positive integer, got {threads!r}")
+    check_time_limit(time_limit)
+    check_threads(threads)
     if known_bound is not None and not (
             isinstance(known_bound, tuple) and len(known_bound) == 2
-            and isinstance(known_bound[0], str) and isinstance(known_bound[1], (int, float))
+            and isinstance(known_bound[0], str) and not isinstance(known_bound[1], bool)
+            and isinstance(known_bound[1], numbers.Real)
             and math.isfinite(known_bound[1]) and known_bound[1] >= 0):
         raise ZboptError(f"known_bound must be a (name, value) pair with a finite value >= 0, "
                          f"got {known_bound!r}")
@@ -295,14 +335,20 @@ def _infeasible(instance: Instance, solver: str, objective: str,
 def _given_start(instance: Instance, schedule: Schedule, objective: str) -> tuple[Timeline, Timeline]:
     """(the given schedule's timeline, its single-pass form for the hint); ZboptError when it
     is not a valid schedule of the instance within the cap."""
-    problems = validate(instance, schedule)
+    problems = structure_problems(instance, schedule)
     if problems:
         raise ZboptError(f"the warm start schedule is not a valid schedule of this instance: "
                          f"{problems[0]}; pass a schedule of the same instance (or warm_start=True)")
-    timeline = evaluate(instance, schedule)
+    try:
+        timeline = evaluate(instance, schedule)
+    except ZboptError as err:  # a deadlocking order
+        raise ZboptError(f"the warm start schedule cannot run: {err}; pass a schedule that "
+                         f"can (or warm_start=True)") from None
     if not timeline.fits_cap:
-        raise ZboptError("the warm start schedule goes over the memory cap; pass one that fits "
-                         "(or warm_start=True)")
+        name = f" ({schedule.method})" if schedule.method else ""
+        raise ZboptError(f"the warm start schedule{name} goes over the memory cap: "
+                         f"{timeline.cap_violations[0]}; pass one that fits the cap "
+                         f"(or warm_start=True)")
     flat = _single_pass_hints(instance, [timeline], objective)
     return timeline, (flat[0] if flat else timeline)
 
@@ -336,10 +382,19 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     """
     began = time.perf_counter()
     _check_arguments(solver, objective, time_limit, threads, known_bound)
+    threads = int(threads)  # a plain int, whatever integer type it came as
+    if type(time_limit) not in (int, float):
+        time_limit = float(time_limit)  # numpy's numbers as plain ones
     if not isinstance(instance, Instance):
         raise ZboptError(f"solve() takes an Instance, got {type(instance).__name__}")
     if not isinstance(warm_start, (bool, Schedule)):
         raise ZboptError(f"warm_start must be True, False or a Schedule, got {type(warm_start).__name__}")
+    symmetry = check_flag("symmetry", symmetry)
+    prove_with_bounds = check_flag("prove_with_bounds", prove_with_bounds)
+    check_progress(progress)
+    if options is not None and not isinstance(options, dict):
+        raise ZboptError(f"options must be a dict of backend switches, or None; got "
+                         f"{type(options).__name__}")
     params = {"time_limit": time_limit, "threads": threads}
     check_size(instance, time_limit)
     deadline = began + time_limit
@@ -354,12 +409,14 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     given = _given_start(instance, warm_start, objective) if isinstance(warm_start, Schedule) else None
     scaled, scale, memory_scale = scaled_instance(instance)
     tell("bounds")
-    bound_name, bound_value = bounds.best_lower_bound(instance, objective)
+    analytic_name, analytic_value = bounds.best_lower_bound(instance, objective)
+    bound_name, bound_value = analytic_name, analytic_value
     # every objective value is an integer in scaled time, so the bound rounds up to one
     bound_scaled = math.ceil(bound_value * scale - 1e-6)
     if known_bound is not None and math.ceil(known_bound[1] * scale - 1e-6) > bound_scaled:
         bound_name, bound_value = known_bound
         bound_scaled = math.ceil(bound_value * scale - 1e-6)
+    ignored = ""  # says why a caller's known bound was not used
     tell("warm start", bound=bound_value)
     heuristic_name, heuristic_value, warm, hint = _warm_start(
         instance, objective, began + WARM_SHARE * time_limit)
@@ -373,6 +430,15 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         if (single or not instance.overlap) and \
                 candidate.objective(objective) < warm.objective(objective):
             warm = candidate
+    if known_bound is not None and round(warm.objective(objective) * scale) < \
+            math.ceil(known_bound[1] * scale - 1e-6):
+        # a schedule below it: the caller's value is no lower bound of this instance
+        ignored = (f"known_bound {known_bound[0]!r} = {known_bound[1]:g} is above the "
+                   f"{objective} {warm.objective(objective):g} of {warm.schedule.method or 'a schedule'}"
+                   f" (not a lower bound of this instance): ignored")
+        known_bound = None
+        bound_name, bound_value = analytic_name, analytic_value
+        bound_scaled = math.ceil(bound_value * scale - 1e-6)
     if objective in ("span", "makespan") and round(warm.objective(objective) * scale) > bound_scaled:
         relax_until = time.perf_counter() + min(RELAX_MAX, RELAX_SHARE * time_limit)
         relaxed = _chunk_bound(instance, scaled, relax_until, threads, hint)
@@ -422,7 +488,7 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         note = ""
 
     def result(timeline, lower_scaled, message="", backend_status=None, name=bound_name):
-        message = "; ".join(x for x in (message, note) if x)
+        message = "; ".join(x for x in (message, note, ignored) if x)
         value = int(round(timeline.objective(objective) * scale))
         status = "optimal" if value <= lower_scaled else "feasible"
         tell("done", status=status, incumbent=value / scale, bound=lower_scaled / scale)
@@ -460,11 +526,13 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
             lower, bound_name = backend_bound, solver
     timeline = None
     message = raw.message
+    failed = False  # the backend's schedule failed validation
     if raw.starts is not None:
         schedule = _schedule_from_starts(instance, scaled, raw.starts, objective, scale,
                                          f"solver-{solver}", raw.orders)
         problems = validate(instance, schedule)
         if problems:
+            failed = True
             message = f"the {solver} schedule failed validation ({problems[0]}); " \
                       f"returning the warm start"
         else:
@@ -473,8 +541,11 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         if raw.status == "infeasible":
             message = (f"{solver} reported the model infeasible although the warm start "
                        f"({warm.schedule.method}) is a valid schedule; returning it")
-        elif timeline is None and not message:
-            message = f"{solver} found no schedule in {time_limit:g} s; returning the warm start"
+        elif not failed:  # the backend's own words (its status) follow
+            message = "; ".join(x for x in (
+                f"{solver} found nothing better than the warm start "
+                f"({warm.schedule.method or 'the best schedule known'}) within the "
+                f"{time_limit:g} s limit; returning it", raw.message) if x)
         timeline = warm
     return result(timeline, lower, message, raw.status, bound_name)
 

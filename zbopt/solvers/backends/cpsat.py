@@ -358,8 +358,11 @@ def solve_cpsat(request: BackendRequest) -> BackendResult:
         bound = float(solver.best_objective_bound)
     elif code == cp_model.UNKNOWN:
         bound = float(solver.best_objective_bound) if solver.best_objective_bound else None
+    # with a hint, solve() says it kept the hint's schedule: "found no schedule" would read as
+    # if there were none
     message = {"infeasible": "CP-SAT proved the model infeasible",
-               "unknown": "CP-SAT found no schedule within the time limit"}.get(status, "")
+               "unknown": "" if request.hint else
+               "CP-SAT found no schedule within the time limit"}.get(status, "")
     return BackendResult(status=status, starts=starts, objective=value, bound=bound,
                          message=message,
                          stats={"wall_time": time.perf_counter() - began,

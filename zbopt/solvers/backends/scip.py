@@ -40,8 +40,9 @@ def _run_scip(model: Model, time_limit: float, threads: int, warm: bool,
         outcome = "unknown"
     if status not in _LIMITS + ("optimal", "infeasible"):
         outcome = "feasible" if has_solution else "unknown"
-    return SolverOutcome(outcome, has_solution, bound,
-                         f"SCIP: {status}, gap {scip.getGap():.3g}")
+    # SCIP's own gap (on its scaled model, 1e+20 without a bound) is not zbopt's Result.gap:
+    # only its status is said
+    return SolverOutcome(outcome, has_solution, bound, f"SCIP: {status}")
 
 
 def solve_scip(request: BackendRequest) -> BackendResult:
