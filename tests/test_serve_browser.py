@@ -282,3 +282,55 @@ def test_the_first_view_does_not_wait_for_the_table_or_the_step_states(browser, 
         assert page.locator("body").get_attribute("data-painted") is not None
     finally:
         context.close()
+
+
+# ----- what the page says about the view; a solve finishing for other settings ---------------
+
+def test_the_peak_card_names_the_device_over_its_own_cap_and_unreadable_fields(page):
+    # 1f1b on p=4, m=8, m_b=2, m_w=1: peaks 8, 6, 4, 2; only device 0 is over its cap
+    set_controls(page, {"schedule": "1f1b", "memory cap": "5,5,5,100"})
+    card = page.locator("#m-peak")
+    assert card.get_attribute("data-value") == "8"
+    assert "device 0: 8 > 5 (and 1 more device)" in card.inner_text()
+    assert "100" not in card.inner_text()
+    set_controls(page, {"memory cap": "9,9,9,3"})  # all fit: the top peak's own cap
+    assert "cap 9 on device 0" in card.inner_text()
+    # a comma typed into a count is refused where it is typed, saying what it is
+    devices = page.get_by_label("devices", exact=True)
+    devices.fill("")
+    devices.press_sequentially("3,")
+    assert "devices takes a whole number: \",\" cannot be part of it" in \
+        page.locator("#e-devices").inner_text()
+    assert devices.input_value() == "3"  # the field holds what is sent
+    page.wait_for_function("() => !window.zbopt.busy", timeout=30000)  # the view for 3 drawn
+    assert "cannot be part of it" in page.locator("#e-devices").inner_text()
+    # what the browser cannot read is "not a number", not "got ''"
+    devices.fill("")
+    devices.press_sequentially("-")
+    page.wait_for_function("() => document.querySelector('#e-devices').innerText", timeout=30000)
+    assert page.locator("#e-devices").inner_text() == \
+        "devices is not a number: give a whole number from 1 to 64"
+    assert page.errors == []
+
+
+def test_a_solve_finishing_after_the_settings_changed_keeps_the_view(page):
+    page.get_by_label("time limit (s)").fill("1")
+    page.get_by_role("button", name="Solve").click()
+    # at once: the solve's process is still starting
+    set_controls(page, {"devices": "3"})
+    page.wait_for_function("() => ['optimal', 'feasible', 'infeasible', 'error'].includes("
+                           "document.querySelector('#solve-status').dataset.status)",
+                           timeout=90000)
+    status = page.locator("#solve-status").inner_text()
+    assert "solved for other settings than the ones shown now (devices 4)" in status
+    assert "solved" not in page.locator("#showing").inner_text()
+    assert page.evaluate("window.zbopt.job") is None  # the downloads stay with the view
+    assert page.evaluate("window.zbopt.doc.timeline.devices") == 3
+    # on request: its settings back and its schedule shown
+    page.get_by_role("button", name="show the solved schedule").click()
+    assert page.get_by_label("devices", exact=True).input_value() == "4"
+    assert "solved" in page.locator("#showing").inner_text()
+    assert page.evaluate("window.zbopt.doc.timeline.devices") == 4
+    assert page.evaluate("window.zbopt.job") is not None
+    assert page.locator("#solve-show").is_hidden()
+    assert page.errors == []

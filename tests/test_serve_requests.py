@@ -172,3 +172,43 @@ def test_a_solve_downloads_only_with_the_settings_it_was_solved_for(server):
     assert status == 200
     status, body, _ = server.request(f"/api/download/report?job={ident}")
     assert status == 422 and body["field"] == "job" and "devices 2, not 4" in body["error"]
+
+
+# ----- a served instance with per-device static memory --------------------------------------------
+
+STATIC = UNIT.replace('name = "unit-p4-m8"', 'name = "static-p4"') + \
+    'static_memory = [3, 1, 1, 3]\nmemory_unit = "MB"\n'
+
+
+def test_changing_devices_drops_per_device_static_memory_with_a_note(tmp_path):
+    path = tmp_path / "static.toml"
+    path.write_text(STATIC.replace('memory_cap = "2p"', "memory_cap = 40"))
+    srv = Server(path)
+    try:
+        status, doc, _ = srv.request("/api/evaluate")
+        assert status == 200 and doc["notes"] == []
+        assert doc["instance"]["static_memory"] == [3, 1, 1, 3]
+        status, doc, _ = srv.request("/api/evaluate?" + q(devices=3))
+        assert status == 200, doc
+        assert doc["instance"]["devices"] == 3 and doc["instance"].get("static_memory", 0) == 0
+        assert doc["notes"] == ["the served instance's static memory per device (3, 1, 1, 3 MB) "
+                                "is for 4 devices: left out with 3 (set devices to 4 to count "
+                                "it)"]
+        status, rows, _ = srv.request("/api/compare?" + q(devices=3))
+        assert status == 200 and all(r["status"] != "error" for r in rows)
+    finally:
+        srv.stop()
+
+
+def test_compare_progress_says_how_many_methods_are_done(server):
+    settings = {"devices": 2, "microbatches": 6}
+    status, before, _ = server.request("/api/compare/progress?" + q(**settings))
+    assert status == 200 and before["done"] == 0 and before["running"] is None
+    assert before["total"] > 10
+    status, rows, _ = server.request("/api/compare?" + q(**settings))
+    assert status == 200
+    status, after, _ = server.request("/api/compare/progress?" + q(**settings, schedule="1f1b"))
+    assert after == {"done": before["total"], "total": before["total"], "running": None}
+    assert len({r["method"] for r in rows}) == before["total"]
+    status, body, _ = server.request("/api/compare/progress?" + q(devices=0))
+    assert status == 422 and body["field"] == "devices"

@@ -269,16 +269,38 @@ def field_of(message: str, default: str = "schedule") -> str:
     return default
 
 
-def instance_of(settings: Settings, base: Instance) -> Instance:
-    """The instance as written: the served instance with the page's settings."""
+def _static_memory(settings: Settings, base: Instance) -> Any:
+    """The served instance's static memory for the settings' devices: one figure for all,
+    its list when the device count is the served one, else none (the page has no control for
+    it: notes() says so)."""
     static = base.static_memory
+    if len(set(static)) == 1:
+        return static[0]
+    return list(static) if len(static) == settings.devices else 0
+
+
+def notes(settings: Settings, base: Instance) -> list[str]:
+    """What the view leaves out of the served instance, one line each (the page shows them)."""
+    static = base.static_memory
+    if len(set(static)) > 1 and len(static) != settings.devices:
+        unit = f" {base.memory_unit}" if base.memory_unit else ""
+        return [f"the served instance's static memory per device ({_text(list(static))}{unit}) "
+                f"is for {base.devices} devices: left out with {settings.devices} (set devices "
+                f"to {base.devices} to count it)"]
+    return []
+
+
+def instance_of(settings: Settings, base: Instance) -> Instance:
+    """The instance as written: the served instance with the page's settings (its per-device
+    static memory left out when the device count differs, see notes())."""
+    static = _static_memory(settings, base)
     try:
         return replace(base, devices=settings.devices, microbatches=settings.microbatches,
                        placement=settings.placement,
                        chunks=settings.chunks if settings.placement == "interleaved" else 0,
                        t_f=settings.t_f, t_b=settings.t_b, t_w=settings.t_w, comm=settings.comm,
                        m_b=settings.m_b, m_w=settings.m_w, memory_cap=settings.memory_cap,
-                       static_memory=static[0] if len(set(static)) == 1 else list(static))
+                       static_memory=static)
     except ZboptError as err:
         raise SettingError(field_of(str(err), "devices"), str(err)) from None
 

@@ -140,6 +140,7 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
     results = _Recent(32, HELD_PASSES)
     # settings without the schedule -> {method: rows}, even partial
     comparisons = _Recent(16, HELD_PASSES)
+    running: dict = {}  # a comparison's key -> the method its worker runs now
     # one evaluation at a time: a request the page gave up on while it waited is dropped
     # instead of holding the interpreter while the page waits for the newer one
     gate = asyncio.Lock()
@@ -164,7 +165,8 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
 
     @functools.lru_cache(maxsize=16)
     def evaluated(key: api.Settings) -> bytes:
-        return encode(api.view_document(result_of(key), events=False))
+        return encode({**api.view_document(result_of(key), events=False),
+                       "notes": api.notes(key, base)})
 
     @functools.lru_cache(maxsize=16)
     def stepped(key: api.Settings) -> bytes:
@@ -198,7 +200,11 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
                 continue
             if await request.is_disconnected():
                 return None
-            rows = await run_in_threadpool(pool.compare_one, settings, base, name)
+            running[key] = name
+            try:
+                rows = await run_in_threadpool(pool.compare_one, settings, base, name)
+            finally:
+                running.pop(key, None)
             done[name] = rows
             comparisons.put(key, done)  # re-weighed with the new rows
             if settings.chunks != 1:  # a shown row then needs no second run
@@ -284,6 +290,15 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
         if rows is None:
             return _error("the client went away", status=499)
         return _json([r.to_dict() for r in rows])
+
+    @app.get("/api/compare/progress")
+    def compare_progress(request: Request) -> Response:
+        """How far the comparison of these settings is: methods done, of how many, and the one
+        running now (null when none is)."""
+        key = replace(settings_of(request), schedule="")
+        done = comparisons.get(key) or {}
+        return _json({"done": len(done), "total": len(methods("schedule")),
+                      "running": running.get(key)})
 
     @app.post("/api/solve")
     async def solve(request: Request) -> Response:

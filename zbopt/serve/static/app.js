@@ -54,7 +54,10 @@
   // ----- errors next to the controls -----------------------------------------------------------
 
   function clearErrors() {
-    document.querySelectorAll("#settings .error").forEach(function (p) { p.textContent = ""; });
+    document.querySelectorAll("#settings .error").forEach(function (p) {
+      var input = $("f-" + p.id.slice(2));
+      if (!(input && input.dataset.refused)) { p.textContent = ""; }  // kept until typing on
+    });
     document.querySelectorAll("#settings .invalid").forEach(function (n) {
       n.classList.remove("invalid");
       n.removeAttribute("aria-invalid");
@@ -64,8 +67,12 @@
   function showError(field, message) {
     var box = $("e-" + field);
     if (!box) { box = $("page-error"); }
-    box.textContent = message;
     var input = $("f-" + field);
+    if (input && input.validity && input.validity.badInput) {
+      // the browser sends what it cannot read as nothing
+      message = message.replace(" is empty:", " is not a number:");
+    }
+    box.textContent = message;
     if (input) {
       input.classList.add("invalid");
       input.setAttribute("aria-invalid", "true");
@@ -190,6 +197,7 @@
     ["step", "play", "cursor"].forEach(function (id) { $(id).disabled = true; });
     if (doc.events) { decodeEvents(doc.events); }
     showMetrics(doc.result);
+    $("view-note").textContent = (doc.notes || []).join("; ");
     var r = doc.result;
     $("showing").textContent = r.method + (r.kind === "solver" ? " (solved: " + r.status + ")" : "") +
       " on placement " + r.placement + (r.placement === "interleaved" ? " with " + r.chunks + " chunks" : "");
@@ -204,12 +212,31 @@
     var unit = r.time_unit ? ' <span class="u">' + esc(r.time_unit) + "</span>" : "";
     var munit = r.memory_unit ? ' <span class="u">' + esc(r.memory_unit) + "</span>" : "";
     var peak = r.peak_memory ? Math.max.apply(null, r.peak_memory) : null;
-    var cap = r.memory_cap ? Math.max.apply(null, r.memory_cap) : null;
+    var caps = r.memory_cap, cap = null, why = "no cap";
+    if (caps && r.peak_memory) {
+      // each device against its own cap: the largest peak may sit under a larger cap
+      var over = [], top = r.peak_memory.indexOf(peak);
+      r.peak_memory.forEach(function (x, d) { if (x > caps[d]) { over.push(d); } });
+      var same = caps.every(function (c) { return c === caps[0]; });
+      if (r.fits_cap === false && over.length) {
+        var d = over[0];
+        cap = caps[d];
+        why = "over: device " + d + ": " + fmt(r.peak_memory[d]) + " > " + fmt(cap) +
+          (over.length > 1 ? " (and " + (over.length - 1) + " more device" +
+           (over.length > 2 ? "s" : "") + ")" : "");
+      } else {
+        cap = caps[top];
+        why = (r.fits_cap === false ? "over the cap " : "cap ") + fmt(cap) +
+          (same ? "" : " on device " + top);
+      }
+    } else if (caps) {
+      cap = Math.max.apply(null, caps);
+      why = "cap " + fmt(cap);
+    }
     var values = {
       span: [r.span, fmt(r.span) + unit], makespan: [r.makespan, fmt(r.makespan) + unit],
       bubble: [r.bubble_rate, pct(r.bubble_rate)],
-      peak: [peak, fmt(peak) + munit + '<span class="why">' + (cap === null ? "no cap" :
-             (r.fits_cap === false ? "over the cap " : "cap ") + fmt(cap)) + "</span>"],
+      peak: [peak, fmt(peak) + munit + '<span class="why">' + esc(why) + "</span>"],
       bound: [r.lower_bound, r.lower_bound === null ? "–" : fmt(r.lower_bound) + unit +
               (r.bound_name ? '<span class="why">' + esc(r.bound_name.replace(/_/g, " ")) + "</span>" : "")],
       gap: [r.gap, pct(r.gap)], status: [r.status, r.status]
@@ -673,8 +700,21 @@
     var controller = new AbortController();
     state.compareController = controller;
     $("compare-status").textContent = "computing…";
+    var q = query();
+    // how far it is, asked every half second while it computes (the server runs one method
+    // at a time and says which)
+    var poll = setInterval(async function () {
+      try {
+        var answer = await fetch("/api/compare/progress?" + q, { signal: controller.signal });
+        if (!answer.ok || controller !== state.compareController) { return; }
+        var p = await answer.json();
+        if (controller !== state.compareController) { return; }
+        $("compare-status").textContent = "computing… " + p.done + " of " + p.total +
+          " methods done" + (p.running ? " (running " + p.running + ")" : "");
+      } catch (e) { /* the table's own request reports failures */ }
+    }, 500);
     try {
-      var response = await fetch("/api/compare?" + query(), { signal: controller.signal });
+      var response = await fetch("/api/compare?" + q, { signal: controller.signal });
       if (!response.ok) {
         var err = await readError(response);
         $("compare-status").textContent = err.message;
@@ -688,6 +728,7 @@
     } catch (e) {
       if (e.name !== "AbortError") { $("compare-status").textContent = "the server did not answer: " + e.message; }
     } finally {
+      clearInterval(poll);
       if (controller === state.compareController) { state.compareController = null; }
     }
   }
@@ -734,7 +775,9 @@
     var status = $("solve-status");
     ["solver", "time_limit"].forEach(function (f) { $("e-" + f).textContent = ""; });
     $("solve-note").textContent = "";
-    var body = settingsObject();
+    var body = settingsObject(), askedFor = query(), solvedSettings = settingsObject();
+    state.solved = null;
+    $("solve-show").hidden = true;
     body.page = state.page;
     body.solver = $("f-solver").value;
     body.time_limit = $("f-time_limit").value;
@@ -791,11 +834,14 @@
       status.textContent = r.method + ": " + r.status + scope + (r.span !== null ? " · span " + fmt(r.span) : "") +
         (r.lower_bound !== null ? " · bound " + fmt(r.lower_bound) : "") + " · gap " + pct(r.gap) +
         " · " + fmt(r.runtime, 1) + " s" + (r.message ? " — " + r.message : "");
-      if (s.view) {
-        show(s.view);
-        state.job = s.job;
-        state.shownQuery = null;
-        markCompareRow();
+      if (s.view && query() === askedFor) {
+        showSolved(s.view, s.job);
+      } else if (s.view) {
+        // the settings changed while it ran: the view and the downloads stay with them
+        state.solved = { view: s.view, job: s.job, settings: solvedSettings };
+        status.textContent += " — solved for other settings than the ones shown now (" +
+          describe(solvedSettings) + "); the view is unchanged";
+        $("solve-show").hidden = false;
       }
     });
     source.onerror = function () {
@@ -804,6 +850,42 @@
         status.textContent = "lost the connection to the solve";
       }
     };
+  }
+
+  function showSolved(view, job) {
+    show(view);
+    state.job = job;
+    state.shownQuery = null;
+    markCompareRow();
+  }
+
+  // the settings that differ from the controls', as "devices 8, micro-batches 32"
+  function describe(settings) {
+    var now = settingsObject();
+    var changed = FIELDS.filter(function (f) { return f in settings && settings[f] !== now[f]; });
+    return changed.map(function (f) { return state.setup.labels[f] + " " + settings[f]; }).join(", ") ||
+      "the same values";
+  }
+
+  // the solve that finished for other settings, on request: its settings back in the
+  // controls, then its schedule (the downloads are then its own)
+  function showSolvedAgain() {
+    var solved = state.solved;
+    if (!solved) { return; }
+    state.solved = null;
+    $("solve-show").hidden = true;
+    clearTimeout(state.evalTimer);
+    state.evalTimer = null;
+    if (state.evalController) { state.evalController.abort(); state.evalController = null; }
+    $("busy").hidden = true;
+    FIELDS.forEach(function (f) { if (f in solved.settings) { $("f-" + f).value = solved.settings[f]; } });
+    syncControls();
+    clearErrors();
+    document.querySelector(".timeline-panel").classList.remove("stale");
+    document.body.setAttribute("data-state", "ready");
+    showSolved(solved.view, solved.job);
+    scheduleCompare();
+    settle();
   }
 
   // ----- downloads -----------------------------------------------------------------------------
@@ -893,6 +975,7 @@
     var form = $("settings");
     form.addEventListener("input", function (e) {
       var field = e.target.name;
+      delete e.target.dataset.refused;
       if (field && $("e-" + field)) { $("e-" + field).textContent = ""; }
       syncControls();
       // typing waits for a pause; a committed change (below) goes at once
@@ -927,6 +1010,19 @@
     $("play").addEventListener("click", play);
     $("cursor").addEventListener("input", function (e) { stop(); setCursor(Number(e.target.value)); });
     $("solve").addEventListener("click", solve);
+    $("solve-show").addEventListener("click", showSolvedAgain);
+    // a number field the browser cannot read is sent empty, and one typed with a comma as
+    // digits run together: say so under it instead of quoting what the browser made of it
+    document.querySelectorAll("#settings input[type=number]").forEach(function (input) {
+      input.addEventListener("beforeinput", function (e) {
+        if (e.data && /[^0-9+\-]/.test(e.data)) {
+          e.preventDefault();
+          input.dataset.refused = "1";
+          $("e-" + input.name).textContent = state.setup.labels[input.name] +
+            " takes a whole number: " + JSON.stringify(e.data) + " cannot be part of it";
+        }
+      });
+    });
     document.querySelectorAll("[data-download]").forEach(function (b) {
       b.addEventListener("click", function () { download(b.getAttribute("data-download")); });
     });
