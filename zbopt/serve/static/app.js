@@ -1015,11 +1015,13 @@
     // digits run together: say so under it instead of quoting what the browser made of it
     document.querySelectorAll("#settings input[type=number]").forEach(function (input) {
       input.addEventListener("beforeinput", function (e) {
-        if (e.data && /[^0-9+\-]/.test(e.data)) {
+        var text = e.data || (e.dataTransfer ? e.dataTransfer.getData("text/plain") : "");
+        var odd = /[^0-9+\-]/.exec(text.trim() || "");
+        if (odd) {  // typed or pasted
           e.preventDefault();
           input.dataset.refused = "1";
           $("e-" + input.name).textContent = state.setup.labels[input.name] +
-            " takes a whole number: " + JSON.stringify(e.data) + " cannot be part of it";
+            " takes a whole number: " + JSON.stringify(odd[0]) + " cannot be part of it";
         }
       });
     });
