@@ -173,7 +173,7 @@ def check_total_time(key: str, value: Any, total: float) -> None:
     contributes most, `value` its largest value (both named in the message). Shared by Instance
     and LayeredModel."""
     if total > MAX_TOTAL:
-        raise TooLarge(f"{key} {shown(value)} is too large: it makes the passes' total time "
+        raise TooLarge(f"{key} ({shown(value)}) is too large: it makes the passes' total time "
                        f"(every pass's time, plus comm once per pass) {_total_text(total)}, "
                        f"and zbopt's limit is {MAX_TOTAL_TEXT} (past it sums lose precision)",
                        "time")
@@ -183,7 +183,7 @@ def check_total_memory(key: str, value: Any, total: float, where: str) -> None:
     """What one device could hold (static memory plus every activation it holds) must stay at
     or below MAX_TOTAL; `where` says which device. Shared by Instance and LayeredModel."""
     if total > MAX_TOTAL:
-        raise TooLarge(f"{key} {shown(value)} is too large: with it {where} could hold "
+        raise TooLarge(f"{key} ({shown(value)}) is too large: with it {where} could hold "
                        f"{_total_text(total)} at once (static memory plus the activations of "
                        f"every micro-batch), and zbopt's limit is {MAX_TOTAL_TEXT} (past it "
                        f"sums lose precision)", "memory")
@@ -288,7 +288,7 @@ class Instance:
         for s in range(stages):
             if self.m_w[s] > self.m_b[s]:
                 raise ZboptError(
-                    f"m_w ({self.m_w[s]}) exceeds m_b ({self.m_b[s]}) on stage {s}: "
+                    f"m_w ({shown(self.m_w[s])}) exceeds m_b ({shown(self.m_b[s])}) on stage {s}: "
                     f"m_w is the part of m_b kept for W, so it must be <= m_b")
         if sum(self.t_f) + sum(self.t_b) + sum(self.t_w) <= 0:
             raise ZboptError("all pass costs are zero: give t_f, t_b or t_w a positive value")
