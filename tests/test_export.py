@@ -123,7 +123,7 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     timeline = family_timeline("1f1b", small_instance())
     path = tmp_path / "s.json"
     path.write_text("precious")
-    with pytest.raises(ZboptError, match="--force"):
+    with pytest.raises(ZboptError, match="force=True"):  # the Python keyword, not the flag
         write_schedule_file(path, timeline)
     assert path.read_text() == "precious"
     write_schedule_file(path, timeline, force=True)

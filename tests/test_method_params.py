@@ -25,6 +25,8 @@ WHOLE = "give a whole number at least the number of devices, or None for N = p"
     (8.5, f"interleaved-1f1b: group_size must be a whole number, got 8.5: {WHOLE}"),
     (8.0, "interleaved-1f1b: group_size must be a whole number, got 8.0: write group_size = 8"),
     (True, f"interleaved-1f1b: group_size must be a whole number, got True: {WHOLE}"),
+    (0, "interleaved-1f1b: group_size must be at least the number of devices, got 0: give a "
+        "whole number >= p, or None for N = p"),
 ])
 def test_a_group_size_no_instance_could_take_is_an_error(value, message):
     # the value is wrong whatever the instance: generate() and run() both raise it
@@ -38,7 +40,6 @@ def test_a_group_size_no_instance_could_take_is_an_error(value, message):
 
 @pytest.mark.parametrize("value, message", [
     (2, "interleaved-1f1b needs group size N >= p = 4, got 2"),
-    (0, "interleaved-1f1b needs group size N >= p = 4, got 0"),
     (6, "interleaved-1f1b needs microbatches (8) to be a multiple of the group size N = 6: "
         "use m = 12 or another N"),
 ])

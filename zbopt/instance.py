@@ -569,11 +569,11 @@ class Instance:
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
         """Write the instance as JSON (.json) or TOML, whole or not at all; never over an
         existing file without `overwrite`."""
-        from .export.outputs import write_file
+        from .export.outputs import require_path, write_file
         data = self.to_dict()
-        text = json.dumps(data, indent=1) + "\n" if Path(path).suffix.lower() == ".json" \
-            else to_toml(data)
-        return write_file(path, text, overwrite)
+        text = json.dumps(data, indent=1) + "\n" \
+            if require_path(path, "save()'s path").suffix.lower() == ".json" else to_toml(data)
+        return write_file(path, text, overwrite, force_flag="overwrite=True")
 
 
 def check_table(data: Any, source: str) -> None:
