@@ -26,9 +26,15 @@ from ._common import (
     solver_for,
 )
 
-LEGEND = ("span: last end - first start, the longest device's; bubble rate: (span - ideal) / "
-          "span; fits cap: peak memory within the memory cap on every device; gap to bound: "
-          "(span - best lower bound) / span, for schedules that fit")
+
+def legend(objective: str = "span") -> str:
+    """The table's note: what each column means, the gap of the objective the rows were
+    judged by."""
+    return (f"span: last end - first start, the longest device's; bubble rate: (span - ideal) / "
+            f"span; fits cap: peak memory within the memory cap on every device; gap to bound: "
+            f"({objective} - best lower bound on the {objective}) / {objective}, for schedules "
+            f"that fit")
+
 
 
 def register(sub) -> None:
@@ -149,7 +155,8 @@ def run(args) -> int:
     if args.json:
         print_json([r.to_dict() for r in rows])
         return 0
-    from ..report.verdict import placement_text
+    from ..report.verdict import objective_of, order_key, placement_text
+    objective = objective_of(rows)
     out = console()
     cap = instance.cap
     time_unit = f" ({instance.time_unit})" if instance.time_unit else ""
@@ -158,9 +165,11 @@ def run(args) -> int:
         f"{instance.memory_cap} ({fmt(max(cap))}{' ' + instance.memory_unit if instance.memory_unit else ''})"
     out.print(f"[bold]{instance.name or 'instance'}[/]: p={instance.devices} "
               f"m={instance.microbatches} placement={instance.placement} cap={cap_text}")
+    gap = "gap to bound" + ("" if objective == "span" else f" ({objective})")
     table = Table("method", "placement", "status", f"makespan{time_unit}", f"span{time_unit}",
-                  "bubble rate", f"peak memory{memory_unit}", "fits cap", "gap to bound")
-    applied = sorted((r for r in rows if r.applies), key=lambda r: r.timeline.span)
+                  "bubble rate", f"peak memory{memory_unit}", "fits cap", gap)
+    applied = sorted((r for r in rows if r.applies),
+                     key=order_key(objective))
     for r in applied:
         tl = r.timeline
         table.add_row(r.method, placement_text(r), r.status,
@@ -168,7 +177,7 @@ def run(args) -> int:
                       fmt(max(tl.peak_memory)), "yes" if tl.fits_cap else "[red]no[/]",
                       "-" if r.gap is None else f"{r.gap:.2%}")
     out.print(table)
-    out.print(f"[dim]{LEGEND}[/]")
+    out.print(f"[dim]{legend(objective)}[/]")
     for r in rows:
         if not r.applies:
             what = "no schedule" if r.kind == "solver" else "does not apply"

@@ -31,7 +31,7 @@ from .gantt import (
     plot_schedule,
     plot_stacked,
 )
-from .verdict import verdict
+from .verdict import objective_of, order_key, verdict
 
 # The columns of a timeline's passes in the page's JSON (timeline.js reads them by name), in
 # the devices' execution order: "gap" is a pass's start less the previous pass's end on its
@@ -162,16 +162,17 @@ def _named(row: Result) -> Timeline:
 
 
 def comparison_table(rows: Sequence[Result]) -> str:
-    applied = sorted((r for r in rows if r.applies), key=lambda r: r.timeline.span)
+    objective = objective_of(rows)
+    applied = sorted((r for r in rows if r.applies), key=order_key(objective))
     fitting = [r for r in applied if r.timeline.fits_cap]
-    best = min((r.timeline.span for r in fitting), default=None)
+    best = min((r.timeline.objective(objective) for r in fitting), default=None)
     first = applied[0].instance if applied else None
     t = f" ({_e(first.time_unit)})" if first is not None and first.time_unit else ""
     m = f" ({_e(first.memory_unit)})" if first is not None and first.memory_unit else ""
     head = (f"<tr><th>method</th><th>kind</th><th>placement</th><th>status</th>"
             f"<th>makespan{t}</th><th>span{t}</th><th>ideal{t}</th><th>bubble rate</th>"
             f"<th>peak memory{m} (max)</th><th>cap{m} (max)</th><th>fits cap</th>"
-            f"<th>gap to bound</th></tr>")
+            f"<th>gap to bound{'' if objective == 'span' else f' ({objective})'}</th></tr>")
     body = []
     for r in applied:
         tl = r.timeline
@@ -180,7 +181,7 @@ def comparison_table(rows: Sequence[Result]) -> str:
         fits = "yes" if tl.fits_cap else '<span class="over">no</span>'
         # a row made on another instance (a caller's own) shows the cap it was judged by
         cap = "unlimited" if tl.instance.cap is None else number(max(tl.instance.cap))
-        css = ' class="best"' if tl.fits_cap and tl.span == best else ""
+        css = ' class="best"' if tl.fits_cap and tl.objective(objective) == best else ""
         body.append(
             f"<tr{css}><td>{_e(r.method)}</td><td>{_e(r.kind)}</td><td>{_e(placement)}</td>"
             f"<td>{_e(r.status)}</td>"
@@ -195,11 +196,12 @@ def comparison_table(rows: Sequence[Result]) -> str:
             why = "no schedule" if r.kind == "solver" else "does not apply"
             body.append(f'<tr class="na"><td>{_e(r.method)}</td><td>{_e(r.kind)}</td>'
                         f'<td colspan="10">{why}: {_e(r.message)}</td></tr>')
-    note = ('<p class="sub">Sorted by span; the bold row is the best that fits the memory cap. '
-            'span = max over devices of (last end - first start); bubble rate = '
-            '(span - ideal) / span; gap to bound = (span - the best lower bound of '
-            'zbopt.bounds) / span, for schedules within the cap. Every method is judged against '
-            'the same absolute cap per device, resolved on the instance as written.</p>')
+    note = (f'<p class="sub">Sorted by {objective}; the bold row is the best that fits the memory '
+            f'cap. span = max over devices of (last end - first start); makespan = the latest '
+            f'end of any pass; bubble rate = (span - ideal) / span; gap to bound = ({objective} '
+            f'- the best lower bound on the {objective} of zbopt.bounds) / {objective}, for '
+            f'schedules within the cap. Every method is judged against the same absolute cap per '
+            f'device, resolved on the instance as written.</p>')
     return f"<table>{head}{''.join(body)}</table>{note}"
 
 
@@ -235,7 +237,8 @@ def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
     """The whole report as one HTML string (see the module doc); `progress(text)` hears of
     each chart as it is drawn (they take seconds each)."""
     tell = progress or (lambda text: None)
-    applied = sorted((r for r in rows if r.applies), key=lambda r: r.timeline.span)
+    objective = objective_of(rows)
+    applied = sorted((r for r in rows if r.applies), key=order_key(objective))
     timelines = [_named(r) for r in applied]
     title = title or f"zbopt report: {instance.name or 'instance'}"
     xmax = max((t.makespan for t in timelines), default=1.0)

@@ -1,0 +1,52 @@
+"""What compare, report, plot, frontier and the sweep report say and draw on good input: the
+objective the numbers are about, numbers as precise as the verdict's, labels that match what
+was proven."""
+
+from __future__ import annotations
+
+import pytest
+
+from zbopt.cli import main
+from zbopt.compare import compare
+from zbopt.instance import Instance
+from zbopt.report.html import render_report
+from zbopt.report.verdict import verdict
+
+UNIT = Instance(devices=4, microbatches=8, t_f=1, t_b=1, t_w=1, m_b=2, m_w=1, memory_cap="2p",
+                name="unit-p4-m8")
+
+
+def _solved_makespan_rows():
+    pytest.importorskip("zbopt.solvers.api")
+    from zbopt.registry import run
+    rows = compare(UNIT, ["zb-h1", "zb-2p"], objective="makespan")
+    return rows + [run("cpsat", UNIT, objective="makespan", time_limit=10, threads=1)]
+
+
+def test_a_makespan_proof_is_stated_as_one_not_as_a_span_claim(capsys):
+    rows = _solved_makespan_rows()
+    lines = verdict(UNIT, rows)
+    solver = next(line for line in lines if line.startswith("cpsat"))
+    assert solver.startswith("cpsat: makespan 27 is optimal") and "on the makespan" in solver
+    assert not any("span 27 is optimal" in line and "makespan 27" not in line for line in lines)
+    # the best by makespan, the shorter span among equal makespans: zb-2p (span 24)
+    assert lines[0].startswith("verdict: use zb-2p (contiguous placement): makespan 27 (span 24)")
+    page = render_report(UNIT, rows, charts=False)
+    assert "gap to bound (makespan)" in page and "(makespan - the best lower bound" in page
+    assert "cpsat: makespan 27 is optimal" in page
+
+
+def test_compare_names_the_objective_of_its_gap_column(capsys):
+    pytest.importorskip("zbopt.solvers.api")
+    assert main(["compare", "unit-p4-m8", "--solve", "--objective", "makespan", "--time-limit",
+                 "10", "--methods", "zb-h1,zb-2p", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "gap to bound (makespan)" in out and "(makespan - best lower bound" in out
+    assert "cpsat: makespan 27 is optimal" in out
+    assert "cpsat: span 27 is optimal" not in out
+
+
+def test_under_the_span_objective_the_verdict_speaks_of_the_span():
+    rows = compare(UNIT, ["zb-h1", "1f1b"])
+    assert verdict(UNIT, rows)[0].startswith("verdict: use zb-h1 (contiguous placement): span ")
+    assert "makespan" not in verdict(UNIT, rows)[0]
