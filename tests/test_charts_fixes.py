@@ -50,3 +50,25 @@ def test_under_the_span_objective_the_verdict_speaks_of_the_span():
     rows = compare(UNIT, ["zb-h1", "1f1b"])
     assert verdict(UNIT, rows)[0].startswith("verdict: use zb-h1 (contiguous placement): span ")
     assert "makespan" not in verdict(UNIT, rows)[0]
+
+
+# ----- numbers as precise as the verdict's ----------------------------------------------------
+
+def test_numbers_above_100_keep_their_decimal_in_tables_headings_and_headlines():
+    from zbopt.report.gantt import describe
+    from zbopt.report.numbers import figure, number
+    assert figure(237.81) == "237.8" and figure(238.44) == "238.4"
+    assert number(237.81) != number(238.44) and number(200.00000000000003) == "200"
+    assert figure(1186022.5) == "1,186,022.5" and figure(8.000000000000002) == "8"
+    odd = Instance(devices=2, microbatches=60, t_f=1.21, t_b=1.33, t_w=0.87, name="odd",
+                   time_unit="ms")
+    rows = compare(odd, ["1f1b", "zb-h1"])
+    spans = [r.span for r in rows]
+    assert all(s > 100 and not float(s).is_integer() for s in spans)
+    page = render_report(odd, rows, charts=False)
+    best = min(rows, key=lambda r: r.span)
+    for r in rows:
+        assert f'<td class="num">{figure(r.span)}</td>' in page
+        assert f"{r.method}: span {figure(r.span)}, bubble" in page  # its heading
+        assert f"span {figure(r.span)}  makespan" in describe(r.timeline)
+    assert f"span {figure(best.span)} ms, bubble rate" in verdict(odd, rows)[0]

@@ -24,6 +24,7 @@ from matplotlib.ticker import EngFormatter, FuncFormatter
 
 from ..errors import ZboptError
 from ..schedule import Item, Timeline
+from .numbers import figure as printed
 from .numbers import number
 
 KIND_COLOURS = {"F": "#7b4fc9", "B": "#f28e1c", "W": "#2e9e4f"}
@@ -191,7 +192,7 @@ def plot_memory(timeline: Timeline, device: int, ax: Axes | None = None,
     if cap is not None:
         ax.axhline(cap, color=CAP_COLOUR, linestyle="--", linewidth=1.3)
     peak = timeline.peak_memory[device]
-    label = f"peak {number(peak)}" + (f" / cap {number(cap)}" if cap is not None else "")
+    label = f"peak {printed(peak)}" + (f" / cap {printed(cap)}" if cap is not None else "")
     over = cap is not None and peak > cap + 1e-9
     ax.text(1.0, 1.0, label, transform=ax.transAxes, ha="right", va="top", fontsize=7,
             color=CAP_COLOUR if over else "#333333",
@@ -230,9 +231,9 @@ def describe(timeline: Timeline) -> str:
     method = timeline.schedule.method or "schedule"
     cap = "" if timeline.instance.cap is None else (
         "  fits cap" if timeline.fits_cap else "  OVER CAP")
-    return (f"{method}: span {number(timeline.span)}  makespan {number(timeline.makespan)}  "
+    return (f"{method}: span {printed(timeline.span)}  makespan {printed(timeline.makespan)}  "
             f"bubble {timeline.bubble_rate:.1%}  peak memory "
-            f"{number(max(timeline.peak_memory))}{cap}")
+            f"{printed(max(timeline.peak_memory))}{cap}")
 
 
 def plot_schedule(timeline: Timeline) -> Figure:

@@ -26,11 +26,11 @@ from .gantt import (
     KIND_NAMES,
     is_overlapped,
     label_colour,
-    number,
     pass_colour,
     plot_schedule,
     plot_stacked,
 )
+from .numbers import exact, figure
 from .verdict import objective_of, order_key, verdict
 
 # The columns of a timeline's passes in the page's JSON (timeline.js reads them by name), in
@@ -180,14 +180,14 @@ def comparison_table(rows: Sequence[Result]) -> str:
                                             if r.instance.placement == "interleaved" else "")
         fits = "yes" if tl.fits_cap else '<span class="over">no</span>'
         # a row made on another instance (a caller's own) shows the cap it was judged by
-        cap = "unlimited" if tl.instance.cap is None else number(max(tl.instance.cap))
+        cap = "unlimited" if tl.instance.cap is None else figure(max(tl.instance.cap))
         css = ' class="best"' if tl.fits_cap and tl.objective(objective) == best else ""
         body.append(
             f"<tr{css}><td>{_e(r.method)}</td><td>{_e(r.kind)}</td><td>{_e(placement)}</td>"
             f"<td>{_e(r.status)}</td>"
-            f'<td class="num">{number(tl.makespan)}</td><td class="num">{number(tl.span)}</td>'
-            f'<td class="num">{number(tl.ideal)}</td><td class="num">{tl.bubble_rate:.2%}</td>'
-            f'<td class="num">{number(max(tl.peak_memory))}</td>'
+            f'<td class="num">{figure(tl.makespan)}</td><td class="num">{figure(tl.span)}</td>'
+            f'<td class="num">{figure(tl.ideal)}</td><td class="num">{tl.bubble_rate:.2%}</td>'
+            f'<td class="num">{figure(max(tl.peak_memory))}</td>'
             f'<td class="num">{cap}</td><td>{fits}</td>'
             f'<td class="num">{"-" if r.gap is None else f"{r.gap:.2%}"}'
             '</td></tr>')
@@ -210,16 +210,16 @@ def instance_table(instance: Instance) -> str:
     rows.append(("stages", f"{instance.num_stages} ({instance.chunks} per device)"))
     cap = instance.cap
     rows.append(("memory cap per device", "unlimited" if cap is None else
-                 ", ".join(number(c) for c in cap)))
+                 ", ".join(figure(c) for c in cap)))
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_list_text(v))}</td></tr>" for k, v in rows)
     return f"<table>{cells}</table>"
 
 
 def _list_text(value) -> str:
     if isinstance(value, (list, tuple)):
-        return ", ".join(number(x) if isinstance(x, (int, float)) else str(x) for x in value)
+        return ", ".join(exact(x) if isinstance(x, (int, float)) else str(x) for x in value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return number(value)
+        return exact(value)
     return str(value)
 
 
@@ -267,8 +267,8 @@ def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
                   '&minus; buttons or Ctrl + mouse wheel, drag to pan when zoomed in.</p>',
                   _legend()]
         for i, (t, r) in enumerate(zip(timelines, applied)):
-            parts.append(f'<h3 id="method-{i}">{_e(r.method)}: span {number(t.span)}, bubble '
-                         f'{t.bubble_rate:.1%}, peak memory {number(max(t.peak_memory))}'
+            parts.append(f'<h3 id="method-{i}">{_e(r.method)}: span {figure(t.span)}, bubble '
+                         f'{t.bubble_rate:.1%}, peak memory {figure(max(t.peak_memory))}'
                          f'{"" if t.fits_cap else " <span class=over>(over the cap)</span>"}'
                          f'</h3><div class="zb-timeline" data-timeline="{i}">'
                          f'<div class="zb-status"></div></div>')

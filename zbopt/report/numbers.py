@@ -4,12 +4,23 @@ from __future__ import annotations
 
 
 def number(x: float) -> str:
-    """A readable number: 1,281,520 rather than 1.28152e+06, 28.5, 0.333."""
+    """An axis tick: 1,281,520 rather than 1.28152e+06, 237.5, 28.5, 0.333 (at most one decimal
+    from 100 up, none when it is 0: a tick's float error is not shown). Tables, headings and
+    verdicts print figure()."""
     if float(x).is_integer():
         return f"{int(x):,}"
     if abs(x) >= 100:
-        return f"{x:,.0f}"
+        text = f"{x:,.1f}"
+        return text[:-2] if text.endswith(".0") else text
     return f"{x:.4g}"
+
+
+def exact(x: float) -> str:
+    """A number as written in an instance (t_f = 1.2345 stays 1.2345), with thousands
+    separators."""
+    if isinstance(x, float) and x.is_integer():
+        return f"{int(x):,}"
+    return f"{x:,}"
 
 
 def figure(x: float | None, digits: int = 1) -> str:
@@ -17,8 +28,8 @@ def figure(x: float | None, digits: int = 1) -> str:
     thousands separators, others with `digits` decimals (1,186,022.5); "-" for None."""
     if x is None:
         return "-"
-    if isinstance(x, float) and x.is_integer():
+    if float(x).is_integer():
         return f"{int(x):,}"
-    if isinstance(x, int):
-        return f"{x:,}"
+    if abs(x - round(x)) <= 1e-9 * max(1.0, abs(x)):  # float noise: 8.000000000000002 is 8
+        return f"{round(x):,}"
     return f"{x:,.{digits}f}"
