@@ -72,3 +72,34 @@ def test_numbers_above_100_keep_their_decimal_in_tables_headings_and_headlines()
         assert f"{r.method}: span {figure(r.span)}, bubble" in page  # its heading
         assert f"span {figure(r.span)}  makespan" in describe(r.timeline)
     assert f"span {figure(best.span)} ms, bubble rate" in verdict(odd, rows)[0]
+
+
+# ----- the frontier labels what it has, proven or not -------------------------------------------
+
+def test_frontier_labels_the_solver_span_and_marks_only_proven_points_optimal():
+    pytest.importorskip("zbopt.solvers.api")
+    from dataclasses import replace
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zbopt.frontier import CapResults, frontier, frontier_header, plot_frontier
+    tiny = Instance(devices=2, microbatches=3, t_f=1, t_b=1, t_w=1, name="tiny")
+    points = frontier(tiny, ["1p", "2p"], time_limit=10, threads=1)
+    assert points[1].solver.status == "optimal"
+    # the 1p point as a solve that ran out of time: a span above its bound
+    solver = points[0].solver
+    unproven = replace(solver, status="feasible", lower_bound=solver.span * 0.9)
+    points[0] = CapResults(points[0].cap, points[0].cap_value, points[0].cap_p,
+                           (unproven,) + points[0].results[1:])
+    header = frontier_header(tiny)
+    assert "solver span" in header and not any(h.startswith("optimal") for h in header)
+    assert len(set(header)) == len(header)  # no two columns headed "cap"
+    fig, ax = plt.subplots()
+    plot_frontier(points, ax=ax)
+    labels = ax.get_legend_handles_labels()[1]
+    plt.close(fig)
+    assert not any(label.startswith("optimal") for label in labels)
+    assert "proven optimal" in labels and "not proven optimal (gap beside it)" in labels
+    assert any(t.get_text() == "gap 10.0%" for t in ax.texts)

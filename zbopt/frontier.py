@@ -1,11 +1,11 @@
-"""The memory-bubble frontier: at each memory cap, the optimal span (with its certified gap)
-beside the greedy heuristic and every family that fits; the Zero Bubble paper's Figure 7 with
+"""The memory-bubble frontier: at each memory cap, the solver's span (proven optimal, or with
+its certified gap) beside the greedy heuristic and every family that fits; the Zero Bubble paper's Figure 7 with
 proven optima.
 
 A frontier is, per cap, Results (zbopt.result): the solver's, the greedy's and each family's.
 Every span comes from evaluate() (through zbopt.registry.run); the only derived number is the
 bubble rate a schedule meeting the lower bound would have, (bound - ideal) / bound, drawn as the
-bottom of each optimum's error bar.
+bottom of each solver point's error bar.
 """
 
 from __future__ import annotations
@@ -197,7 +197,8 @@ def cap_results(capped: Instance, cap: Any, solver: str, time_limit: float,
 # ----- presentation -------------------------------------------------------------------------------
 
 def plot_frontier(points: list[CapResults], title: str = "", ax=None):
-    """Bubble rate against the cap: proven optimum (bar down to the bound), greedy, families."""
+    """Bubble rate against the cap: the solver's span (filled where proven optimal, hollow with
+    its gap where not; bar down to the bound), greedy, families."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -206,13 +207,27 @@ def plot_frontier(points: list[CapResults], title: str = "", ax=None):
     solved = [p for p in points if p.solver is not None and p.solver.applies
               and p.cap_p is not None]
     if solved:
+        name = solved[0].solver.method
         xs = [p.cap_p for p in solved]
         ys = [100 * p.solver.bubble_rate for p in solved]
         low = [100 * (p.solver.bubble_rate - (p.bound_bubble_rate if p.bound_bubble_rate
                                                is not None else p.solver.bubble_rate))
                for p in solved]
-        ax.errorbar(xs, ys, yerr=[low, [0] * len(low)], marker="o", color="black", capsize=3,
-                    linewidth=1.5, label="optimal (bar: down to the proven bound)")
+        ax.errorbar(xs, ys, yerr=[low, [0] * len(low)], color="black", capsize=3,
+                    linewidth=1.5, label=f"{name}'s span (bar: down to the proven lower bound)")
+        proven = [(x, y) for p, x, y in zip(solved, xs, ys) if p.solver.status == "optimal"]
+        open_ = [(p, x, y) for p, x, y in zip(solved, xs, ys) if p.solver.status != "optimal"]
+        if proven:
+            ax.plot(*zip(*proven), linestyle="none", marker="o", color="black",
+                    label="proven optimal")
+        if open_:
+            ax.plot([x for _, x, _ in open_], [y for _, _, y in open_], linestyle="none",
+                    marker="o", markerfacecolor="white", markeredgecolor="black",
+                    label="not proven optimal (gap beside it)")
+            for p, x, y in open_:
+                gap = "-" if p.solver.gap is None else f"{p.solver.gap:.1%}"
+                ax.annotate(f"gap {gap}", (x, y), textcoords="offset points", xytext=(5, 4),
+                            fontsize=7)
     greedy = [(p.cap_p, 100 * p.greedy.bubble_rate) for p in points
               if p.greedy is not None and p.cap_p is not None]
     if greedy:
@@ -241,7 +256,8 @@ def _family_text(result: Result, home: str) -> str:
 
 
 def frontier_rows(points: list[CapResults]) -> list[list[str]]:
-    """Table rows (strings): cap, optimal span, gap, bubble, greedy, best family, families."""
+    """Table rows (strings): cap as given and its value, the solver's status, span, bound, gap
+    and bubble, greedy, best family, families."""
     rows = []
     for p in points:
         solver = p.solver
@@ -262,7 +278,7 @@ def frontier_rows(points: list[CapResults]) -> list[list[str]]:
 def frontier_header(instance: Instance) -> list[str]:
     t = f" ({instance.time_unit})" if instance.time_unit else ""
     m = f" ({instance.memory_unit})" if instance.memory_unit else ""
-    return ["cap", f"cap{m}", "status", f"optimal span{t}", f"lower bound{t}", "gap", "bubble",
+    return ["cap", f"cap value{m}", "status", f"solver span{t}", f"lower bound{t}", "gap", "bubble",
             f"greedy span{t}", "greedy bubble", f"best family, span{t}", "families that fit"]
 # "best family" is the fitting family with the shortest span on any placement; one on another
 # placement solves a re-placed model (more, smaller stages) and names its placement in brackets
@@ -290,11 +306,8 @@ def frontier_markdown(points: list[CapResults], instance: Instance, solver: str,
 
 
 def _num(x: Optional[float]) -> str:
-    if x is None:
-        return "-"
-    if float(x).is_integer():
-        return f"{int(x):,}"
-    return f"{x:,.1f}"
+    from .report.numbers import figure
+    return figure(x)
 
 
 def _pct(x: Optional[float]) -> str:

@@ -1,4 +1,5 @@
-"""zbopt frontier INSTANCE --caps 1p:3p:0.25p: optimal span at each memory cap, proven."""
+"""zbopt frontier INSTANCE --caps 1p:3p:0.25p: the solver's span at each memory cap, proven
+optimal or with its certified gap."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ from ._common import (
 
 def register(sub) -> None:
     parser = sub.add_parser(
-        "frontier", help="optimal span at each memory cap beside the greedy and the families",
-        description="Solve the instance at every cap (span objective): the proven optimum and "
-                    "its certified gap, the zb-greedy heuristic and every family that fits.")
+        "frontier", help="the solver's span at each memory cap beside the greedy and the families",
+        description="Solve the instance at every cap (span objective): the solver's span, proven "
+                    "optimal or with its certified gap, the zb-greedy heuristic and every family "
+                    "that fits.")
     add_instance_arguments(parser, mem=False)  # the caps come from --caps
     parser.add_argument("--caps", default="1p:3p:0.25p",
                         help="START:STOP:STEP or a comma list (default 1p:3p:0.25p); sizes "
@@ -84,9 +86,10 @@ def run(args) -> int:
     for row in frontier_rows(points):
         table.add_row(*row)
     out_console.print(table)
-    out_console.print(f"[dim]optimal: proven among {instance.placement} schedules of single "
-                      f"passes; best family: the fitting family with the shortest span on any "
-                      f"placement[/]")
+    out_console.print(f"[dim]solver span: the solver's best schedule; status optimal: proven "
+                      f"optimal among {instance.placement} schedules of single passes, otherwise "
+                      f"within its gap of the optimum; best family: the fitting family with the "
+                      f"shortest span on any placement[/]")
     for path in targets.values():
         out_console.print(f"wrote {path}")
     return 0
