@@ -103,3 +103,17 @@ def test_frontier_labels_the_solver_span_and_marks_only_proven_points_optimal():
     assert not any(label.startswith("optimal") for label in labels)
     assert "proven optimal" in labels and "not proven optimal (gap beside it)" in labels
     assert any(t.get_text() == "gap 10.0%" for t in ax.texts)
+
+
+# ----- the sweep report's gap ------------------------------------------------------------------
+
+def test_a_bound_a_rounding_error_above_the_span_is_no_negative_gap():
+    from zbopt.sweep.report import markdown_text, summarize
+    base = {"instance_name": "x", "devices": 2, "microbatches": 4, "cap_spec": "1p",
+            "instance_placement": "contiguous", "placement": "contiguous", "fits_cap": True,
+            "instance": {"devices": 2}}
+    records = [{**base, "label": "cpsat", "kind": "solver", "status": "optimal", "span": 42.9,
+                "bubble_rate": 0.1, "lower_bound": 42.900000000000006, "gap": 0.0}]
+    assert summarize(records).gap == 0.0
+    text = markdown_text(records)
+    assert "-0.00%" not in text and "| 0.00% |" in text

@@ -132,10 +132,11 @@ class InstanceSummary:
 
     @property
     def gap(self) -> Optional[float]:
-        """(best span - lower bound) / best span; negative would expose a wrong bound."""
+        """(best span - lower bound) / best span, at least 0 as Result.gap is (a stored bound a
+        rounding error above the span is no negative gap)."""
         if self.best_span is None or self.lower_bound is None or not self.best_span:
             return None
-        return relative_gap(self.best_span, self.lower_bound)
+        return max(0.0, relative_gap(self.best_span, self.lower_bound))
 
 
 def group_by_instance(records: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
