@@ -117,3 +117,22 @@ def test_a_bound_a_rounding_error_above_the_span_is_no_negative_gap():
     assert summarize(records).gap == 0.0
     text = markdown_text(records)
     assert "-0.00%" not in text and "| 0.00% |" in text
+
+
+# ----- a schedule or plan file's own schedule is a row ------------------------------------------
+
+def test_compare_and_report_of_a_schedule_file_show_its_schedule_as_a_row(tmp_path, capsys):
+    from zbopt.compare import run_method
+    from zbopt.export.schedule_file import write_schedule_file
+    path = tmp_path / "mine.json"
+    write_schedule_file(path, run_method("zb-2p", UNIT).timeline)
+    assert main(["compare", str(path), "--methods", "1f1b", "--json"]) == 0
+    rows = __import__("json").loads(capsys.readouterr().out)
+    assert [r["method"] for r in rows] == ["mine.json (zb-2p)", "1f1b"]
+    assert rows[0]["span"] == run_method("zb-2p", UNIT).span and rows[0]["fits_cap"]
+    assert main(["compare", str(path), "--methods", "1f1b", "--quiet"]) == 0
+    assert "verdict: use mine.json (zb-2p)" in capsys.readouterr().out
+    out = tmp_path / "r.html"
+    assert main(["report", str(path), "--methods", "1f1b", "-o", str(out), "--quiet"]) == 0
+    page = out.read_text()
+    assert "<td>mine.json (zb-2p)</td>" in page and "verdict: use mine.json (zb-2p)" in page

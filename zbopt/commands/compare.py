@@ -17,7 +17,7 @@ from ._common import (
     chunk_count,
     console,
     fmt,
-    load,
+    load_with_schedule,
     positive_int,
     positive_seconds,
     print_json,
@@ -104,21 +104,69 @@ def method_names(args) -> list[str]:
     return names
 
 
-def rows_for(instance, args, report=None) -> list:
-    """The Results `compare` shows: every schedule method (or --methods), and with --solve the
-    solver's (compare and report share this). `report` is a Progress for stderr."""
+def rows_for(instance, args, report=None, stored=None) -> list:
+    """The Results `compare` shows: the schedule of the schedule or plan file given as the
+    instance (`stored`, its ScheduleFile), every schedule method (or --methods), and with
+    --solve the solver's (compare and report share this). `report` is a Progress for stderr."""
     from ..compare import available_cores, compare
     jobs = args.jobs if args.jobs is not None else min(2, available_cores())
     names = method_names(args)
     check_chunks(args.chunks, instance, names)
-    rows = compare(instance, names, chunks=args.chunks, objective=args.objective,
-                   jobs=jobs, progress=report.update if report is not None else None)
+    rows = [] if stored is None else [file_row(instance, stored, args.instance, args.objective)]
+    rows += compare(instance, names, chunks=args.chunks, objective=args.objective,
+                    jobs=jobs, progress=report.update if report is not None else None)
     if args.solve:
         callback = None
         if report is not None:
             callback = report.solver(args.solver, instance.time_unit)
         rows.append(_solve(instance, args, callback))
     return rows
+
+
+def file_row_name(path: str, stored) -> str:
+    """The row of a schedule or plan file: its file name and what made the schedule."""
+    return f"{Path(path).name} ({stored.method})"
+
+
+def file_row(instance, stored, path: str, objective: str = "span"):
+    """The file's own schedule as a Result on `instance` (the file's, under --mem's cap if
+    given), judged by evaluate() like every row. Its lower bound is the best of the instance's
+    own and, where the file's solver record still holds (same cap and objective), the bound it
+    stored; it is "optimal" where its value meets that bound."""
+    import time
+    from dataclasses import replace
+
+    from ..registry import schedule_bound
+    from ..result import Result
+    from ..schedule import evaluate
+    began = time.perf_counter()
+    name = file_row_name(path, stored)
+    try:
+        timeline = evaluate(instance, replace(stored.schedule, method=name))
+    except ZboptError as err:  # an order that deadlocks: named by its file
+        raise ZboptError(f"{path}: {err}") from None
+    record = stored.meta.get("solver") or {}
+    kind = "solver" if record else "heuristic"
+    value = timeline.objective(objective)
+    close = 1e-9 * max(1.0, abs(value))  # a stored bound's float error
+    bound, bound_name = None, None
+    if timeline.fits_cap:
+        found = schedule_bound(instance, objective)
+        if found is not None:
+            bound_name, bound = found
+        held = record.get("lower_bound")
+        holds = instance.cap == stored.instance.cap \
+            and record.get("objective_name", "span") == objective
+        # a stored bound above the span found is ignored, as every reader of bounds does
+        if holds and isinstance(held, (int, float)) and not isinstance(held, bool) \
+                and held <= value + close and (bound is None or held > bound):
+            bound, bound_name = min(held, value), f"stored {record.get('solver', 'solver')}"
+    status = "optimal" if bound is not None and value <= bound + close \
+        else ("feasible" if kind == "solver" else "heuristic")
+    return Result(name, kind, status, instance, timeline, lower_bound=bound,
+                  bound_name=bound_name, runtime=time.perf_counter() - began,
+                  message=f"the schedule of {path}, made by {stored.method}",
+                  objective_name=objective)
 
 
 def _solve(instance, args, callback):
@@ -132,8 +180,10 @@ def _solve(instance, args, callback):
 
 
 def run(args) -> int:
-    instance = load(args)
+    instance, stored = load_with_schedule(args)
     names = method_names(args)
+    if stored is not None:
+        names = [file_row_name(args.instance, stored)] + names
     args.solver = solver_for(args.solver, instance)
     plot_dir = None
     if args.plot is not None:  # before any work: a chart that exists is refused now, not after the solve
@@ -145,7 +195,7 @@ def run(args) -> int:
             refuse_directories(_chart_paths(Path(args.plot), names))
         plot_dir = check_plot_dir(args.plot, names, args.force)
     with progress(args) as report:
-        rows = rows_for(instance, args, report)
+        rows = rows_for(instance, args, report, stored)
         if plot_dir is not None:
             from ..report.gantt import compare_plot_paths, write_compare_plots
             report.update(f"compare: drawing charts into {plot_dir}")

@@ -9,7 +9,7 @@ from ._common import (
     add_instance_arguments,
     add_progress_arguments,
     check_output,
-    load,
+    load_with_schedule,
     progress,
     solver_for,
 )
@@ -31,11 +31,12 @@ def run(args) -> int:
     # every check before the (possibly long) methods and solve
     out = check_output(args.out, args.force, (".html", ".htm"), "report", flag="-o")
     method_names(args)
-    instance = load(args)
+    instance, stored = load_with_schedule(args)
     args.solver = solver_for(args.solver, instance)
     from ..report.html import write_report
     with progress(args) as report:
-        rows = rows_for(instance, args, report)  # the same rows as `zbopt compare`
+        # the same rows as `zbopt compare`: a schedule or plan file's own schedule first
+        rows = rows_for(instance, args, report, stored)
         write_report(out, instance, rows, force=args.force,
                      progress=lambda text: report.update(f"report: {text}"))
     print(f"wrote {out}")
