@@ -136,3 +136,45 @@ def test_compare_and_report_of_a_schedule_file_show_its_schedule_as_a_row(tmp_pa
     assert main(["report", str(path), "--methods", "1f1b", "-o", str(out), "--quiet"]) == 0
     page = out.read_text()
     assert "<td>mine.json (zb-2p)</td>" in page and "verdict: use mine.json (zb-2p)" in page
+
+
+# ----- the sweep's charts ------------------------------------------------------------------------
+
+def _sweep_records():
+    long = "cpsat-lns[objective=span,threads=1,time_limit=2]"
+    out = []
+    for cap, cap_p in (("1p", 1.0), ("1.5p", 1.5), ([3, 2.5, 2.5, 2], 1.5)):
+        for label, bubble in (("zb-h1", 0.2), (long, 0.1)):
+            out.append({"instance_name": "x", "devices": 4, "microbatches": 8, "cap_spec": cap,
+                        "cap_p": cap_p, "label": label, "method": label.split("[")[0],
+                        "status": "heuristic", "fits_cap": True, "span": 10,
+                        "bubble_rate": bubble + (0.05 if isinstance(cap, list) else 0),
+                        "placement": "contiguous", "instance_placement": "contiguous",
+                        "instance": {"devices": 4, "memory_cap": cap}})
+    return out
+
+
+def test_the_cap_chart_leaves_per_device_caps_off_the_uniform_axis_and_says_so():
+    import matplotlib.pyplot as plt
+
+    from zbopt.sweep.report import markdown_text, panels, plot_figure
+    records = _sweep_records()
+    lines = panels(records, "cap_p", ("memory_cap",))
+    assert list(lines) == ["all"]
+    assert [x for x, _ in lines["all"]["zb-h1"]] == [1.0, 1.5]  # one point per cap: no step
+    fig = plot_figure(records, "cap_p", "memory cap", ("memory_cap",))
+    assert any("per-device cap" in t.get_text() for t in fig.texts)
+    plt.close(fig)
+    assert "left out: 1 per-device cap(s)" in markdown_text(records, plots=["bubble_vs_cap.png"])
+
+
+def test_a_long_method_label_in_the_sweep_legend_covers_no_panel():
+    import matplotlib.pyplot as plt
+
+    from zbopt.sweep.report import plot_figure
+    fig = plot_figure(_sweep_records(), "cap_p", "memory cap", ("memory_cap",))
+    fig.canvas.draw()
+    legend = fig.legends[0].get_window_extent()
+    panels_right = max(ax.get_window_extent().x1 for ax in fig.axes if ax.get_visible())
+    assert legend.x0 >= panels_right and legend.x1 <= fig.bbox.width
+    plt.close(fig)

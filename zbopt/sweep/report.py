@@ -237,6 +237,8 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
     out.append(_table(["method", "jobs", "median s", "max s"], runtime_rows(records)))
     for name in plots:
         out.append(f"\n![{name}]({name})\n")
+        if name == "bubble_vs_cap.png" and _cap_note(records):
+            out.append(f"\n{name}: {_cap_note(records)}.\n")
     out.append("\n## Every job\n")
     for recs in groups.values():
         first = recs[0]
@@ -285,7 +287,8 @@ def panels(records: Iterable[dict[str, Any]], x_field: str, ignore: tuple[str, .
     """{panel title: {method: [(x, bubble rate)]}} over results within the cap; one panel per
     setting of the instance keys (other than `ignore`) that vary between records."""
     points = [r for r in records if usable(r) and _is_number(r.get(x_field))
-              and isinstance(r.get("instance"), dict)]
+              and isinstance(r.get("instance"), dict)
+              and not (x_field == "cap_p" and per_device_cap(r))]
     keys = [k for k in SETTING_KEYS if k not in ignore]
     varying = [k for k in keys
                if len({repr(r.get("instance", {}).get(k)) for r in points}) > 1]
@@ -297,6 +300,20 @@ def panels(records: Iterable[dict[str, Any]], x_field: str, ignore: tuple[str, .
     return {(", ".join(f"{k}={_label_value(v)}" for k, v in setting) or "all"):
             {method: sorted(pts) for method, pts in sorted(lines.items())}
             for setting, lines in ordered}
+
+
+def per_device_cap(record: dict[str, Any]) -> bool:
+    """A record whose cap was given per device, with different values: its cap_p (the
+    largest, in multiples of p) is no point on a uniform cap's axis."""
+    cap = record.get("cap_spec")
+    return isinstance(cap, list) and len({repr(c) for c in cap}) > 1
+
+
+def _cap_note(records: list[dict[str, Any]]) -> str:
+    """What the cap plot leaves out: results under per-device caps."""
+    caps = {repr(r.get("cap_spec")) for r in records if usable(r) and per_device_cap(r)}
+    return (f"left out: {len(caps)} per-device cap(s), which no uniform cap stands for"
+            if caps else "")
 
 
 def _hashable(value: Any) -> Any:
@@ -368,6 +385,12 @@ def check_report_targets(directory: Path, hint: str = "") -> None:
     check_targets([directory / name for name in REPORT_FILES], force=True)
 
 
+def legend_inches(fig, legend) -> float:
+    """How wide `legend` is drawn, in inches."""
+    renderer = fig.canvas.get_renderer()
+    return legend.get_window_extent(renderer).width / fig.dpi
+
+
 def render_plots(records: list[dict[str, Any]]) -> dict[str, bytes]:
     """{file name: PNG} of the plots whose x axis takes at least two values among usable
     results."""
@@ -376,30 +399,52 @@ def render_plots(records: list[dict[str, Any]]) -> dict[str, bytes]:
     import matplotlib.pyplot as plt
     pngs = {}
     for name, x_field, xlabel, ignore in _PLOTS:
-        xs = {r.get(x_field) for r in records if usable(r) and _is_number(r.get(x_field))}
-        if len(xs) < 2:
+        fig = plot_figure(records, x_field, xlabel, ignore)
+        if fig is None:
             continue
-        groups = list(panels(records, x_field, ignore).items())[:MAX_PANELS]
-        methods = sorted({m for _, lines in groups for m in lines})
-        cmap = plt.get_cmap("tab20")
-        colors = {m: cmap(i % 20) for i, m in enumerate(methods)}
-        cols = min(3, len(groups))
-        rows = -(-len(groups) // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols + 2.2, 3.3 * rows),
-                                 squeeze=False, sharey=True)
-        for ax, (title, lines) in zip(axes.flat, groups):
-            plot_bubble_against(lines, xlabel, title, ax=ax, colors=colors)
-        for ax in list(axes.flat)[len(groups):]:
-            ax.set_visible(False)
-        handles = [plt.Line2D([], [], color=colors[m], marker="o", markersize=3) for m in methods]
-        fig.legend(handles, methods, loc="center right", fontsize=7)
-        fig.suptitle(f"bubble rate against {xlabel} (schedules within the cap)", fontsize=10)
-        fig.tight_layout(rect=(0, 0, 1 - 2.0 / (4.2 * cols + 2.2), 0.96))
         png = io.BytesIO()
         fig.savefig(png, format="png", dpi=110)
         plt.close(fig)
         pngs[name] = png.getvalue()
     return pngs
+
+
+def plot_figure(records: list[dict[str, Any]], x_field: str, xlabel: str,
+                ignore: tuple[str, ...]):
+    """One plot of render_plots (a pyplot figure; the caller closes it), None where its x axis
+    takes fewer than two values."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    xs = {r.get(x_field) for r in records if usable(r) and _is_number(r.get(x_field))
+          and not (x_field == "cap_p" and per_device_cap(r))}
+    if len(xs) < 2:
+        return None
+    groups = list(panels(records, x_field, ignore).items())[:MAX_PANELS]
+    methods = sorted({m for _, lines in groups for m in lines})
+    cmap = plt.get_cmap("tab20")
+    colors = {m: cmap(i % 20) for i, m in enumerate(methods)}
+    cols = min(3, len(groups))
+    rows = -(-len(groups) // cols)
+    note = _cap_note(records) if x_field == "cap_p" else ""
+    height = 3.3 * rows + (0.3 if note else 0)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols + 2.2, height),
+                             squeeze=False, sharey=True)
+    for ax, (title, lines) in zip(axes.flat, groups):
+        plot_bubble_against(lines, xlabel, title, ax=ax, colors=colors)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    handles = [plt.Line2D([], [], color=colors[m], marker="o", markersize=3) for m in methods]
+    legend = fig.legend(handles, methods, loc="center right", fontsize=7)
+    # the figure widened by what the legend takes: long labels never cover the panels
+    legend_width = legend_inches(fig, legend) + 0.3
+    width = 4.2 * cols + legend_width
+    fig.set_size_inches(width, height)
+    fig.suptitle(f"bubble rate against {xlabel} (schedules within the cap)", fontsize=10)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.3 / height if note else 0, 1 - legend_width / width, 0.96))
+    return fig
 
 
 def write_report(directory: str | Path, title: str | None = None) -> list[Path]:
