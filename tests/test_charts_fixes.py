@@ -178,3 +178,19 @@ def test_a_long_method_label_in_the_sweep_legend_covers_no_panel():
     panels_right = max(ax.get_window_extent().x1 for ax in fig.axes if ax.get_visible())
     assert legend.x0 >= panels_right and legend.x1 <= fig.bbox.width
     plt.close(fig)
+
+
+# ----- dense Gantt charts keep their colours ----------------------------------------------------
+
+def test_narrow_pass_boxes_get_no_white_edge():
+    from zbopt.compare import run_method
+    from zbopt.report.gantt import edge_width, plot_gantt
+    assert edge_width(3.9, 110) == 0.0 and edge_width(200, 110) == 0.4
+    assert 0 < edge_width(5, 110) < 0.4
+    dense = Instance(devices=2, microbatches=400, t_f=1, t_b=1, t_w=1, name="dense")
+    sparse = Instance(devices=2, microbatches=3, t_f=1, t_b=1, t_w=1, name="sparse")
+    for instance, expected in ((dense, 0.0), (sparse, 0.4)):
+        ax = plot_gantt(run_method("1f1b", instance).timeline)
+        boxes = next(c for c in ax.collections if len(c.get_paths()) == instance.num_passes)
+        widths = boxes.get_linewidths()
+        assert set(map(float, widths)) == {expected}

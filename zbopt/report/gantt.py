@@ -101,6 +101,15 @@ def _pixels(ax: Axes, width: float) -> float:
     return width * ax.bbox.width / max(x1 - x0, 1e-12)
 
 
+def edge_width(pixels: float, dpi: float) -> float:
+    """The white edge (points) of a pass box `pixels` wide: 0.4 pt where the box is wide,
+    thinner as it narrows (at most a tenth of its width), none under 4 pixels, so that the
+    colours of a dense chart do not wash out to white."""
+    if pixels < 4:
+        return 0.0
+    return min(0.4, 0.1 * pixels * 72 / dpi)
+
+
 def _fits(ax: Axes, width: float, text: str, fontsize: float) -> bool:
     """Whether `text` fits inside a block `width` time units wide."""
     return _pixels(ax, width) >= (len(text) * 0.62 + 0.4) * fontsize * ax.figure.dpi / 72
@@ -132,14 +141,15 @@ def plot_gantt(timeline: Timeline, ax: Axes | None = None, devices: Sequence[int
             color=IDLE_COLOUR, linewidth=0)
     boxes = [b for b in (pass_boxes(timeline) if boxes is None else boxes)
              if b["device"] in row_of]
-    patches, colours = [], []
+    patches, colours, edges = [], [], []
     for b in boxes:
         band_height = height / b["bands"]
         y = row_of[b["device"]] - height / 2 + b["band"] * band_height
         patches.append(Rectangle((b["x0"], y), b["x1"] - b["x0"], band_height))
         colours.append(pass_colour(timeline, b["stage"], b["kind"]))
+        edges.append(edge_width(_pixels(ax, b["x1"] - b["x0"]), ax.figure.dpi))
     ax.add_collection(PatchCollection(patches, facecolors=colours, edgecolors="white",
-                                      linewidths=0.4))
+                                      linewidths=edges))
     outlines = []
     for d in rows:
         for item, (t0, t1) in zip(timeline.schedule.orders[d], timeline.item_times[d]):

@@ -15,6 +15,7 @@
   var LAYOUT = { width: 1200, left: 74, right: 14, top: 6, row: 24, memory: 20, gap: 8,
                  axis: 36 };
   var MAX_ZOOM = 400;  // the narrowest view is the axis divided by this
+  var THIN = 4;  // a pass box narrower than this (SVG units: pixels at full width) has no edge
 
   function make(name, attrs, parent) {
     var node = document.createElementNS(SVGNS, name);
@@ -24,8 +25,10 @@
   }
 
   function fmt(x) {
-    // integers keep thousands separators; fractions at most 3 decimals
-    return Number(x).toLocaleString("en-US", { maximumFractionDigits: 3 });
+    // integers keep thousands separators; fractions at most 3 decimals; never "-0" (a tick
+    // at 0 computed as -0, or a float error a hair below 0)
+    var rounded = Math.round(Number(x) * 1000) / 1000 + 0;
+    return rounded.toLocaleString("en-US", { maximumFractionDigits: 3 });
   }
 
   function niceStep(range, ticks) {
@@ -226,9 +229,11 @@
       var bandHeight = L.row / q.bands;
       var y = self.rowY(q.device) + q.band * bandHeight;
       var w = Math.max((q.x1 - q.x0) * scale, 0.6);
+      // a white edge on a box a few pixels wide would wash the row out: none there
       q.node = make("rect", { x: self.x(q.x0), y: y, width: w, height: bandHeight,
-                              fill: q.colour, class: "zb-pass", "data-pass": passName(q),
-                              "data-mb": q.mb, "data-i": q.index }, plot);
+                              fill: q.colour, class: w < THIN ? "zb-pass zb-thin" : "zb-pass",
+                              "data-pass": passName(q), "data-mb": q.mb, "data-i": q.index },
+                    plot);
       q.cx = self.x((q.x0 + q.x1) / 2);
       q.cy = y + bandHeight / 2;
       q.label = null;
