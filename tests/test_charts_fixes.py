@@ -194,3 +194,16 @@ def test_narrow_pass_boxes_get_no_white_edge():
         boxes = next(c for c in ax.collections if len(c.get_paths()) == instance.num_passes)
         widths = boxes.get_linewidths()
         assert set(map(float, widths)) == {expected}
+
+
+def test_the_reports_charts_are_embedded_at_the_charts_own_resolution():
+    import base64
+    import io
+    import re
+
+    from PIL import Image
+    rows = compare(UNIT, ["1f1b"])
+    page = render_report(UNIT, rows)
+    images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
+    widths = {Image.open(io.BytesIO(base64.b64decode(i))).size[0] for i in images}
+    assert widths == {12 * 110}  # 12-inch figures at 110 dpi: labels legible at 1:1

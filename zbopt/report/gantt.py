@@ -212,7 +212,7 @@ def plot_memory(timeline: Timeline, device: int, ax: Axes | None = None,
     ax.set_ylim(0, top * 1.15 if top > 0 else 1)
     ax.set_yticks([0, top])
     ax.yaxis.set_major_formatter(EngFormatter(sep="", places=None))
-    ax.tick_params(axis="y", labelsize=6, length=2)
+    ax.tick_params(axis="y", labelsize=7, length=2)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     unit = timeline.instance.memory_unit
@@ -295,7 +295,7 @@ def plot_stacked(timelines: Sequence[Timeline]) -> Figure:
         first = first or ax
         plot_gantt(timeline, ax, xmax=xmax)
         ax.set_title(describe(timeline), loc="left", fontsize=8.5)
-        ax.tick_params(axis="y", labelsize=6)
+        ax.tick_params(axis="y", labelsize=7)
         if i < len(timelines) - 1:
             ax.set_xlabel("")
             ax.tick_params(axis="x", labelbottom=False)

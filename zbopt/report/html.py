@@ -135,7 +135,7 @@ def _steps(values) -> list:
     return out
 
 
-def _png(figure, dpi: int = 72, colours: int = 32) -> str:
+def _png(figure, dpi: int = 110, colours: int = 32) -> str:
     """The figure as a base64 PNG with a palette of `colours`: a chart has few colours, so this
     keeps every chart in the report at a fifth of a true-colour PNG's size."""
     from PIL import Image
