@@ -207,3 +207,23 @@ def test_the_reports_charts_are_embedded_at_the_charts_own_resolution():
     images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
     widths = {Image.open(io.BytesIO(base64.b64decode(i))).size[0] for i in images}
     assert widths == {12 * 110}  # 12-inch figures at 110 dpi: labels legible at 1:1
+
+
+# ----- progress while charts are drawn ----------------------------------------------------------
+
+def test_plot_and_compare_plot_say_each_chart_on_stderr_with_progress(tmp_path, capsys):
+    from zbopt.compare import run_method
+    from zbopt.export.schedule_file import write_schedule_file
+    path = tmp_path / "s.json"
+    write_schedule_file(path, run_method("1f1b", UNIT).timeline)
+    assert main(["plot", str(path), "-o", str(tmp_path / "s.png"), "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert "zbopt: plot: drawing 96 passes on 4 devices" in err and "plot: writing" in err
+    assert main(["plot", str(path), "-o", str(tmp_path / "q.png"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["compare", "unit-p4-m8", "--methods", "1f1b,zb-h1", "--plot",
+                 str(tmp_path / "charts"), "--progress", "--json"]) == 0
+    err = capsys.readouterr().err
+    for line in ("compare: chart 1/3: ", "compare: chart 2/3: ",
+                 "compare: chart 3/3: all methods stacked"):
+        assert line in err

@@ -201,7 +201,8 @@ def run(args) -> int:
             report.update(f"compare: drawing charts into {plot_dir}")
             timelines = [_named(r) for r in rows if r.applies]
             refuse_directories(compare_plot_paths(timelines, plot_dir))  # the names as written
-            write_compare_plots(timelines, plot_dir, force=args.force)
+            write_compare_plots(timelines, plot_dir, force=args.force,
+                                progress=lambda text: report.update(f"compare: {text}"))
     if args.json:
         print_json([r.to_dict() for r in rows])
         return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ZboptError
-from ._common import check_input, check_output, nonempty
+from ._common import add_progress_arguments, check_input, check_output, nonempty, progress
 
 
 def register(sub) -> None:
@@ -13,6 +13,7 @@ def register(sub) -> None:
     parser.add_argument("-o", "--out", required=True, metavar="OUT",
                         help="chart to write: .png, .svg or .pdf")
     parser.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    add_progress_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -31,6 +32,11 @@ def run(args) -> int:
         timeline = evaluate(loaded.instance, loaded.schedule)
     except ZboptError as err:  # a deadlocking order: named by its file, as the reader's errors
         raise ZboptError(f"{args.schedule_file}: {err}") from None
-    save_figure(plot_schedule(timeline), out, force=args.force)
+    with progress(args) as report:  # after every check: bad input gets its one line alone
+        report.update(f"plot: drawing {loaded.instance.num_passes:,} passes on "
+                      f"{loaded.instance.devices} devices")
+        figure = plot_schedule(timeline)
+        report.update(f"plot: writing {out} (rendering the chart)")
+        save_figure(figure, out, force=args.force)
     print(f"wrote {out}")
     return 0

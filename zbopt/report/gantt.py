@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from matplotlib.axes import Axes
 from matplotlib.collections import PatchCollection
@@ -367,11 +367,13 @@ def check_plot_dir(outdir: str | Path, names: Sequence[str], force: bool = False
 
 
 def write_compare_plots(timelines: Iterable[Timeline], outdir: str | Path,
-                        force: bool = False) -> list[Path]:
+                        force: bool = False,
+                        progress: Callable[[str], None] | None = None) -> list[Path]:
     """One PNG per method (Gantt + memory per device) and one stacked figure (PNG and SVG),
     all written or none (the directory is created if its parent exists).
 
-    Refuses, before drawing anything, when one of the files exists (unless force)."""
+    Refuses, before drawing anything, when one of the files exists (unless force).
+    `progress(text)` hears of each chart as it is drawn (they take seconds each)."""
     from ..export.outputs import check_targets, write_all
     timelines = list(timelines)
     if not timelines:
@@ -385,8 +387,12 @@ def write_compare_plots(timelines: Iterable[Timeline], outdir: str | Path,
         raise ZboptError(f"{existing[0]} exists: choose another directory or pass --force "
                          f"to overwrite the charts in it")
     check_targets(paths, force, new_dirs=[outdir])
-    charts = {path: figure_bytes(plot_schedule(timeline), ".png")
-              for timeline, path in zip(timelines, paths)}
+    tell = progress or (lambda text: None)
+    charts = {}
+    for i, (timeline, path) in enumerate(zip(timelines, paths)):
+        tell(f"chart {i + 1}/{len(timelines) + 1}: {timeline.schedule.method}")
+        charts[path] = figure_bytes(plot_schedule(timeline), ".png")
+    tell(f"chart {len(timelines) + 1}/{len(timelines) + 1}: all methods stacked")
     stacked = plot_stacked(timelines)
     for path in paths[len(timelines):]:
         charts[path] = figure_bytes(stacked, path.suffix)
