@@ -13,6 +13,9 @@ f MLP width, V vocabulary, s sequence):
   for the loss (2h + 2h + 4V bytes) and keeps the normed input (2h) for W; the embedding keeps
   the token ids (8 bytes).
 - static: parameters x optimizer bytes per parameter (16: mixed-precision Adam).
+A block's parameters are those transformers builds for the config's model type (BLOCKS: its MLP
+gated, with gate_proj, up_proj and down_proj, or not, whatever the activation; its biases and
+norms); a model type not in BLOCKS is refused rather than guessed.
 Everything is multiplied by s x b tokens; times are in microseconds, memory in bytes.
 Layer names follow the module names of torchtitan's decoder models (the pinned release):
 "tok_embeddings", "layers.<i>", "norm+lm_head". Dense decoders only: a mixture-of-experts config
@@ -38,6 +41,40 @@ TOO_LARGE_FLAGS = {"time": "--microbatch-size, --seq-len or --microbatches, or a
 # the experts of a mixture-of-experts config (mixtral, gpt-oss; qwen2-moe; deepseek)
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 ACTIVATION_BYTES = 2  # bf16 activations crossing a stage boundary
+
+
+@dataclass(frozen=True)
+class BlockKind:
+    """A model type's decoder block beyond its q, k, v, o and MLP matrices. A bias or q/k norm
+    given as a string is the config key that switches it (absent: off)."""
+
+    gated: bool  # gate_proj, up_proj and down_proj (three MLP matrices) rather than two
+    norms: int = 2  # norms of width h per block
+    norm_bias: bool = False  # LayerNorm (weight and bias) rather than RMSNorm (weight)
+    qkv_bias: bool | str = "attention_bias"
+    out_bias: bool | str = "attention_bias"
+    mlp_bias: bool | str = False
+    qk_norm: bool | str = False  # a norm of width head_dim on q and one on k
+    grouped_kv: bool = True  # k and v have num_key_value_heads heads
+    head_bias: bool = False  # the output projection has a bias
+
+
+# the decoder blocks of transformers' model types, as its modelling code builds them
+_LLAMA = BlockKind(gated=True, mlp_bias="mlp_bias")
+_LEARNED = BlockKind(gated=False, norm_bias=True, qkv_bias=True, out_bias=True, mlp_bias=True,
+                     grouped_kv=False)
+BLOCKS = {
+    "llama": _LLAMA, "granite": _LLAMA,
+    "mistral": BlockKind(gated=True),
+    "qwen2": BlockKind(gated=True, qkv_bias=True, out_bias=False),
+    "qwen3": BlockKind(gated=True, qk_norm=True),
+    "gemma": BlockKind(gated=True),
+    "gemma2": BlockKind(gated=True, norms=4),
+    "gpt2": _LEARNED,
+    "gpt_neox": BlockKind(gated=False, norm_bias=True, mlp_bias=True, grouped_kv=False),
+    "phi": BlockKind(gated=False, norms=1, norm_bias=True, qkv_bias=True, out_bias=True,
+                     mlp_bias=True, qk_norm="qk_layernorm", head_bias=True),
+}
 
 
 @dataclass(frozen=True)
@@ -74,20 +111,31 @@ class DecoderShape:
     positions: int = 0  # learned position embeddings (GPT-2), 0 for rotary
     model_type: str = ""
     head_dim: int = 0  # the config's head_dim, 0: hidden / heads
+    block_vectors: int = -1  # a block's bias and norm parameters; -1: two RMSNorms (2h)
+    head_vectors: int = -1  # the final norm's and output bias's parameters; -1: an RMSNorm (h)
 
     def head_width(self) -> int:
         return self.head_dim or self.hidden // self.heads
 
-    def block_params(self) -> int:
+    def block_matrix_params(self) -> int:
+        """The weights of a block's matmuls: q, k, v, o and the MLP."""
         q = self.head_width() * self.heads
         kv = self.head_width() * self.kv_heads
         attention = self.hidden * (q + 2 * kv) + q * self.hidden
-        mlp = (3 if self.gated_mlp else 2) * self.hidden * self.ffn
-        return attention + mlp + 2 * self.hidden  # two norms
+        return attention + (3 if self.gated_mlp else 2) * self.hidden * self.ffn
+
+    def block_params(self) -> int:
+        vectors = 2 * self.hidden if self.block_vectors < 0 else self.block_vectors
+        return self.block_matrix_params() + vectors
+
+    def head_params(self) -> int:
+        """The final norm and the output layer."""
+        vectors = self.hidden if self.head_vectors < 0 else self.head_vectors
+        return self.vocab * self.hidden + vectors
 
     def block_matmul_flops(self) -> float:
-        """Forward matmul FLOPs per token (2 per weight, norms ignored)."""
-        return 2.0 * (self.block_params() - 2 * self.hidden)
+        """Forward matmul FLOPs per token (2 per weight, biases and norms ignored)."""
+        return 2.0 * self.block_matrix_params()
 
 
 def shape_from_config(path: str | Path) -> DecoderShape:
@@ -98,7 +146,6 @@ def shape_from_config(path: str | Path) -> DecoderShape:
     layers, vocab = config.num_hidden_layers, config.vocab_size
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     ffn = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
-    gated = getattr(config, "hidden_act", "") in ("silu", "swiglu")
     positions = getattr(config, "n_positions", 0) if kind == "gpt2" else 0
     head_dim = getattr(config, "head_dim", None) or 0
     experts = {key: getattr(config, key, None) for key in EXPERT_KEYS}
@@ -108,6 +155,13 @@ def shape_from_config(path: str | Path) -> DecoderShape:
         raise ZboptError(f"{path}: {key} = {n}: estimate models dense decoders only, not a "
                          f"mixture of experts; write the layers' costs by hand "
                          f"(docs/formats.md) or profile them")
+    block = BLOCKS.get(kind)
+    if block is None:
+        raise ZboptError(f"{path}: estimate knows the blocks of {', '.join(BLOCKS)}, not "
+                         f"{kind!r}: write the layers' costs by hand (docs/formats.md) or "
+                         f"profile them")
+    if not block.grouped_kv:  # the model ignores num_key_value_heads
+        kv_heads = heads
     if not head_dim and hidden % heads:
         raise ZboptError(f"{path}: hidden size {hidden} is not a multiple of the {heads} heads: "
                          f"fix the sizes or give head_dim")
@@ -117,9 +171,25 @@ def shape_from_config(path: str | Path) -> DecoderShape:
     if kv_heads > heads or heads % kv_heads:
         raise ZboptError(f"{path}: num_key_value_heads {kv_heads} must divide "
                          f"num_attention_heads {heads}")
+    width = head_dim or hidden // heads
+    block_vectors, head_vectors = _vectors(block, config, hidden, heads * width,
+                                           int(kv_heads) * width, int(ffn), width, vocab)
     return DecoderShape(hidden=hidden, heads=heads, kv_heads=int(kv_heads), layers=layers,
-                        ffn=int(ffn), vocab=vocab, gated_mlp=bool(gated), positions=int(positions),
-                        model_type=kind, head_dim=int(head_dim))
+                        ffn=int(ffn), vocab=vocab, gated_mlp=block.gated, positions=int(positions),
+                        model_type=kind, head_dim=int(head_dim), block_vectors=block_vectors,
+                        head_vectors=head_vectors)
+
+
+def _vectors(block: BlockKind, config, hidden: int, q: int, kv: int, ffn: int, width: int,
+             vocab: int) -> tuple[int, int]:
+    """(a block's bias and norm parameters, the final norm's and output bias's)."""
+    on = lambda flag: bool(getattr(config, flag, False)) if isinstance(flag, str) else flag  # noqa: E731
+    norm = 2 if block.norm_bias else 1  # parameters per normed element
+    vectors = block.norms * norm * hidden
+    vectors += (q + 2 * kv) * on(block.qkv_bias) + hidden * on(block.out_bias)
+    vectors += ((2 if block.gated else 1) * ffn + hidden) * on(block.mlp_bias)
+    vectors += 2 * norm * width * on(block.qk_norm)
+    return vectors, norm * hidden + vocab * block.head_bias
 
 
 def block_activation_bytes(hidden: int, heads: int, sequence: int) -> tuple[float, float]:
@@ -148,7 +218,7 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
     attention = 4.0 * sequence * shape.head_width() * shape.heads
     m_b, m_w = block_activation_bytes(h, shape.heads, sequence)
     embedding_params = (vocab + shape.positions) * h
-    output_params = vocab * h + h
+    output_params = shape.head_params()
     figures = (
         ("tok_embeddings", 1, dict(t_f=0.0, t_b=0.0, t_w=us(2.0 * h), m_b=8.0 * tokens,
                                    m_w=8.0 * tokens,
