@@ -123,6 +123,9 @@ def test_cli_verify_torch(tmp_path, capsys):
     assert main(["verify-torch", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True and data["max_grad_error"] <= 1e-6 and data["parameters"] == 4
+    # says it ran a stand-in, not the plan's model
+    assert any(note.startswith("the model is zbopt's float64 stand-in (2 stages")
+               for note in data["notes"])
 
 
 # ----- without processes -----------------------------------------------------------------------

@@ -191,7 +191,7 @@ def run(args) -> int:
 def _run_timed(args, loaded, hidden: int) -> int:
     from ..export.fqn_model import FqnSpec
     from ..export.plan_parts import plan_model, stage_layer_names
-    from ..export.timing import preset_of, time_plan
+    from ..export.timing import preset_match, time_plan
     from ..export.torchtitan import split_fqns
 
     instance = loaded.instance
@@ -199,7 +199,7 @@ def _run_timed(args, loaded, hidden: int) -> int:
     if layers is None:
         layers = [[f"layers.{s}"] for s in range(instance.num_stages)]
     stage_fqns = [split_fqns(names) for names in layers]
-    spec = preset_of(plan_model(loaded), instance.microbatches)
+    spec, why_not = preset_match(plan_model(loaded), instance.microbatches)
     if spec is not None and stage_layer_names(loaded) is not None:
         model_line = (f"model: preset {spec.preset} as profiled (micro-batch {spec.microbatch_size}"
                       f" x {spec.seq_len} tokens, {spec.dtype}), split as the plan says")
@@ -210,6 +210,8 @@ def _run_timed(args, loaded, hidden: int) -> int:
         model_line = (f"model: stand-in MLP blocks (width {hidden}, {args.rows} rows per "
                       f"micro-batch) at the plan's module names; the prediction is only "
                       f"meaningful if the plan's costs were profiled on this model")
+        if why_not:
+            model_line += f" (the plan's model is named like a shipped preset, but {why_not})"
     with _launch(args, f"{instance.devices} gloo processes, {args.warmup} warm-up + "
                        f"{args.steps} timed steps"):
         timing = time_plan(instance, loaded.schedule, spec, stage_fqns, steps=args.steps,

@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,11 @@ from .torch_csv import csv_text, torch_check, torch_rows
 from .torch_runtime import _require_torch, _run_processes
 
 KINDS = ("F", "B", "W")
-# the title `zbopt profile` gives a layered model: "<preset> b=<B> s=<S> <dtype> <device> ..."
-_PROFILE_TITLE = re.compile(r"^(?P<preset>\S+) b=(?P<b>\d+) s=(?P<s>\d+) (?P<dtype>\w+) (?P<device>\w+)")
+# the title `zbopt profile` gives a layered model: "<name> b=<B> s=<S> <dtype> <device> <threads>
+# thread(s) <clock> clock"; <name> is the preset's for --preset, a config file's stem for
+# --hf-config: the title alone does not tell a preset from a user's model saved under its name
+_PROFILE_TITLE = re.compile(r"^(?P<preset>\S+) b=(?P<b>\d+) s=(?P<s>\d+) (?P<dtype>\w+) "
+                            r"(?P<device>\w+) \d+ thread\(s\)(?: \S+ clock)?$")
 
 
 @dataclass(frozen=True)
@@ -42,24 +46,100 @@ class PresetSpec:
     microbatch_size: int = 1
     seq_len: int = 128
     dtype: str = "float32"
+    naming: str | None = None  # the layer naming profiled with (None: the preset's default)
+
+
+def profiled_microbatch_size(model: dict | None) -> int | None:
+    """The micro-batch size (rows) a plan's layered model was profiled at, from the title
+    `zbopt profile` writes; None for a model that does not record one."""
+    match = _PROFILE_TITLE.match(str(model.get("name", ""))) if isinstance(model, dict) else None
+    return int(match["b"]) if match and int(match["b"]) >= 1 else None
 
 
 def preset_of(model: dict | None, microbatches: int) -> PresetSpec | None:
-    """The preset a plan's layered model was profiled from (by the title `zbopt profile`
-    writes), if zbopt ships it; None for any other model."""
+    """The preset a plan's layered model was profiled from, if zbopt ships it; None for any
+    other model (see preset_match)."""
+    return preset_match(model, microbatches)[0]
+
+
+def preset_match(model: dict | None, microbatches: int) -> tuple[PresetSpec | None, str]:
+    """(the preset, '') when a plan's layered model is a profile of a shipped preset: its title
+    is the one `zbopt profile --preset` writes, its layers are the preset's (names, counts) and
+    their static memory is in proportion to the preset's parameters per layer. Else (None, why
+    not) where the title names a preset (a model of the user's under a preset's name), and
+    (None, '') for any other model."""
     if not isinstance(model, dict):
-        return None
+        return None, ""
     match = _PROFILE_TITLE.match(str(model.get("name", "")))
     if not match:
-        return None
+        return None, ""
     try:
-        from ..profile.models import PRESETS
+        from ..profile.models import NAMINGS, PRESETS
     except ImportError:
+        return None, ""
+    name = match["preset"]
+    if name not in PRESETS:
+        return None, ""
+    layers = _expanded(model.get("layers"))
+    if layers is None:
+        return None, f"its layers cannot be read as preset {name}'s"
+    namings = [PRESETS[name]] + [n for n in NAMINGS if n != PRESETS[name]]
+    shipped = {}
+    for naming in namings:
+        try:
+            shipped[naming] = _preset_layers(name, naming)
+        except Exception:  # noqa: BLE001  a naming the preset has not (gpt2: only hf)
+            pass
+    if not shipped:
+        return None, f"preset {name} cannot be built here to compare (is transformers installed?)"
+    names = [n for n, _ in layers]
+    naming = next((n for n in shipped if [x for x, _ in shipped[n]] == names), None)
+    if naming is None:
+        ours = [x for x, _ in next(iter(shipped.values()))]
+        if len(ours) != len(names):
+            return None, f"it has {len(names)} layers and preset {name} {len(ours)}"
+        k = next(k for k, (a, b) in enumerate(zip(names, ours)) if a != b)
+        return None, f"its layer {k} is {names[k]!r}, preset {name}'s {ours[k]!r}"
+    params = [count for _, count in shipped[naming]]
+    statics = [static for _, static in layers]
+    base = next((k for k, c in enumerate(params) if c > 0), None)
+    ratio = statics[base] / params[base] if base is not None else 0.0
+    if not ratio > 0 or any(abs(st - c * ratio) > 1e-6 * max(abs(st), 1.0)
+                            for st, c in zip(statics, params)):
+        return None, (f"its layers' static memory is not in proportion to preset {name}'s "
+                      f"parameters (another model with the preset's layer names)")
+    return PresetSpec(name, microbatches, int(match["b"]), int(match["s"]), match["dtype"],
+                      naming), ""
+
+
+def _expanded(layers) -> list[tuple[str, float]] | None:
+    """(name, static) of every layer of a layered model's dict, counts expanded as
+    LayeredModel does; None when they are not a list of such layers."""
+    if not isinstance(layers, list):
         return None
-    if match["preset"] not in PRESETS:
-        return None
-    return PresetSpec(match["preset"], microbatches, int(match["b"]), int(match["s"]),
-                      match["dtype"])
+    out = []
+    for layer in layers:
+        if not isinstance(layer, dict) or not isinstance(layer.get("name"), str):
+            return None
+        count, static = layer.get("count", 1), layer.get("static", 0)
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 10_000 \
+                or isinstance(static, bool) or not isinstance(static, (int, float)):
+            return None
+        out += [(layer["name"] if count == 1 else f"{layer['name']}.{i}", float(static))
+                for i in range(count)]
+    return out
+
+
+@lru_cache(maxsize=None)
+def _preset_layers(name: str, naming: str) -> tuple[tuple[str, int], ...]:
+    """(layer name, parameters) of a shipped preset under `naming`, built on torch's meta
+    device (shapes only)."""
+    import torch
+
+    from ..profile.measure import parameter_count
+    from ..profile.models import preset_model
+    built = preset_model(name, 1, 8, torch.float32, torch.device("meta"), naming)
+    return tuple((layer.name, parameter_count(layer.module)) for layer in built.layers)
 
 
 def _scalar_loss(output, target):
@@ -75,7 +155,7 @@ def _stage_modules(job: "_TimedJob", mine: tuple[int, ...]):
     if isinstance(spec, PresetSpec):
         from ..profile.models import preset_model
         built = preset_model(spec.preset, spec.microbatch_size, spec.seq_len,
-                             getattr(torch, spec.dtype), torch.device("cpu"))
+                             getattr(torch, spec.dtype), torch.device("cpu"), spec.naming)
         by_name = {layer.name: layer.module for layer in built.layers}
         missing = [n for part in job.stage_layers for n in part if n not in by_name]
         if missing:

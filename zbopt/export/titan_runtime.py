@@ -71,7 +71,7 @@ def _model_and_batch(job: _TitanJob):
     from ..profile.models import preset_model
     preset = job.preset
     built = preset_model(preset.preset, preset.microbatch_size, preset.seq_len,
-                         getattr(torch, preset.dtype), torch.device("cpu"))
+                         getattr(torch, preset.dtype), torch.device("cpu"), preset.naming)
     model = FqnModel(pairs=layer_pairs([(layer.name, layer.module) for layer in built.layers]))
     x = torch.cat([built.make_input()] * preset.microbatches)
     return model, x, torch.zeros(x.shape[0], 1), _titan_scalar_loss
@@ -196,7 +196,7 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
     from .fqn_model import FqnSpec, reference
     from .outputs import write_all
     from .plan_parts import plan_model, stage_layer_names
-    from .timing import preset_of
+    from .timing import preset_match
     from .torch_csv import torch_check, torch_rows
 
     check_atol(atol, "atol")
@@ -207,7 +207,8 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
     rows = torch_rows(instance, loaded.schedule)
     torch_check(rows, instance.num_stages, instance.microbatches)
     notes = [NOT_RUN_PARALLELIZE]
-    preset = preset_of(plan_model(loaded), instance.microbatches) if model == "profiled" else None
+    preset, why_not = preset_match(plan_model(loaded), instance.microbatches) \
+        if model == "profiled" else (None, "")
     if preset is not None and stage_layer_names(loaded) is not None:
         # float64 so that the pipeline's gradients can match one process to 1e-6
         profiled_dtype, preset = preset.dtype, replace(preset, dtype="float64")
@@ -217,7 +218,8 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
                      f"{profiled_dtype} as profiled, for exact gradients")
     else:
         preset = None
-        notes.append(NOT_RUN_MODEL)
+        notes.append(NOT_RUN_MODEL + (f" (the plan's model is named like a shipped preset, but "
+                                      f"{why_not})" if why_not else ""))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="zbopt-titan-") as workdir:
         stage_layers = stage_layer_names(loaded)
