@@ -3,9 +3,11 @@
 Per repetition a layer runs F (its forward on a fresh copy of its input), B
 (`stage_backward_input`: gradients of the inputs only, the graph retained, the output side
 dropped) and W (`stage_backward_weight`: the weight gradients from the intermediates B kept),
-then, as a peer measured in the same run, F again and a full backward (`stage_backward`). A
-layer whose input needs no gradient (token ids) has no B: the runtime skips it on the first
-stage and runs the whole backward as W, and so does this.
+then, as a peer measured in the same run, F again and a full backward (`stage_backward`). The
+model's first layer has no B: torch's runtime never runs B on the first stage (whatever its
+input's dtype; the model input needs no gradient) and runs the whole backward as W, and so does
+this (`first=True`: the input is a leaf without gradient), as for any layer whose input is not
+floating point (token ids).
 
 Memory (one untimed forward under `saved_tensors_hooks`, then B):
 - m_b: bytes of the distinct storages autograd saved for backward during F, parameters and
@@ -86,11 +88,12 @@ def _unique_bytes(pairs) -> int:
     return sum(seen.values())
 
 
-def _fresh(x: Any) -> Any:
-    """A new leaf like the runtime's received activation (needs grad if it is floating point)."""
+def _fresh(x: Any, first: bool = False) -> Any:
+    """A new leaf like the runtime's received activation: it needs grad if it is floating point,
+    unless it is the model's input (`first`), whose gradient no stage computes."""
     if isinstance(x, torch.Tensor):
         leaf = x.detach()
-        if leaf.is_floating_point():
+        if leaf.is_floating_point() and not first:
             leaf.requires_grad_(True)
         return leaf
     return x
@@ -123,8 +126,9 @@ class Clock:
         return self.read()
 
 
-def memory(module: nn.Module, x_in: Any) -> tuple[int, int]:
-    """(m_b, m_w) in bytes of one micro-batch through `module` (see the module docstring)."""
+def memory(module: nn.Module, x_in: Any, first: bool = False) -> tuple[int, int]:
+    """(m_b, m_w) in bytes of one micro-batch through `module` (see the module docstring);
+    `first`: the model's first layer, which has no B."""
     static = {p.untyped_storage().data_ptr() for p in list(module.parameters()) + list(module.buffers())}
     boxes: list[weakref.ref] = []
     found: list[tuple[int, int]] = []
@@ -142,7 +146,7 @@ def memory(module: nn.Module, x_in: Any) -> tuple[int, int]:
     def unpack(saved):
         return saved.tensor if isinstance(saved, _Saved) else saved
 
-    x = _fresh(x_in)
+    x = _fresh(x_in, first)
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         y = module(x)
     y = _stage_output(y)
@@ -176,17 +180,18 @@ def _stage_output(y: Any) -> torch.Tensor:
 
 class Repetition:
     """One repetition of one layer: F, B (stage_backward_input), W (stage_backward_weight), then
-    F again and the full backward (stage_backward) as a peer; times in seconds."""
+    F again and the full backward (stage_backward) as a peer; times in seconds. `first`: the
+    model's first layer, whose B the runtime skips (W is the full backward)."""
 
-    def __init__(self, module: nn.Module, x_in: Any, clock: Clock) -> None:
-        self.module, self.x_in, self.clock = module, x_in, clock
+    def __init__(self, module: nn.Module, x_in: Any, clock: Clock, first: bool = False) -> None:
+        self.module, self.x_in, self.clock, self.first_layer = module, x_in, clock, first
         self.params = list(module.parameters())
         self.grad: torch.Tensor | None = None
         self.first = True
 
     def run(self) -> tuple[float, float, float, float, float]:
         clock, module = self.clock, self.module
-        x = _fresh(self.x_in)
+        x = _fresh(self.x_in, self.first_layer)
         start = clock.now()
         y = module(x)
         forward = clock.now() - start
@@ -206,7 +211,7 @@ class Repetition:
             stage_backward(y, grad, [x])
             backward_input, backward_weight = 0.0, clock.now() - start
         del y
-        x = _fresh(self.x_in)
+        x = _fresh(self.x_in, self.first_layer)
         start = clock.now()
         y = _stage_output(module(x))
         forward_again = clock.now() - start
@@ -232,11 +237,11 @@ def to_times(name: str, group: str, module: nn.Module, m_b: int, m_w: int,
 
 
 def measure_layer(name: str, group: str, module: nn.Module, x_in: Any, warmup: int, repeat: int,
-                  device: torch.device, clock: str = "wall") -> LayerTimes:
+                  device: torch.device, clock: str = "wall", first: bool = False) -> LayerTimes:
     """Times (microseconds) and memory of one layer measured on its own; its gradients are
-    cleared afterwards."""
-    m_b, m_w = memory(module, x_in)
-    repetition = Repetition(module, x_in, Clock(device, clock))
+    cleared afterwards. `first`: measure it as the model's first layer (no B)."""
+    m_b, m_w = memory(module, x_in, first)
+    repetition = Repetition(module, x_in, Clock(device, clock), first)
     samples = [repetition.run() for _ in range(warmup + repeat)][warmup:]
     for p in module.parameters():
         p.grad = None

@@ -185,9 +185,11 @@ def profile(model: ModelSpec, warmup: int = 2, repeat: int = 10, device=None, th
         inputs = layer_inputs(model)
         timer = Clock(device, clock)
         try:
-            memories = [_measured(layer.name, memory, layer.module, x)
-                        for layer, x in zip(model.layers, inputs)]
-            runs = [Repetition(layer.module, x, timer) for layer, x in zip(model.layers, inputs)]
+            # the model's first layer has no B (torch's runtime skips it on the first stage)
+            memories = [_measured(layer.name, memory, layer.module, x, k == 0)
+                        for k, (layer, x) in enumerate(zip(model.layers, inputs))]
+            runs = [Repetition(layer.module, x, timer, k == 0)
+                    for k, (layer, x) in enumerate(zip(model.layers, inputs))]
             samples: list[list] = [[] for _ in runs]
             for i in range(warmup + repeat):
                 for k, (layer, run) in enumerate(zip(model.layers, runs)):
