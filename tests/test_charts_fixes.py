@@ -206,7 +206,7 @@ def test_the_reports_charts_are_embedded_at_the_charts_own_resolution():
     page = render_report(UNIT, rows)
     images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
     widths = {Image.open(io.BytesIO(base64.b64decode(i))).size[0] for i in images}
-    assert widths == {12 * 110}  # 12-inch figures at 110 dpi: labels legible at 1:1
+    assert widths == {12 * 84}  # 12-inch figures at 84 dpi (was 72): labels legible at 1:1
 
 
 # ----- progress while charts are drawn ----------------------------------------------------------

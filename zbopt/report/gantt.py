@@ -295,7 +295,7 @@ def plot_stacked(timelines: Sequence[Timeline]) -> Figure:
         first = first or ax
         plot_gantt(timeline, ax, xmax=xmax)
         ax.set_title(describe(timeline), loc="left", fontsize=8.5)
-        ax.tick_params(axis="y", labelsize=7)
+        ax.tick_params(axis="y", labelsize=8)
         if i < len(timelines) - 1:
             ax.set_xlabel("")
             ax.tick_params(axis="x", labelbottom=False)

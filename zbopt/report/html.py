@@ -135,9 +135,10 @@ def _steps(values) -> list:
     return out
 
 
-def _png(figure, dpi: int = 110, colours: int = 32) -> str:
+def _png(figure, dpi: int = 84, colours: int = 32) -> str:
     """The figure as a base64 PNG with a palette of `colours`: a chart has few colours, so this
-    keeps every chart in the report at a fifth of a true-colour PNG's size."""
+    keeps every chart in the report at a fifth of a true-colour PNG's size. At 84 dpi the
+    charts' 7-8 pt labels are 8-9 px at 1:1, and the default report stays under a megabyte."""
     from PIL import Image
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi)
