@@ -25,9 +25,10 @@ def register(sub) -> None:
                         help="peak FLOP/s of one device (default 312e12, A100 bf16)")
     parser.add_argument("--efficiency", type=float, default=0.5,
                         help="fraction of the peak reached (default 0.5)")
-    parser.add_argument("--hbm-bytes", type=byte_count, default=None,
-                        help="memory of one device in bytes (80e9, 80GB, 16GiB): the plan's cap "
-                             "(default: no cap)")
+    parser.add_argument("--hbm-bytes", "--mem", dest="hbm_bytes", type=cap_bytes, default=None,
+                        metavar="CAP",
+                        help="memory of one device in bytes (80e9, 80GB, 16GiB): the cap written "
+                             "into the model, as profile's and plan's --mem (default none)")
     parser.add_argument("--link-bandwidth", type=float, default=100e9,
                         help="bytes/s between neighbouring stages (default 100e9)")
     parser.add_argument("--optimizer-bytes", type=float, default=16,
@@ -38,6 +39,11 @@ def register(sub) -> None:
     parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     parser.add_argument("--json", action="store_true", help="print the layered model as JSON")
     parser.set_defaults(func=run)
+
+
+def cap_bytes(text: str) -> float | None:
+    """An argparse type: a byte count (byte_count), or none for no cap."""
+    return None if text.strip().lower() in ("none", "unlimited", "inf") else byte_count(text)
 
 
 def run(args) -> int:
