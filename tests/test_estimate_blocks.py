@@ -81,10 +81,11 @@ def test_a_llama_mlp_is_gated_whatever_its_activation(tmp_path):
     assert gelu.block_matmul_flops() == silu.block_matmul_flops()
 
 
-def test_an_unknown_model_type_is_refused_not_guessed(tmp_path, capsys):
+@pytest.mark.parametrize("kind", ["falcon", "olmo"])  # olmo: llama-shaped, profile takes it
+def test_an_unknown_model_type_is_refused_not_guessed(tmp_path, capsys, kind):
     pytest.importorskip("transformers")
-    path = _write(tmp_path, {"model_type": "falcon", **SMALL})
+    path = _write(tmp_path, {"model_type": kind, **SMALL})
     out = tmp_path / "m.toml"
     line = refused(capsys, "estimate", path, "--out", out)
-    assert "'falcon'" in line and "estimate knows the blocks of llama" in line
+    assert f"'{kind}'" in line and "estimate knows the blocks of llama" in line
     assert "profile them" in line and not out.exists()
