@@ -90,3 +90,38 @@ def test_torchtitan_runs_a_stand_in_for_a_users_model_under_a_preset_name(tmp_pa
     notes = " ".join(json.loads(capsys.readouterr().out)["notes"])
     assert "profiled preset" not in notes
     assert "stand-in" in notes and "named like a shipped preset, but it has 6 layers" in notes
+    # the fragment verified is the one export writes: micro-batches of 2 rows, as profiled
+    assert "pipeline_parallel_microbatch_size 2, local_batch_size 8" in notes
+
+
+# ----- the micro-batch size: the one profiled, in export and verify-torch alike ----------------
+
+
+def fragment(directory):
+    import tomllib
+    return tomllib.loads((directory / "torchtitan.toml").read_text())
+
+
+def test_export_writes_the_microbatch_size_the_plan_was_profiled_at(tmp_path, capsys):
+    plan = plan_of(tmp_path, PRESET)  # profiled at b=2
+    assert main(["export", str(plan), "--torchtitan", str(tmp_path / "tt")]) == 0
+    out = capsys.readouterr().out
+    keys = fragment(tmp_path / "tt")
+    assert keys["parallelism"]["pipeline_parallel_microbatch_size"] == 2
+    assert keys["training"]["local_batch_size"] == 8  # 4 micro-batches of 2
+    assert "micro-batches of 2 rows, the size the plan was profiled at" in out
+    # an explicit size wins, and the fragment says the costs are not for it
+    assert main(["export", str(plan), "--torchtitan", str(tmp_path / "t1"),
+                 "--microbatch-size", "1"]) == 0
+    out = capsys.readouterr().out
+    assert fragment(tmp_path / "t1")["parallelism"]["pipeline_parallel_microbatch_size"] == 1
+    assert "micro-batches of 1 row (--microbatch-size), but the plan's costs were profiled " \
+           "at 2" in out
+    assert "profiled at 2" in (tmp_path / "t1" / "torchtitan.toml").read_text()
+
+
+def test_a_plan_that_records_no_microbatch_size_exports_one_row(tmp_path, capsys):
+    plan = plan_of(tmp_path, changed(lambda m: m.update(name="hand-written")))
+    assert main(["export", str(plan), "--torchtitan", str(tmp_path / "tt")]) == 0
+    assert "profiled at" not in capsys.readouterr().out
+    assert fragment(tmp_path / "tt")["parallelism"]["pipeline_parallel_microbatch_size"] == 1

@@ -25,8 +25,9 @@ def register(sub) -> None:
     parser.add_argument("--chrome-trace", metavar="OUT.json", help="write the trace here")
     parser.add_argument("--torchtitan", metavar="DIR",
                         help="write the CSV and a torchtitan job-config fragment into DIR")
-    parser.add_argument("--microbatch-size", type=int, default=1, metavar="N",
-                        help="torchtitan micro-batch size (local batch = N x micro-batches)")
+    parser.add_argument("--microbatch-size", type=int, default=None, metavar="N",
+                        help="torchtitan micro-batch size (local batch = N x micro-batches; "
+                             "default: the size the plan was profiled at, else 1)")
     parser.add_argument("--torch-check", action="store_true",
                         help="also run torch's own schedule validators on the CSV (needs torch)")
     parser.add_argument("--force", action="store_true", help="overwrite existing outputs")

@@ -27,8 +27,9 @@ def register(sub) -> None:
                         help="seconds before a hanging run is declared failed")
     parser.add_argument("--hidden", type=int, default=None,
                         help="width of the stand-in model (default 8; --timed: 256)")
-    parser.add_argument("--microbatch-size", type=int, default=1, metavar="N",
-                        help="torchtitan micro-batch size (rows per micro-batch)")
+    parser.add_argument("--microbatch-size", type=int, default=None, metavar="N",
+                        help="torchtitan micro-batch size (rows per micro-batch; default: the "
+                             "size the plan was profiled at, else 1, as export writes it)")
     parser.add_argument("--timed", action="store_true",
                         help="time N steps with the plan's order against its predicted span")
     parser.add_argument("--steps", type=int, default=None, help="--timed: timed steps (default 5)")
@@ -79,16 +80,17 @@ def _check_size(args, loaded, hidden: int) -> None:
     """A stand-in model too large for this machine's memory is refused before any launch:
     together the ranks hold at least every stage's weights and gradients and the batch."""
     from ..export.plan_parts import plan_model, stage_layer_names
-    from ..export.timing import preset_of
+    from ..export.timing import preset_of, profiled_microbatch_size
     from ..export.torch_runtime import check_memory
 
     instance = loaded.instance
     layers = stage_layer_names(loaded)
+    size = args.microbatch_size or profiled_microbatch_size(plan_model(loaded)) or 1
     if args.runtime == "torchtitan" or args.timed:
         if layers is not None and preset_of(plan_model(loaded), instance.microbatches):
             return  # the profiled preset's model: --hidden is not used
         modules = sum(map(len, layers)) if layers is not None else instance.num_stages
-        rows = args.rows if args.timed else args.microbatch_size
+        rows = args.rows if args.timed else size
         weights = modules * 2 * (hidden * hidden + hidden)  # two Linear layers per module
         itemsize = 4 if args.timed else 8
     else:  # every rank builds all the stages (one Linear each) and the whole batch
@@ -100,7 +102,7 @@ def _check_size(args, loaded, hidden: int) -> None:
     if args.timed:
         given += f" and --rows {args.rows}"
     elif args.runtime == "torchtitan":
-        given += f" and --microbatch-size {args.microbatch_size}"
+        given += f" and --microbatch-size {size}"
     check_memory(values, itemsize, f"the stand-in model at {given} ({modules} modules, "
                  f"{instance.devices} processes)", f"give a smaller {_size_flags(args)}")
 
@@ -118,7 +120,7 @@ def _check_flags(args, hidden: int) -> None:
 
     from ..errors import ZboptError
     from ..export.torch_runtime import check_atol
-    if hidden < 1 or args.microbatch_size < 1:
+    if hidden < 1 or (args.microbatch_size is not None and args.microbatch_size < 1):
         raise ZboptError("--hidden and --microbatch-size must be >= 1")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise ZboptError("--timeout must be a positive finite number of seconds")

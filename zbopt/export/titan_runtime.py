@@ -188,9 +188,11 @@ def check_world(devices: int) -> None:
 
 
 def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hidden: int = 8,
-                 microbatch_size: int = 1, seed: int = 0, model: str = "profiled"
+                 microbatch_size: int | None = None, seed: int = 0, model: str = "profiled"
                  ) -> VerifyResult:
-    """One training step of the plan through torchtitan's pipeline builder; see the module doc."""
+    """One training step of the plan through torchtitan's pipeline builder; see the module doc.
+    The fragment is the one `zbopt export --torchtitan` writes with the same `microbatch_size`
+    (None: the size the plan was profiled at, else 1)."""
     import torch
 
     from .fqn_model import FqnSpec, reference
@@ -212,7 +214,8 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
     if preset is not None and stage_layer_names(loaded) is not None:
         # float64 so that the pipeline's gradients can match one process to 1e-6
         profiled_dtype, preset = preset.dtype, replace(preset, dtype="float64")
-        microbatch_size = preset.microbatch_size  # the preset's labels fix the rows per batch
+        if microbatch_size is not None:  # the fragment's rows per micro-batch, as export's
+            preset = replace(preset, microbatch_size=microbatch_size)
         notes.append(f"the model is the profiled preset {preset.preset} (micro-batch "
                      f"{preset.microbatch_size} x {preset.seq_len} tokens) in float64, not "
                      f"{profiled_dtype} as profiled, for exact gradients")
@@ -230,9 +233,12 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
         export = titan_export(loaded, Path(workdir) / "export", microbatch_size, stage_layers)
         write_all(export.texts, new_dirs=[export.directory])
         fqns = export.settings.module_fqns
+        notes.append(f"the fragment is the one `zbopt export --torchtitan` writes: "
+                     f"pipeline_parallel_microbatch_size {export.settings.microbatch_size}, "
+                     f"local_batch_size {export.settings.local_batch_size}")
         spec = FqnSpec(fqns=tuple(f for part in fqns for f in part),
                        microbatches=instance.microbatches, hidden=hidden,
-                       rows_per_microbatch=microbatch_size, seed=seed)
+                       rows_per_microbatch=export.settings.microbatch_size, seed=seed)
         job = _TitanJob(str(export.directory / TOML_NAME), fqns, spec, preset)
         failure = _run_processes(instance.devices, (instance.devices, workdir, job, timeout),
                                  timeout, worker=_titan_worker)

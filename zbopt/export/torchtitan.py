@@ -265,11 +265,14 @@ def titan_paths(directory: str | Path) -> list[Path]:
     return [csv_path, sidecar_path(csv_path), Path(directory) / TOML_NAME]
 
 
-def titan_export(loaded, directory: str | Path, microbatch_size: int = 1,
+def titan_export(loaded, directory: str | Path, microbatch_size: int | None = None,
                  stage_layers: Sequence[Sequence[str]] | None = None) -> TitanExport:
     """The CSV, its sidecar and the job-config fragment of a plan (or schedule) file; the
-    plan's own partition unless `stage_layers` (layer names per stage) is given."""
-    from .plan_parts import stage_layer_names
+    plan's own partition unless `stage_layers` (layer names per stage) is given. The
+    micro-batch size is the one the plan was profiled at unless `microbatch_size` is given
+    (1 for a plan that records none)."""
+    from .plan_parts import plan_model, stage_layer_names
+    from .timing import profiled_microbatch_size
     from .torch_csv import torch_csv_texts
 
     directory = Path(directory)
@@ -283,7 +286,17 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int = 1,
     csv_path = directory / CSV_NAME
     if stage_layers is None:
         stage_layers = stage_layer_names(loaded)
-    settings = settings_for(instance, csv_path, stage_layers, microbatch_size)
+    profiled = profiled_microbatch_size(plan_model(loaded))
+    settings = settings_for(instance, csv_path, stage_layers, microbatch_size
+                            if microbatch_size is not None else profiled or 1)
+    if profiled is not None and microbatch_size is None:
+        settings = dataclasses.replace(settings, notes=settings.notes + (
+            f"micro-batches of {_rows(profiled)}, the size the plan was profiled at "
+            f"(--microbatch-size sets another)",))
+    elif profiled is not None and microbatch_size != profiled:
+        settings = dataclasses.replace(settings, notes=settings.notes + (
+            f"micro-batches of {_rows(microbatch_size)} (--microbatch-size), but the plan's costs "
+            f"were profiled at {profiled}: its times and memory are not those of this run",))
     texts = torch_csv_texts(csv_path, instance, schedule, partition=loaded.meta.get("partition"),
                             source=loaded.meta.get("path"))
     header = [f"torchtitan job-config fragment for {schedule.method or 'a schedule'}: "
@@ -294,6 +307,10 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int = 1,
               "the CSV path is relative to the directory torchtitan is started in"]
     texts[directory / TOML_NAME] = toml_text(settings, header)
     return TitanExport(directory, settings, texts, checked)
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
 
 
 def write_titan_export(export: TitanExport, force: bool = False,
