@@ -184,8 +184,14 @@ class LayeredModel:
         total = self._check_size()
         # before the probe below, which holds a list per stage
         if self.num_parts > total:
-            raise ZboptError(f"{self.num_parts} stages but only {total} layers: every stage "
-                             f"needs at least one layer; use fewer devices or chunks")
+            fewer = "fewer devices or chunks" if self.placement == "interleaved" \
+                else "fewer devices"
+            other = "" if self.placement in ("contiguous", None) else \
+                f", or another placement (with zbopt plan, drop {self.placement!r} from " \
+                f"--placements)"
+            raise ZboptError(f"{self.num_parts} stages but only {total} layers on placement "
+                             f"{self.placement!r} with {self.devices} devices: every stage needs "
+                             f"at least one layer; use {fewer}{other}")
         self._check_totals()
         object.__setattr__(self, "expanded", tuple(
             replace(layer, count=1, name=layer.name if layer.count == 1 else f"{layer.name}.{i}")
