@@ -125,3 +125,31 @@ def test_a_plan_that_records_no_microbatch_size_exports_one_row(tmp_path, capsys
     assert main(["export", str(plan), "--torchtitan", str(tmp_path / "tt")]) == 0
     assert "profiled at" not in capsys.readouterr().out
     assert fragment(tmp_path / "tt")["parallelism"]["pipeline_parallel_microbatch_size"] == 1
+
+
+# ----- Hugging Face layer names: what to do instead of torchtitan ------------------------------
+
+
+def hf_named(names):
+    return {"devices": 2, "microbatches": 4, "time_unit": "us",
+            "layers": [{"name": n, "t_f": 1, "t_b": 1, "t_w": 1} for n in names]}
+
+
+@pytest.mark.parametrize("names, advice", [
+    (["model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm+lm_head"],
+     "these are Hugging Face names; profile the model again with --naming torchtitan"),
+    (["transformer.wte+transformer.wpe", "transformer.h.0", "transformer.h.1",
+      "transformer.ln_f+lm_head"],
+     "a gpt2-shaped model, for which zbopt has no torchtitan naming"),
+])
+def test_hugging_face_names_are_told_what_to_do(tmp_path, capsys, names, advice):
+    from cli_checks import refused
+    plan = plan_of(tmp_path, hf_named(names), sizes=(2, 2))
+    line = refused(capsys, "export", plan, "--torchtitan", tmp_path / "tt")
+    assert advice in line and "`zbopt export --torch-csv`" in line
+    assert not (tmp_path / "tt").exists()
+    assert main(["export", str(plan), "--torch-csv", str(tmp_path / "x.csv")]) == 0
+    capsys.readouterr()
+    pytest.importorskip("torchtitan.config")
+    line = refused(capsys, "verify-torch", plan, "--runtime", "torchtitan")
+    assert advice in line

@@ -94,9 +94,32 @@ def split_fqns(layer_names: Sequence[str]) -> tuple[str, ...]:
             if not _FQN_RE.match(fqn):
                 raise ZboptError(f"layer {name!r}: module name {fqn!r} cannot be split by "
                                  f"torchtitan, which keeps only top-level modules and the items "
-                                 f"of a top-level ModuleDict/ModuleList (e.g. 'layers.3')")
+                                 f"of a top-level ModuleDict/ModuleList (e.g. 'layers.3'): "
+                                 f"{_what_to_do(fqn)}")
             out.append(fqn)
     return tuple(out)
+
+
+# Hugging Face module names of the decoders zbopt profile knows: llama-shaped ones have a
+# torchtitan naming (`zbopt profile --naming torchtitan`), gpt2-shaped ones do not
+_HF_LLAMA = re.compile(r"^model\.(embed_tokens|layers\.\d+|norm)$")
+_HF_GPT2 = re.compile(r"^transformer\.(wte|wpe|h\.\d+|ln_f)$")
+_WITHOUT_TORCHTITAN = ("`zbopt export --torch-csv` (and verify-torch's default runtime), which "
+                       "run the plan in PyTorch without torchtitan")
+
+
+def _what_to_do(fqn: str) -> str:
+    """What a plan whose module name torchtitan cannot split can do instead."""
+    if _HF_LLAMA.match(fqn):
+        return (f"these are Hugging Face names; profile the model again with --naming "
+                f"torchtitan (tok_embeddings, layers.N, norm+lm_head) and re-plan, or use "
+                f"{_WITHOUT_TORCHTITAN}")
+    if _HF_GPT2.match(fqn):
+        return (f"these are Hugging Face names of a gpt2-shaped model, for which zbopt has no "
+                f"torchtitan naming (--naming torchtitan is for llama-shaped models): use "
+                f"{_WITHOUT_TORCHTITAN}")
+    return (f"name the layers after top-level modules (e.g. 'layers.3'), or use "
+            f"{_WITHOUT_TORCHTITAN}")
 
 
 def settings_for(instance: Instance, csv_path: str | Path,
