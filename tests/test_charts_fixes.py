@@ -227,3 +227,40 @@ def test_plot_and_compare_plot_say_each_chart_on_stderr_with_progress(tmp_path, 
     for line in ("compare: chart 1/3: ", "compare: chart 2/3: ",
                  "compare: chart 3/3: all methods stacked"):
         assert line in err
+
+
+# ----- caps per device ---------------------------------------------------------------------------
+
+PER_DEVICE = Instance(devices=4, microbatches=8, t_f=1, t_b=1, t_w=1, m_b=2, m_w=1,
+                      memory_cap=[16, 5, 10, 8], name="per-device")
+
+
+def test_a_row_over_a_per_device_cap_names_the_device_that_does_not_fit(capsys):
+    from zbopt.report.verdict import over_cap
+    row = compare(PER_DEVICE, ["1f1b"])[0]
+    assert not row.fits_cap and max(row.peak_memory) < max(PER_DEVICE.cap)
+    assert over_cap(row.timeline) == "device 1: peak 6 > cap 5"
+    page = render_report(PER_DEVICE, [row], charts=False)
+    assert "(device 1: peak" in page
+    path_free = main(["compare", "unit-p4-m8", "--methods", "1f1b", "--mem", "1p"])
+    assert path_free == 0 and "cap=1p (8)" in capsys.readouterr().out
+
+
+def test_compare_prints_a_per_device_cap_readably(tmp_path, capsys):
+    path = tmp_path / "caps.toml"
+    PER_DEVICE.save(path)
+    assert main(["compare", str(path), "--methods", "1f1b"]) == 0
+    out = capsys.readouterr().out
+    assert "cap=per device 16/5/10/8 (max 16)" in out and "(16, 5" not in out
+    assert "no (device 1: peak" in out
+
+
+def test_the_peak_label_clears_the_memory_curve_and_the_cap():
+    from zbopt.compare import run_method
+    from zbopt.report.gantt import plot_memory
+    timeline = run_method("zb-h1", UNIT.with_cap("1p")).timeline  # peak at the cap
+    ax = plot_memory(timeline, 0)
+    ax.figure.canvas.draw()
+    label = ax.texts[0].get_window_extent()
+    cap_y = ax.transData.transform((0, timeline.instance.cap[0]))[1]
+    assert label.y0 > cap_y

@@ -206,14 +206,16 @@ def run(args) -> int:
     if args.json:
         print_json([r.to_dict() for r in rows])
         return 0
-    from ..report.verdict import objective_of, order_key, placement_text
+    from ..report.verdict import cap_text as cap_of
+    from ..report.verdict import objective_of, order_key, over_cap, placement_text
     objective = objective_of(rows)
     out = console()
     cap = instance.cap
     time_unit = f" ({instance.time_unit})" if instance.time_unit else ""
     memory_unit = f" ({instance.memory_unit})" if instance.memory_unit else ""
-    cap_text = "unlimited" if cap is None else \
-        f"{instance.memory_cap} ({fmt(max(cap))}{' ' + instance.memory_unit if instance.memory_unit else ''})"
+    unit = f" {instance.memory_unit}" if instance.memory_unit else ""
+    cap_text = "unlimited" if cap is None else f"{cap_of(instance)} " \
+        f"({'max ' if len(set(cap)) > 1 else ''}{fmt(max(cap))}{unit})"
     out.print(f"[bold]{instance.name or 'instance'}[/]: p={instance.devices} "
               f"m={instance.microbatches} placement={instance.placement} cap={cap_text}")
     gap = "gap to bound" + ("" if objective == "span" else f" ({objective})")
@@ -225,7 +227,8 @@ def run(args) -> int:
         tl = r.timeline
         table.add_row(r.method, placement_text(r), r.status,
                       fmt(tl.makespan), fmt(tl.span), f"{tl.bubble_rate:.2%}",
-                      fmt(max(tl.peak_memory)), "yes" if tl.fits_cap else "[red]no[/]",
+                      fmt(max(tl.peak_memory)),
+                      "yes" if tl.fits_cap else f"[red]no[/] ({over_cap(tl)})",
                       "-" if r.gap is None else f"{r.gap:.2%}")
     out.print(table)
     out.print(f"[dim]{legend(objective)}[/]")

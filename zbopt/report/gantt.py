@@ -209,7 +209,8 @@ def plot_memory(timeline: Timeline, device: int, ax: Axes | None = None,
             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
     ax.set_xlim(0, end if end > 0 else 1)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: number(x)))
-    ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+    # headroom over the curve and the cap for the peak/cap label in the top right corner
+    ax.set_ylim(0, top * 1.5 if top > 0 else 1)
     ax.set_yticks([0, top])
     ax.yaxis.set_major_formatter(EngFormatter(sep="", places=None))
     ax.tick_params(axis="y", labelsize=7, length=2)

@@ -31,7 +31,7 @@ from .gantt import (
     plot_stacked,
 )
 from .numbers import exact, figure
-from .verdict import objective_of, order_key, verdict
+from .verdict import objective_of, order_key, over_cap, verdict
 
 # The columns of a timeline's passes in the page's JSON (timeline.js reads them by name), in
 # the devices' execution order: "gap" is a pass's start less the previous pass's end on its
@@ -179,7 +179,7 @@ def comparison_table(rows: Sequence[Result]) -> str:
         tl = r.timeline
         placement = r.instance.placement + (f"/{r.instance.chunks}"
                                             if r.instance.placement == "interleaved" else "")
-        fits = "yes" if tl.fits_cap else '<span class="over">no</span>'
+        fits = "yes" if tl.fits_cap else f'<span class="over">no</span> ({_e(over_cap(tl))})'
         # a row made on another instance (a caller's own) shows the cap it was judged by
         cap = "unlimited" if tl.instance.cap is None else figure(max(tl.instance.cap))
         css = ' class="best"' if tl.fits_cap and tl.objective(objective) == best else ""
@@ -203,7 +203,8 @@ def comparison_table(rows: Sequence[Result]) -> str:
             f'- the best lower bound on the {objective} of zbopt.bounds) / {objective}, for '
             f'schedules within the cap. Every method is judged against the same absolute cap per '
             f'device, resolved on the instance as written.</p>')
-    return f"<table>{head}{''.join(body)}</table>{note}"
+    # a narrow window scrolls the table inside its box rather than widening the page
+    return f'<div class="wide"><table>{head}{"".join(body)}</table></div>{note}'
 
 
 def instance_table(instance: Instance) -> str:

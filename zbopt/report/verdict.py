@@ -14,6 +14,30 @@ def placement_text(result: Result) -> str:
     return inst.placement + (f"/{inst.chunks}" if inst.placement == "interleaved" else "")
 
 
+def over_cap(timeline) -> str:
+    """Where a schedule does not fit: the first device over its cap, "device 3: peak 8.5 > cap
+    8" ("" where it fits); with caps per device the largest peak and cap do not say it."""
+    from ..instance import within_cap
+    cap = timeline.instance.cap
+    if cap is None:
+        return ""
+    for d, (peak, limit) in enumerate(zip(timeline.peak_memory, cap)):
+        if not within_cap(peak, limit):
+            return f"device {d}: peak {figure(peak)} > cap {figure(limit)}"
+    return ""
+
+
+def cap_text(instance: Instance) -> str:
+    """An instance's cap as written, readable: "2p", "24,000", or per device "12/11/10/...";
+    "unlimited" without one."""
+    spec = instance.memory_cap
+    if instance.cap is None:
+        return "unlimited"
+    if isinstance(spec, (list, tuple)):
+        return "per device " + "/".join(x if isinstance(x, str) else figure(x) for x in spec)
+    return spec if isinstance(spec, str) else figure(spec)
+
+
 def objective_of(rows: Sequence[Result]) -> str:
     """The objective the rows were judged by (span unless every method was asked for another):
     the one their lower bounds, gaps and proofs are about."""
