@@ -836,7 +836,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     if placements == ("contiguous",) and not contiguous_fits(search.placed("contiguous")):
         raise ZboptError(_infeasible_message(model))  # said before any other work
     floors = _other_floors(search, placements) if others else None
-    bounds: dict[str, float] = {}
+    bounds: dict[str, float] = {}  # per placement, a bound of its splits not in pending
+    covered: set[str] = set()  # placements whose every split is in pending
     pending: list[Split] = []
     pruned = 0
     share = (0.5 if exact else 1.0) / len(placements)
@@ -867,8 +868,11 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             continue
         search.climb(placement, budget_end)
         if table is None:
+            scheduled = [s for (pl, _), s in search.cache.items() if pl == placement]
             bounds[placement] = floor
-            pending.extend(s for (pl, _), s in search.cache.items() if pl == placement)
+            if len(scheduled) == _split_count(placed):
+                covered.add(placement)  # every split is in pending with its own bound
+            pending.extend(scheduled)
             continue
         threshold = search.best.span if search.best is not None else math.inf
         total = count_below(table, threshold)
@@ -923,8 +927,11 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
                          ": raise memory_cap or allow other placements")
 
     def overall() -> float:
-        proven = [s.bound for s in pending]
-        return min([*bounds.values(), *proven, search.best.span])
+        return min([*unlisted().values(), *(s.bound for s in pending), search.best.span])
+
+    def unlisted() -> dict[str, float]:
+        """Per placement, the bound of its splits not in pending (none once all are)."""
+        return {pl: bound for pl, bound in bounds.items() if pl not in covered}
 
     search.bound = overall()
     if overall() < search.best.span * (1 - TOLERANCE):
@@ -1007,7 +1014,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         lower < chosen.span * (1 - TOLERANCE) else None
     bound_placement = None
     if len(placements) > 1 and lower < chosen.span * (1 - TOLERANCE):
-        bound_placement = _least_placement(placements, bounds, pending, lower)
+        bound_placement = _least_placement(placements, unlisted(), pending, lower)
     return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs,
                 bound_split, bound_placement, floors,
                 weakest.bound_name if bound_split is not None else None,
@@ -1179,6 +1186,11 @@ def _overlap_floor(model: LayeredModel) -> float:
     backward = sum(x.t_b + x.t_w for x in layers)
     saved = model.overlap * min(forward, backward) * model.microbatches
     return (_total_load(model) - saved) / model.devices
+
+
+def _split_count(model: LayeredModel) -> int:
+    """How many partitions `model` has: its layers cut into num_parts runs of at least one."""
+    return math.comb(model.num_layers - 1, model.num_parts - 1) if model.num_layers else 0
 
 
 def _count_all(table) -> int:
