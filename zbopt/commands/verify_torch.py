@@ -48,9 +48,10 @@ def register(sub) -> None:
 def _launch(args, what: str):
     """While the ranks run: a progress line on stderr (--progress/--quiet, or a terminal) with
     what the command waits for, the ranks finished and the time waited; a rank that cannot
-    allocate its model is bad input, said with the flags that size it."""
+    allocate its model is bad input, said with the flags that size it. Yields the list that
+    collects what the ranks write on stderr (see _rank_lines)."""
     from ..errors import ZboptError
-    from ..export.torch_runtime import OutOfMemory, watching
+    from ..export.torch_runtime import OutOfMemory, rank_output, watching
 
     with progress(args) as shown:
         head = f"verify-torch: {what}"
@@ -63,10 +64,28 @@ def _launch(args, what: str):
             shown.update(text)
 
         try:
-            with watching(report):
-                yield
+            with watching(report), rank_output() as written:
+                yield written
         except OutOfMemory as err:
             raise ZboptError(f"{err}: give a smaller {_size_flags(args)}") from None
+
+
+def _show_rank_output(args, written: list, failed: bool) -> None:
+    """What the ranks wrote on stderr (torch's warnings): shown when the run failed, else only
+    where progress is shown (a terminal without --quiet, or --progress)."""
+    import sys
+
+    from ..progress import wanted
+    if not written or not (failed or wanted(args)):
+        return
+    by_text: dict[str, list[int]] = {}
+    for rank, text in written:
+        by_text.setdefault(text.rstrip(), []).append(rank)
+    for text, ranks in by_text.items():
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+        sys.stderr.write(f"zbopt: {who} wrote on stderr:\n"
+                         + "".join(f"  {line}\n" for line in text.splitlines()))
+    sys.stderr.flush()
 
 
 def _size_flags(args) -> str:
@@ -160,14 +179,14 @@ def run(args) -> int:
     what = f"{loaded.instance.devices} gloo processes ({args.runtime} runtime)"
     if args.runtime == "torchtitan":
         from ..export.titan_runtime import verify_titan
-        with _launch(args, what):
+        with _launch(args, what) as written:
             result = verify_titan(loaded, atol=args.atol, timeout=args.timeout, hidden=hidden,
                                   microbatch_size=args.microbatch_size)
     else:
         from ..export.titan_runtime import check_world
         from ..export.torch_runtime import verify_torch
         check_world(loaded.instance.devices)
-        with _launch(args, what):
+        with _launch(args, what) as written:
             result = verify_torch(loaded.instance, loaded.schedule, atol=args.atol,
                                   timeout=args.timeout, hidden=hidden)
     if args.json:
@@ -187,6 +206,7 @@ def run(args) -> int:
             out.print(result.message, markup=False)
         for note in result.notes:
             out.print(f"note: {note}", markup=False, soft_wrap=True)
+    _show_rank_output(args, written, failed=not result.ok)
     return 0 if result.ok else 1
 
 
@@ -215,9 +235,10 @@ def _run_timed(args, loaded, hidden: int) -> int:
         if why_not:
             model_line += f" (the plan's model is named like a shipped preset, but {why_not})"
     with _launch(args, f"{instance.devices} gloo processes, {args.warmup} warm-up + "
-                       f"{args.steps} timed steps"):
+                       f"{args.steps} timed steps") as written:
         timing = time_plan(instance, loaded.schedule, spec, stage_fqns, steps=args.steps,
                            warmup=args.warmup, timeout=args.timeout, stage_layers=layers)
+    _show_rank_output(args, written, failed=False)
     if args.json:
         print_json(timing.as_dict())
         return 0

@@ -235,15 +235,72 @@ def _out_of_memory(text: str) -> bool:
         or "not enough memory" in text
 
 
+# lists that collect what the ranks of each launch wrote on stderr (rank_output)
+_COLLECTORS: list = []
+
+
+@contextmanager
+def rank_output():
+    """Within the block, what every rank writes on stderr (torch's warnings, ...) is collected
+    in the list yielded, as (rank, text), instead of reaching this process's stderr; the caller
+    shows it or not (e.g. only when the run fails)."""
+    collected: list[tuple[int, str]] = []
+    _COLLECTORS.append(collected)
+    try:
+        yield collected
+    finally:
+        _COLLECTORS.remove(collected)
+
+
+def _rank_main(rank: int, worker, log_dir: str, *args) -> None:
+    """One rank: its stderr (file descriptor 2, and Python's sys.stderr) goes to a file the
+    launcher reads, then `worker(rank, *args)` runs."""
+    import sys
+    fd = os.open(os.path.join(log_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115  the process's stderr
+    worker(rank, *args)
+
+
+def _hand_on(log_dir: str, world: int) -> None:
+    """What the ranks wrote on stderr: to the active rank_output collectors, else (no caller
+    asked for it) to this process's stderr, as if the ranks had written it there."""
+    import sys
+    found = []
+    for rank in range(world):
+        try:
+            text = Path(log_dir, f"rank{rank}.log").read_text(errors="replace")
+        except OSError:
+            continue
+        if text.strip():
+            found.append((rank, text))
+    for collected in _COLLECTORS:
+        collected.extend(found)
+    if not _COLLECTORS:
+        for _, text in found:
+            sys.stderr.write(text)
+
+
 def _run_processes(world: int, args: tuple, timeout: float, worker=None) -> str:
     """Spawn the ranks of `worker` (default: one verify job list) and wait; '' on success,
-    else a one-line reason (hang, crash). OutOfMemory when a rank could not allocate."""
+    else a one-line reason (hang, crash). OutOfMemory when a rank could not allocate. What the
+    ranks write on stderr is handed on after they end (rank_output)."""
+    with tempfile.TemporaryDirectory(prefix="zbopt-ranks-") as log_dir:
+        try:
+            return _spawn_and_wait(world, (worker or _worker, log_dir) + tuple(args), timeout)
+        finally:
+            _hand_on(log_dir, world)
+
+
+def _spawn_and_wait(world: int, args: tuple, timeout: float) -> str:
     import logging
 
     import torch.multiprocessing as mp
     from torch.multiprocessing import ProcessRaisedException
 
-    context = mp.start_processes(worker or _worker, args=args, nprocs=world, join=False,
+    context = mp.start_processes(_rank_main, args=args, nprocs=world, join=False,
                                  start_method="spawn")
     started = time.monotonic()
     deadline = started + timeout
