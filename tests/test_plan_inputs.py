@@ -26,6 +26,27 @@ def test_a_placement_listed_twice_is_refused(capsys):
     assert err == "zbopt: error: --placements 'v,contiguous,v': v listed twice: list each once"
 
 
+def test_every_placement_too_fine_for_the_layers_is_named_at_once(capsys):
+    # blocks16-p4 has 18 layers: on 10 devices v and interleaved need 20 stages each
+    err = refused(capsys, "plan", "blocks16-p4", "--devices", "10", "--placements",
+                  "contiguous,v,interleaved", "--time-limit", "1", "--quiet")
+    assert "v and interleaved need more stages than the model's 18 layers" in err
+    assert err.endswith("keep contiguous")
+    err = refused(capsys, "plan", "blocks16-p4", "--devices", "10", "--placements", "v",
+                  "--time-limit", "1", "--quiet")  # one alone: the model's own message
+    assert "20 stages but only 18 layers on placement 'v'" in err
+
+
+def test_a_dualpipe_plan_suggests_only_placements_the_layers_fill(capsys):
+    code = main(["plan", "blocks16-p4", "--devices", "10", "--microbatches", "20",
+                 "--placements", "dualpipe", "--mem", "none", "--time-limit", "2", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    note = " ".join(out.split())
+    assert "re-plan with --placements contiguous for a plan they run" in note
+    assert "v needs 20 stages and interleaved needs 20 stages, more than the 18 layers" in note
+
+
 def test_a_value_that_looks_like_an_option_says_how_to_give_it(capsys):
     err = refused(capsys, "plan", "blocks16-p4", "--mem", "-1,2,3,4", "--quiet")
     assert "argument --mem: expected one argument (a value that starts with '-' goes after '='" \

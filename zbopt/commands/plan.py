@@ -138,6 +138,20 @@ def _placements(args, model) -> tuple[str, ...]:
     if twice:  # as compare --methods refuses a method named twice
         raise ZboptError(f"--placements {args.placements!r}: {', '.join(twice)} listed twice: "
                          f"list each once")
+    unfit = []  # every placement that cannot hold the layers, named at once
+    for name in names:
+        try:
+            placed(model, name)
+        except ZboptError as err:
+            unfit.append((name, err))
+    if len(unfit) == 1:
+        raise unfit[0][1]
+    if unfit:
+        fit = [x for x in names if x not in dict(unfit)]
+        keep = f"keep {','.join(fit)}" if fit else "use fewer devices or chunks"
+        raise ZboptError(f"--placements {args.placements!r}: {' and '.join(n for n, _ in unfit)} "
+                         f"need more stages than the model's {model.num_layers} layers "
+                         f"(every stage needs at least one): {keep}")
     return names
 
 
@@ -331,7 +345,7 @@ def _print(result, model, args) -> None:
     for line in _others(result):
         out.print(line)
     if inst.placement == "dualpipe":
-        from ..export.plan_parts import NO_RUNTIME_FORM
-        out.print(f"note: {NO_RUNTIME_FORM}")
+        from ..export.plan_parts import no_runtime_form
+        out.print(f"note: {no_runtime_form(inst.devices, model.num_layers, model.chunks)}")
     if args.out:
         out.print(f"wrote {args.out}")
