@@ -120,6 +120,24 @@ def test_export_writes_the_microbatch_size_the_plan_was_profiled_at(tmp_path, ca
     assert "profiled at 2" in (tmp_path / "t1" / "torchtitan.toml").read_text()
 
 
+def test_the_csv_sidecar_keys_carry_the_profiled_microbatch_size(tmp_path, capsys):
+    plan = plan_of(tmp_path, PRESET)  # profiled at b=2
+
+    def keys(name):
+        side = json.loads((tmp_path / f"{name}.json").read_text())["torchtitan"]
+        return side["parallelism.pipeline_parallel_microbatch_size"], \
+            side["training.local_batch_size"]
+
+    assert main(["export", str(plan), "--torch-csv", str(tmp_path / "s.csv")]) == 0
+    assert keys("s.csv") == (2, 8)
+    assert main(["export", str(plan), "--torch-csv", str(tmp_path / "t.csv"),
+                 "--microbatch-size", "3"]) == 0
+    assert keys("t.csv") == (3, 12)
+    assert main(["export", str(plan), "--torchtitan", str(tmp_path / "tt")]) == 0
+    assert keys("tt/schedule.csv") == (2, 8)  # the fragment and its CSV's sidecar agree
+    capsys.readouterr()
+
+
 def test_a_plan_that_records_no_microbatch_size_exports_one_row(tmp_path, capsys):
     plan = plan_of(tmp_path, changed(lambda m: m.update(name="hand-written")))
     assert main(["export", str(plan), "--torchtitan", str(tmp_path / "tt")]) == 0

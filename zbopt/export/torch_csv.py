@@ -141,10 +141,11 @@ def sidecar_path(csv_path: str | Path) -> Path:
 
 def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
             rows: Sequence[Sequence[str]] | None = None, partition: dict | None = None,
-            source: str | Path | None = None) -> dict[str, Any]:
+            source: str | Path | None = None, microbatch_size: int = 1) -> dict[str, Any]:
     """What a runtime needs besides the CSV: placement, micro-batches, torch and torchtitan
-    settings; for a plan's CSV its `partition` (layers per stage: the split the CSV's stage
-    costs come from, which `evaluate --torch-csv` checks) and the `source` file's name."""
+    settings (micro-batches of `microbatch_size` rows); for a plan's CSV its `partition` (layers
+    per stage: the split the CSV's stage costs come from, which `evaluate --torch-csv` checks)
+    and the `source` file's name."""
     rows = rows if rows is not None else torch_rows(instance, schedule)
     p, v = instance.devices, instance.chunks
     notes = []
@@ -175,7 +176,7 @@ def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
         "torch_runtime": ("torch.distributed.pipelining.schedules._PipelineScheduleRuntime("
                           f"stages, n_microbatches={instance.microbatches}, loss_fn=...)"
                           f"._load_csv(\"{Path(csv_path).name}\")"),
-        "torchtitan": torchtitan_keys(instance, csv_path),
+        "torchtitan": torchtitan_keys(instance, csv_path, microbatch_size),
         "notes": notes,
         **_origin(partition, source),
     }
@@ -220,10 +221,12 @@ def sidecar_split(csv_path: str | Path) -> tuple[list[int] | None, str]:
     return sizes, source if isinstance(source, str) else ""
 
 
-def torchtitan_keys(instance: Instance, csv_path: str | Path) -> dict[str, Any]:
+def torchtitan_keys(instance: Instance, csv_path: str | Path,
+                    microbatch_size: int = 1) -> dict[str, Any]:
     """The torchtitan job-config keys (command-line form) that run this CSV."""
     from .torchtitan import settings_for
-    settings = settings_for(instance, csv_path, stage_layers=None)
+    settings = settings_for(instance, csv_path, stage_layers=None,
+                            microbatch_size=microbatch_size)
     keys: dict[str, Any] = settings.dotted()
     keys["note"] = (f"the model must be split into {instance.num_stages} stages "
                     f"({instance.chunks} per rank, parallelism.module_fqns_per_model_part; "
@@ -235,16 +238,18 @@ def torchtitan_keys(instance: Instance, csv_path: str | Path) -> dict[str, Any]:
 
 def torch_csv_texts(path: str | Path, instance: Instance, schedule: Schedule,
                     with_sidecar: bool = True, partition: dict | None = None,
-                    source: str | Path | None = None) -> dict[Path, str]:
+                    source: str | Path | None = None, microbatch_size: int = 1
+                    ) -> dict[Path, str]:
     """{path: text} of the CSV and (by default) its sidecar, nothing written; a plan's
-    `partition` and the `source` file's name go into the sidecar (see `sidecar`)."""
+    `partition`, the `source` file's name and the micro-batch size (rows) go into the sidecar
+    (see `sidecar`)."""
     from .outputs import require_path
     path = require_path(path, "the torch CSV's path")
     _require_pair(instance, schedule, "write_torch_csv()")
     rows = torch_rows(instance, schedule)
     texts = {path: csv_text(rows)}
     if with_sidecar:
-        doc = sidecar(instance, schedule, path, rows, partition, source)
+        doc = sidecar(instance, schedule, path, rows, partition, source, microbatch_size)
         texts[sidecar_path(path)] = json.dumps(doc, indent=1) + "\n"
     return texts
 

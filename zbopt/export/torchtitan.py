@@ -321,7 +321,8 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int | None = No
             f"micro-batches of {_rows(microbatch_size)} (--microbatch-size), but the plan's costs "
             f"were profiled at {profiled}: its times and memory are not those of this run",))
     texts = torch_csv_texts(csv_path, instance, schedule, partition=loaded.meta.get("partition"),
-                            source=loaded.meta.get("path"))
+                            source=loaded.meta.get("path"),
+                            microbatch_size=settings.microbatch_size)
     header = [f"torchtitan job-config fragment for {schedule.method or 'a schedule'}: "
               f"{instance.devices} ranks, {instance.num_stages} stages, "
               f"{instance.microbatches} micro-batches (zbopt export --torchtitan)",
