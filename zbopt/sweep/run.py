@@ -90,7 +90,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: 
                 ran += 1
                 errors += record.get("status") == "error"
                 advance(job, record)
-    if report:
+    if report and store.path.exists():  # stopped before a first result: nothing to report
         from .report import write_report
         write_report(out)
     return SweepSummary(len(all_jobs), len(all_jobs) - len(todo), ran, errors, flag.stopped, out)
