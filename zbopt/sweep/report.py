@@ -38,7 +38,26 @@ def load_records(directory: str | Path) -> list[dict[str, Any]]:
     store = ResultStore(Path(directory))
     if not store.path.exists():
         raise ZboptError(f"{store.path} not found: run `zbopt sweep SPEC --out {directory}` first")
-    return [normalize(r) for r in store.records().values()]
+    return sorted((normalize(r) for r in store.records().values()), key=record_order)
+
+
+def record_order(record: dict[str, Any]) -> tuple:
+    """Where a record goes in the CSV and the tables: by instance (name, p, m, cap), then
+    method label; never by the order of results.jsonl, which parallel workers shuffle."""
+    return instance_order(record) + (_natural(record.get("label")), str(record.get("key")))
+
+
+def instance_order(record: dict[str, Any]) -> tuple:
+    return (_natural(record.get("instance_name")), _sortable(record.get("devices")),
+            _sortable(record.get("microbatches")), _sortable(record.get("cap_spec")),
+            _instance_id(record))
+
+
+def _natural(text: Any) -> tuple:
+    """"u-m10" after "u-m4": the digit runs of a name compared as numbers."""
+    import re
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in re.split(r"(\d+)", "" if text is None else str(text)) if part)
 
 
 def normalize(record: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +120,7 @@ def csv_text(records: Iterable[dict[str, Any]]) -> str:
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore",
                             lineterminator="\n")
     writer.writeheader()
-    for record in records:
+    for record in sorted(records, key=record_order):
         row = {k: _plain(record.get(k)) for k in CSV_COLUMNS}
         row["note"] = note(record).replace("\n", " ")
         row["peak_memory"] = peak(record)
@@ -140,8 +159,9 @@ class InstanceSummary:
 
 
 def group_by_instance(records: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """{instance: its records}, instances and records in record_order."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for record in records:
+    for record in sorted(records, key=record_order):
         groups[_instance_id(record)].append(record)
     return dict(groups)
 
@@ -153,8 +173,9 @@ def _instance_id(record: dict[str, Any]) -> str:
 
 def _rank(record: dict[str, Any]) -> tuple:
     # on a tie the family/heuristic gets the credit: a solver that returns its warm start
-    # did not find that schedule
-    return (record["span"], record.get("kind") == "solver")
+    # did not find that schedule; then the method's label, so the best of methods that tie
+    # does not depend on the order of results.jsonl
+    return (record["span"], record.get("kind") == "solver") + record_order(record)[-2:]
 
 
 def summarize(records: list[dict[str, Any]]) -> InstanceSummary:
@@ -245,8 +266,8 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
         out.append(f"\n### {first.get('instance_name') or 'instance'} "
                    f"(p={first.get('devices')}, m={first.get('microbatches')}, "
                    f"placement={first.get('instance_placement')}, cap={_cap(first)})\n\n")
-        ordered = sorted(recs, key=lambda r: (not usable(r), r["span"] if usable(r) else 0,
-                                              r["label"]))
+        ordered = sorted(recs, key=lambda r: (not usable(r), r["span"] if usable(r) else 0)
+                         + record_order(r)[-2:])
         out.append(_table(
             ["method", "status", "span", "bubble", "peak memory", "fits cap", "lower bound",
              "gap", "note"],
