@@ -8,6 +8,7 @@ Both isolate every job from the sweep process: a job that raises, kills its proc
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import signal
 import socket
@@ -82,6 +83,10 @@ class LocalExecutor:
     def session(self) -> contextlib.AbstractContextManager:
         """Nothing to start: the workers are spawned as jobs come."""
         return contextlib.nullcontext()
+
+    def window(self) -> int:
+        """Jobs running at once."""
+        return self.workers
 
     def run(self, jobs: Sequence[Job], stop: Stop = _never) -> Iterator[tuple[Job, dict]]:
         if self.workers < 1:
@@ -192,8 +197,10 @@ class RayExecutor:
         if self.address:
             check_reachable(self.address)
         try:
+            # Ray's own INFO/WARNING lines (its start-up, its token set-up) are not the sweep's
+            # output: errors only, and nothing from the workers' logs
             ray.init(address=self.address, num_cpus=self.workers if self.address is None else None,
-                     include_dashboard=False, log_to_driver=False)
+                     include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         except (ConnectionError, ValueError, RuntimeError) as err:
             raise ZboptError(f"cannot start or reach Ray at {self.address or 'local'}: "
                              f"{err}") from None
@@ -206,12 +213,20 @@ class RayExecutor:
         with self.session():
             yield from self._run(jobs, stop)
 
+    def window(self) -> int:
+        """Tasks in flight at once (--jobs, else the cluster's CPUs); within session()."""
+        ray = _import_ray()
+        return max(1, self.workers or int(ray.cluster_resources().get("CPU", 1)))
+
     def _run(self, jobs: Sequence[Job], stop: Stop) -> Iterator[tuple[Job, dict]]:
         ray = _import_ray()
         # no Ray retries: a task that crashes its worker is a result (an error); node loss is
         # told apart below and resubmitted by us
         remote = ray.remote(max_retries=0)(self.job_fn)
-        window = max(1, self.workers or int(ray.cluster_resources().get("CPU", 1)))
+        window = self.window()
+        # a task asks for its solver's threads, but never more CPUs than one node has: Ray
+        # would never schedule it (the solver still runs its threads)
+        largest = _largest_node_cpus(ray)
         nodes = _AliveNodes(ray)
         pending = deque(jobs)
         running: dict[Any, tuple[Job, float, frozenset]] = {}
@@ -235,7 +250,7 @@ class RayExecutor:
                     job = pending.popleft()
                     cpus = dict(job.method.params).get("threads", 1) \
                         if job.method.kind == "solver" else 1
-                    ref = remote.options(num_cpus=cpus).remote(job)
+                    ref = remote.options(num_cpus=min(cpus, largest)).remote(job)
                     running[ref] = (job, time.monotonic(), nodes.alive())
                 if not running:
                     time.sleep(_POLL)
@@ -274,6 +289,12 @@ NODE_LOSS_RETRIES = 3
 # seconds a failed task waits for Ray to report a dead node before it counts as the job's own
 # failure (Ray's health checks take about 15 s by default to declare a node dead)
 NODE_LOSS_GRACE = 30.0
+
+
+def _largest_node_cpus(ray) -> float:
+    """The CPUs of the cluster's largest live node (at least 1)."""
+    cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    return max([1.0] + cpus)
 
 
 class _AliveNodes:

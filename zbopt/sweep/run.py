@@ -79,8 +79,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: 
     todo = [job for job in all_jobs if job.key not in done]
     flag = _StopFlag()
     ran = errors = 0
-    workers = jobs or 1
     with runner.session():  # connected (Ray) before anything is written
+        workers = runner.window()  # the ETA's parallelism: on Ray, the cluster's CPUs
         out.mkdir(parents=True, exist_ok=True)
         if spec_path is not None:
             _keep_spec_copy(Path(spec_path), out)
