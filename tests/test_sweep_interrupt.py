@@ -47,3 +47,22 @@ def test_ctrl_c_before_the_first_result_is_the_interrupted_summary(tmp_path, cap
     monkeypatch.undo()
     assert main(["sweep", str(_spec(tmp_path)), "--out", str(out), "--quiet"]) == 0
     assert "4 run now" in capsys.readouterr().out
+
+
+def test_progress_off_a_terminal_is_plain_lines_at_most_every_few_seconds(tmp_path, capsys,
+                                                                          monkeypatch):
+    from zbopt.sweep import progress
+    out = tmp_path / "out"
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 3600.0)
+    assert main(["sweep", str(_spec(tmp_path)), "--out", str(out), "--no-report",
+                 "--progress"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    # the first job and the last, nothing between (an hour has not passed)
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("zbopt: tiny: 1/4 jobs, ETA") and "\x1b" not in lines[0]
+    assert lines[1].startswith("zbopt: tiny: 4/4 jobs, ETA ~0:00") and lines[1].endswith(" s]")
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
+    assert main(["sweep", str(_spec(tmp_path)), "--out", str(tmp_path / "again"), "--no-report",
+                 "--progress"]) == 0
+    assert [line.split(",")[0] for line in capsys.readouterr().err.splitlines()] == \
+        [f"zbopt: tiny: {n}/4 jobs" for n in range(1, 5)]

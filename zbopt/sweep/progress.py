@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import sys
 import time
 from collections import Counter, defaultdict
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from ..progress import Progress, _isatty
 from .spec import Job
+
+PLAIN_EVERY = 5.0  # seconds between two progress lines when stderr is not a terminal
 
 
 class Eta:
@@ -74,6 +78,10 @@ def progress_bar(enabled: bool, jobs: Sequence[Job], workers: int,
     if not enabled or not jobs:
         yield lambda job, record: eta.done(job, record.get("runtime"))
         return
+    if not _isatty(sys.stderr):  # rich redraws a bar only on a terminal: plain lines instead
+        with _plain_lines(eta, len(jobs), name) as advance:
+            yield advance
+        return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
     from rich.text import Text
@@ -93,4 +101,23 @@ def progress_bar(enabled: bool, jobs: Sequence[Job], workers: int,
         def advance(job: Job, record: dict[str, Any]) -> None:
             eta.done(job, record.get("runtime"))
             bar.update(task, advance=1, eta=eta.seconds(), at=time.monotonic())
+        yield advance
+
+
+@contextlib.contextmanager
+def _plain_lines(eta: Eta, total: int, name: str
+                 ) -> Iterator[Callable[[Job, dict[str, Any]], None]]:
+    """Off a terminal (--progress into a pipe or a file): a line "done/total, ETA [elapsed]"
+    after the first job, then at most every PLAIN_EVERY seconds, and after the last job."""
+    shown = Progress(True, sys.stderr)
+    state = {"done": 0, "at": None}
+
+    def advance(job: Job, record: dict[str, Any]) -> None:
+        eta.done(job, record.get("runtime"))
+        state["done"] += 1
+        now = time.monotonic()
+        if state["at"] is None or now - state["at"] >= PLAIN_EVERY or state["done"] == total:
+            state["at"] = now
+            shown.update(f"{name}: {state['done']}/{total} jobs, {describe(eta.seconds())}")
+    with shown:
         yield advance
