@@ -59,3 +59,21 @@ def test_methods_that_tie_give_the_same_best_in_any_order():
     bests = {summarize(order).best_method
              for order in (records, records[::-1], records[1:] + records[:1])}
     assert bests == {"b"}  # the heuristic before the solver, then by label
+
+
+def test_every_job_table_says_the_placement_each_method_ran_on():
+    from zbopt.sweep.report import csv_text, markdown_text
+    base = {"instance_name": "x", "devices": 2, "microbatches": 8, "cap_spec": "1p",
+            "instance_placement": "contiguous", "status": "heuristic", "fits_cap": True,
+            "bubble_rate": 0.0, "instance": {"devices": 2}}
+    records = [{**base, "label": "v-greedy", "key": "v", "placement": "v", "chunks": 2,
+                "span": 24},
+               {**base, "label": "cpsat", "key": "c", "kind": "solver", "status": "optimal",
+                "placement": "contiguous", "chunks": 1, "span": 25}]
+    markdown = markdown_text(records)
+    assert "| method | placement | status | span |" in markdown
+    assert "| v-greedy | v (2 chunks) | heuristic | 24 |" in markdown
+    assert "| cpsat | contiguous | optimal | 25 |" in markdown
+    rows = csv_text(records).splitlines()
+    header = rows[0].split(",")
+    assert [row.split(",")[header.index("placement")] for row in rows[1:]] == ["contiguous", "v"]

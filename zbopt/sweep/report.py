@@ -269,13 +269,22 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
         ordered = sorted(recs, key=lambda r: (not usable(r), r["span"] if usable(r) else 0)
                          + record_order(r)[-2:])
         out.append(_table(
-            ["method", "status", "span", "bubble", "peak memory", "fits cap", "lower bound",
-             "gap", "note"],
-            [[r["label"], str(r.get("status", "?")), _num(r.get("span")),
+            ["method", "placement", "status", "span", "bubble", "peak memory", "fits cap",
+             "lower bound", "gap", "note"],
+            [[r["label"], _placement(r), str(r.get("status", "?")), _num(r.get("span")),
               _pct(r.get("bubble_rate")), _num(peak(r)), _num(r.get("fits_cap")),
               _num(r.get("lower_bound")), _pct(r.get("gap")), _short(note(r))]
              for r in ordered]))
     return "".join(out)
+
+
+def _placement(record: dict[str, Any]) -> str:
+    """The placement a job ran on (a family may re-place the model), as in the CSV."""
+    placement, chunks = record.get("placement"), record.get("chunks")
+    if placement is None:
+        return "-"
+    return f"{placement} ({_plain(chunks)} chunks)" if chunks not in (None, 1, [1]) \
+        and placement != "contiguous" else str(placement)
 
 
 def runtime_rows(records: Iterable[dict[str, Any]]) -> list[list[str]]:
