@@ -66,3 +66,21 @@ def test_progress_off_a_terminal_is_plain_lines_at_most_every_few_seconds(tmp_pa
                  "--progress"]) == 0
     assert [line.split(",")[0] for line in capsys.readouterr().err.splitlines()] == \
         [f"zbopt: tiny: {n}/4 jobs" for n in range(1, 5)]
+
+
+def test_an_edited_spec_is_refused_saying_what_changed_and_what_to_do(tmp_path, capsys):
+    spec = _spec(tmp_path)
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet", "--no-report"]) == 0
+    capsys.readouterr()
+    before = (out / "results.jsonl").read_bytes()
+    spec.write_text(SPEC.replace('"zb-h1"]', '"zb-h2"]').replace("[4, 6]", "[4, 8]"))
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet", "--no-report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.count("'tiny'") == 1, err
+    assert "holds 3 result(s) of jobs spec 'tiny' no longer has: it was edited" in err
+    assert "methods not in the spec: zb-h1" in err and "instances not in the spec: u-m6" in err
+    assert "--force to keep them" in err and "another --out" in err
+    assert (out / "results.jsonl").read_bytes() == before
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet", "--no-report",
+                 "--force"]) == 0

@@ -109,24 +109,56 @@ def check_out_dir(out: Path, force: bool) -> None:
 
 
 def check_same_spec(store: ResultStore, spec: SweepSpec, jobs: list, force: bool) -> None:
-    """Refuse a folder holding results of jobs this spec does not have: another spec's sweep
-    (a spec that only gained jobs is fine, its finished jobs are kept)."""
+    """Refuse a folder holding results of jobs this spec does not have: another spec's sweep,
+    or this spec before an edit (a spec that only gained jobs is fine, its finished jobs are
+    kept)."""
     if force or not store.path.exists():
         return
     keys = {job.key for job in jobs}
     foreign = [r for key, r in store.records().items() if key not in keys]
     if not foreign:
         return
-    copy = store.directory / "sweep-spec.toml"
-    named = ""
-    if copy.exists():
-        try:
-            named = f" (spec {load_spec(copy).name!r})"
-        except ZboptError:
-            pass
-    raise ZboptError(f"--out {store.directory} holds {len(foreign)} result(s) of jobs that spec "
-                     f"{spec.name!r} does not have{named}: choose another folder, or pass "
-                     f"--force to add this spec's results there")
+    stored = _stored_spec_name(store.directory)
+    where, what = f"--out {store.directory}", _what_differs(foreign, jobs)
+    keep = "pass --force to keep them beside this spec's results, or choose another --out"
+    if stored is not None and stored != spec.name:
+        raise ZboptError(f"{where} holds {len(foreign)} result(s) of spec {stored!r} that spec "
+                         f"{spec.name!r} does not have ({what}): {keep}")
+    if stored is not None:
+        raise ZboptError(f"{where} holds {len(foreign)} result(s) of jobs spec {spec.name!r} no "
+                         f"longer has: it was edited since they ran ({what}); {keep}")
+    raise ZboptError(f"{where} holds {len(foreign)} result(s) of jobs that spec {spec.name!r} "
+                     f"does not have ({what}): {keep}")
+
+
+def _stored_spec_name(directory: Path) -> str | None:
+    """The name of the spec whose copy the folder keeps (None: no readable copy)."""
+    copy = Path(directory) / "sweep-spec.toml"
+    if not copy.exists():
+        return None
+    try:
+        return load_spec(copy).name
+    except ZboptError:
+        return None
+
+
+def _what_differs(foreign: list[dict], jobs: list) -> str:
+    """Which methods and instances the stored results have that the spec's jobs do not."""
+    labels = {job.method.label for job in jobs}
+    names = {str(job.instance.get("name", "")) for job in jobs}
+    methods = sorted({str(r.get("label")) for r in foreign} - labels)
+    gone = sorted({str(r.get("instance_name")) for r in foreign} - names)
+    changed = sorted({str(r.get("instance_name")) for r in foreign
+                      if str(r.get("label")) in labels and str(r.get("instance_name")) in names})
+    parts = [f"{said}: {_some(items)}" for said, items in (
+        ("methods not in the spec", methods), ("instances not in the spec", gone),
+        ("instances with other settings", changed)) if items]
+    return "; ".join(parts) or "jobs with other settings"
+
+
+def _some(items: list[str], shown: int = 3) -> str:
+    more = len(items) - shown
+    return ", ".join(items[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 # The first line of the spec's copy: its relative paths still point from the original's folder.
