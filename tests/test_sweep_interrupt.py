@@ -84,3 +84,22 @@ def test_an_edited_spec_is_refused_saying_what_changed_and_what_to_do(tmp_path, 
     assert (out / "results.jsonl").read_bytes() == before
     assert main(["sweep", str(spec), "--out", str(out), "--quiet", "--no-report",
                  "--force"]) == 0
+
+
+def dying_job(job):
+    """Runs a while, then kills its worker (run in a spawned worker process)."""
+    import os
+    import time
+    time.sleep(0.3)
+    os._exit(3)
+
+
+def test_a_job_whose_worker_died_is_recorded_with_the_time_it_ran(tmp_path):
+    from zbopt.sweep.report import load_records
+    from zbopt.sweep.spec import load_spec
+    summary = sweep_run.run_sweep(load_spec(_spec(tmp_path)), tmp_path / "out", jobs=1,
+                                  progress=False, report=False, job_fn=dying_job)
+    assert summary.ran == summary.errors == 4
+    records = load_records(tmp_path / "out")
+    assert all("worker process exited (status 3)" in r["message"] for r in records)
+    assert all(r["runtime"] > 0 for r in records), [r["runtime"] for r in records]

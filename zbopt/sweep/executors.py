@@ -70,6 +70,7 @@ class _Worker:
     conn: Connection
     job: Job | None = None
     started: float | None = None  # when the worker began the job (None: not yet)
+    sent: float = 0.0  # when the job was sent (the clock of a worker that died before "started")
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ class LocalExecutor:
 
     @staticmethod
     def _assign(worker: _Worker, job: Job) -> None:
-        worker.job, worker.started = job, None
+        worker.job, worker.started, worker.sent = job, None, time.monotonic()
         worker.conn.send(job)
 
     def _check(self, worker: _Worker) -> tuple[Job, dict, bool] | None:
@@ -142,19 +143,26 @@ class LocalExecutor:
             try:
                 kind, record = worker.conn.recv()
             except (EOFError, OSError):
-                worker.process.join(1)
-                return job, error_record(job, _death_message(worker.process.exitcode)), False
+                return job, self._died(worker), False
             if kind == "done":
                 return job, record, True
             worker.started = time.monotonic()
         if not worker.process.is_alive():
-            worker.process.join(1)
-            return job, error_record(job, _death_message(worker.process.exitcode)), False
+            return job, self._died(worker), False
         elapsed = time.monotonic() - worker.started if worker.started is not None else 0.0
         if self.job_timeout is not None and elapsed > self.job_timeout:
             return job, error_record(job, f"timed out after {self.job_timeout:g} s "
                                           f"(job_timeout); the worker was killed", elapsed), False
         return None
+
+
+    @staticmethod
+    def _died(worker: _Worker) -> dict:
+        """The error record of a job whose worker died, with the time it ran."""
+        ran = time.monotonic() - (worker.started if worker.started is not None else worker.sent)
+        worker.process.join(1)
+        assert worker.job is not None
+        return error_record(worker.job, _death_message(worker.process.exitcode), ran)
 
 
 def _shutdown(worker: _Worker, kill: bool) -> None:
