@@ -712,8 +712,8 @@ def test_ray_and_local_executors_agree(tmp_path):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_ray_records_a_crashed_task_and_a_timeout_and_goes_on(tmp_path):
-    # job_timeout runs from submission (Ray does not say when a task starts): a minute, so a
-    # loaded machine starting its Ray workers slowly does not time out the quick jobs
+    # job_timeout runs from when a task began (tests/test_sweep_ray_limits.py checks that
+    # worker start-up does not count); a minute leaves a loaded machine room
     pytest.importorskip("ray")
 
     def crash_or_hang(job):  # a local function: Ray ships it by value to its workers

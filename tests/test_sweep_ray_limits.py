@@ -52,3 +52,31 @@ def test_the_ray_window_is_the_clusters_cpus_without_jobs():
     with executor.session():
         assert executor.window() == int(ray.cluster_resources()["CPU"])
     assert RayExecutor(3).window() == 3
+
+
+def test_ray_job_timeout_runs_from_when_the_task_began_not_from_worker_start_up(tmp_path):
+    """On a fresh Ray every task waits for a worker process to start (seconds on a loaded
+    machine): that wait is not the job's time, so quick jobs never time out."""
+    pytest.importorskip("ray")
+    from zbopt.sweep.report import load_records
+    from zbopt.sweep.run import run_sweep
+    from zbopt.sweep.spec import load_spec
+
+    def hang_one(job):  # a local function: Ray ships it by value to its workers
+        import time
+
+        from zbopt.sweep.job import run_job
+        if job.method.name == "zb-h1" and job.instance["microbatches"] == 6:
+            time.sleep(600)
+        return run_job(job)
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text('name = "to"\njob_timeout = 2\nmethods = ["1f1b", "zb-h1"]\n[base]\n'
+                    'devices = 2\nmicrobatches = 4\nm_b = 2\nm_w = 1\n'
+                    '[axes]\nmicrobatches = [4, 6, 8]\n')
+    summary = run_sweep(load_spec(spec), tmp_path / "out", jobs=2, executor="ray",
+                        progress=False, report=False, job_fn=hang_one)
+    assert summary.ran == 6 and summary.errors == 1
+    errors = [r for r in load_records(tmp_path / "out") if r["status"] == "error"]
+    assert (errors[0]["method"], errors[0]["microbatches"]) == ("zb-h1", 6)
+    assert "timed out after 2 s (job_timeout)" in errors[0]["message"]

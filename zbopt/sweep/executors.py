@@ -230,7 +230,8 @@ class RayExecutor:
         ray = _import_ray()
         # no Ray retries: a task that crashes its worker is a result (an error); node loss is
         # told apart below and resubmitted by us
-        remote = ray.remote(max_retries=0)(self.job_fn)
+        remote = ray.remote(max_retries=0)(_run_clocked)
+        clock = _StartClock(ray) if self.job_timeout is not None else None
         window = self.window()
         # a task asks for its solver's threads, but never more CPUs than one node has: Ray
         # would never schedule it (the solver still runs its threads)
@@ -258,8 +259,11 @@ class RayExecutor:
                     job = pending.popleft()
                     cpus = dict(job.method.params).get("threads", 1) \
                         if job.method.kind == "solver" else 1
-                    ref = remote.options(num_cpus=min(cpus, largest)).remote(job)
+                    ref = remote.options(num_cpus=min(cpus, largest)).remote(
+                        self.job_fn, clock.actor if clock else None, job)
                     running[ref] = (job, time.monotonic(), nodes.alive())
+                    if clock:
+                        clock.started.pop(job.key, None)
                 if not running:
                     time.sleep(_POLL)
                     continue
@@ -276,21 +280,81 @@ class RayExecutor:
                             suspects.append((job, t0, alive_then, error, time.monotonic()))
                         continue
                     yield job, record
-                # the clock runs from submission (Ray does not say when a task starts); the
-                # window keeps no more tasks in flight than there are workers
+                # a job's clock starts when its task says it began (not while Ray was still
+                # starting a worker for it or the task waited for CPUs)
+                if clock:
+                    clock.poll()
                 for ref, (job, t0, _alive) in list(running.items()):
-                    if self.job_timeout is not None and time.monotonic() - t0 > self.job_timeout:
+                    if self.job_timeout is None:
+                        break
+                    began = clock.began(job.key, t0) if clock else t0
+                    if time.monotonic() - began > self.job_timeout:
                         ray.cancel(ref, force=True)
                         running.pop(ref)
                         yield job, error_record(job, f"timed out after {self.job_timeout:g} s "
                                                      f"(job_timeout); the task was cancelled",
-                                                time.monotonic() - t0)
+                                                time.monotonic() - began)
         finally:
             for ref in running:
                 try:
                     ray.cancel(ref, force=True)
                 except Exception:  # noqa: BLE001  best effort while stopping
                     pass
+
+
+def _run_clocked(job_fn: JobFn, clock: Any, job: Job) -> dict[str, Any]:
+    """A Ray task: tell the start clock (if any) the job began, then run it."""
+    if clock is not None:
+        clock.start.remote(job.key)
+    return job_fn(job)
+
+
+class _Starts:
+    """A Ray actor: the keys of the jobs whose tasks began, in order."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def start(self, key: str) -> None:
+        self.keys.append(key)
+
+    def since(self, seen: int) -> list[str]:
+        return self.keys[seen:]
+
+
+# seconds a submitted task may wait for its worker (or for free CPUs) before its job_timeout
+# runs anyway: a start the clock never heard of does not let a job run forever
+START_GRACE = 120.0
+
+
+class _StartClock:
+    """When each task began, as the driver learns it from a _Starts actor (to within a poll)."""
+
+    def __init__(self, ray) -> None:
+        self.ray = ray
+        self.actor = ray.remote(num_cpus=0)(_Starts).remote()
+        self.started: dict[str, float] = {}
+        self.seen = 0
+        self.asked = None
+
+    def poll(self) -> None:
+        if self.asked is None:
+            self.asked = self.actor.since.remote(self.seen)
+        ready, _ = self.ray.wait([self.asked], timeout=0)
+        if not ready:
+            return
+        try:
+            keys = self.ray.get(self.asked)
+        except self.ray.exceptions.RayError:
+            keys = []  # the actor is gone: the grace below still bounds every job
+        self.asked = None
+        self.seen += len(keys)
+        now = time.monotonic()
+        for key in keys:
+            self.started[key] = now
+
+    def began(self, key: str, submitted: float) -> float:
+        return self.started.get(key, submitted + START_GRACE)
 
 
 NODE_LOSS_RETRIES = 3
