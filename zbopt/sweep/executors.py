@@ -288,7 +288,7 @@ class RayExecutor:
                     if self.job_timeout is None:
                         break
                     began = clock.began(job.key, t0) if clock else t0
-                    if time.monotonic() - began > self.job_timeout:
+                    if began is not None and time.monotonic() - began > self.job_timeout:
                         ray.cancel(ref, force=True)
                         running.pop(ref)
                         yield job, error_record(job, f"timed out after {self.job_timeout:g} s "
@@ -322,11 +322,6 @@ class _Starts:
         return self.keys[seen:]
 
 
-# seconds a submitted task may wait for its worker (or for free CPUs) before its job_timeout
-# runs anyway: a start the clock never heard of does not let a job run forever
-START_GRACE = 120.0
-
-
 class _StartClock:
     """When each task began, as the driver learns it from a _Starts actor (to within a poll)."""
 
@@ -336,6 +331,7 @@ class _StartClock:
         self.started: dict[str, float] = {}
         self.seen = 0
         self.asked = None
+        self.broken = False  # the actor failed: jobs are timed from submission again
 
     def poll(self) -> None:
         if self.asked is None:
@@ -346,15 +342,18 @@ class _StartClock:
         try:
             keys = self.ray.get(self.asked)
         except self.ray.exceptions.RayError:
-            keys = []  # the actor is gone: the grace below still bounds every job
+            keys, self.broken = [], True
         self.asked = None
         self.seen += len(keys)
         now = time.monotonic()
         for key in keys:
             self.started[key] = now
 
-    def began(self, key: str, submitted: float) -> float:
-        return self.started.get(key, submitted + START_GRACE)
+    def began(self, key: str, submitted: float) -> float | None:
+        """When the job's task began (None: it waits for a worker or for free CPUs)."""
+        if self.broken:
+            return self.started.get(key, submitted)
+        return self.started.get(key)
 
 
 NODE_LOSS_RETRIES = 3
