@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,42 @@ def test_ray_job_timeout_runs_from_when_the_task_began_not_from_worker_start_up(
     errors = [r for r in load_records(tmp_path / "out") if r["status"] == "error"]
     assert (errors[0]["method"], errors[0]["microbatches"]) == ("zb-h1", 6)
     assert "timed out after 2 s (job_timeout)" in errors[0]["message"]
+
+
+def _in_session(sid: int) -> list[str]:
+    """The command lines of the processes still in session `sid` (Linux /proc)."""
+    left = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid:  # state, ppid, pgrp, session
+                left.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, IndexError, ValueError):
+            continue
+    return left
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("after", [1.0, 2.5])
+def test_ctrl_c_while_ray_starts_is_the_interrupted_summary_and_leaves_no_ray(tmp_path, after):
+    """Ctrl-C reaches the whole process group (Ray's processes too), at some point of Ray's
+    start-up: whenever it lands, one line, exit 130, and nothing of Ray left running."""
+    import signal
+    import time
+    pytest.importorskip("ray")
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC.format(threads=1))
+    proc = subprocess.Popen([sys.executable, "-m", "zbopt", "sweep", str(spec), "--out",
+                             str(tmp_path / "out"), "--executor", "ray", "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    time.sleep(after)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert len(err.splitlines()) == 1 and err.startswith("zbopt: interrupted"), err
+    for _ in range(100):  # Ray's processes go with the sweep, not a minute later
+        if not _in_session(proc.pid):
+            break
+        time.sleep(0.1)
+    assert _in_session(proc.pid) == []

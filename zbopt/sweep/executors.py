@@ -155,7 +155,6 @@ class LocalExecutor:
                                           f"(job_timeout); the worker was killed", elapsed), False
         return None
 
-
     @staticmethod
     def _died(worker: _Worker) -> dict:
         """The error record of a job whose worker died, with the time it ran."""
@@ -209,13 +208,16 @@ class RayExecutor:
             # output: errors only, and nothing from the workers' logs
             ray.init(address=self.address, num_cpus=self.workers if self.address is None else None,
                      include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-        except (ConnectionError, ValueError, RuntimeError) as err:
-            raise ZboptError(f"cannot start or reach Ray at {self.address or 'local'}: "
-                             f"{err}") from None
+        except BaseException as err:
+            _shut_down(ray)  # what a failed start left running (its agents) goes too
+            if isinstance(err, (ConnectionError, ValueError, RuntimeError)):
+                raise ZboptError(f"cannot start or reach Ray at {self.address or 'local'}: "
+                                 f"{err}") from None
+            raise
         try:
             yield
         finally:
-            ray.shutdown()
+            _shut_down(ray)
 
     def run(self, jobs: Sequence[Job], stop: Stop = _never) -> Iterator[tuple[Job, dict]]:
         with self.session():
@@ -360,6 +362,21 @@ NODE_LOSS_RETRIES = 3
 # seconds a failed task waits for Ray to report a dead node before it counts as the job's own
 # failure (Ray's health checks take about 15 s by default to declare a node dead)
 NODE_LOSS_GRACE = 30.0
+
+
+def _shut_down(ray) -> None:
+    """ray.shutdown(), with SIGINT ignored meanwhile: a second Ctrl-C does not leave Ray's
+    processes behind."""
+    import threading
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        ray.shutdown()
+    except Exception:  # noqa: BLE001  best effort on the way out
+        pass
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _largest_node_cpus(ray) -> float:

@@ -79,12 +79,14 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: 
     todo = [job for job in all_jobs if job.key not in done]
     flag = _StopFlag()
     ran = errors = 0
-    with runner.session():  # connected (Ray) before anything is written
+    # Ctrl-C while Ray starts (seconds) stops the sweep once it has started, and Ray is shut
+    # down on the way out
+    with _sigint_sets(flag), _interrupted_start(flag), runner.session():
         workers = runner.window()  # the ETA's parallelism: on Ray, the cluster's CPUs
         out.mkdir(parents=True, exist_ok=True)
         if spec_path is not None:
             _keep_spec_copy(Path(spec_path), out)
-        with _sigint_sets(flag), progress_bar(progress, todo, workers, spec.name) as advance:
+        with progress_bar(progress, todo, workers, spec.name) as advance:
             for job, record in runner.run(todo, flag):
                 store.append(record)
                 ran += 1
@@ -94,6 +96,17 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: 
         from .report import write_report
         write_report(out)
     return SweepSummary(len(all_jobs), len(all_jobs) - len(todo), ran, errors, flag.stopped, out)
+
+
+@contextlib.contextmanager
+def _interrupted_start(flag: _StopFlag) -> Iterator[None]:
+    """A start-up that fails after Ctrl-C (Ray's own processes got the signal too) is the
+    interruption, not an error of its own."""
+    try:
+        yield
+    except ZboptError:
+        if not flag.stopped:
+            raise
 
 
 def check_out_dir(out: Path, force: bool) -> None:
