@@ -81,7 +81,13 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: 
     ran = errors = 0
     # Ctrl-C while Ray starts (seconds) stops the sweep once it has started, and Ray is shut
     # down on the way out
-    with _sigint_sets(flag), _interrupted_start(flag), runner.session():
+    with _sigint_sets(flag), contextlib.ExitStack() as session:
+        try:
+            session.enter_context(runner.session())
+        except ZboptError:
+            if not flag.stopped:
+                raise  # a start-up that fails after Ctrl-C (Ray got it too) is the interruption
+            return SweepSummary(len(all_jobs), len(all_jobs) - len(todo), 0, 0, True, out)
         workers = runner.window()  # the ETA's parallelism: on Ray, the cluster's CPUs
         out.mkdir(parents=True, exist_ok=True)
         if spec_path is not None:
@@ -96,17 +102,6 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: 
         from .report import write_report
         write_report(out)
     return SweepSummary(len(all_jobs), len(all_jobs) - len(todo), ran, errors, flag.stopped, out)
-
-
-@contextlib.contextmanager
-def _interrupted_start(flag: _StopFlag) -> Iterator[None]:
-    """A start-up that fails after Ctrl-C (Ray's own processes got the signal too) is the
-    interruption, not an error of its own."""
-    try:
-        yield
-    except ZboptError:
-        if not flag.stopped:
-            raise
 
 
 def check_out_dir(out: Path, force: bool) -> None:
