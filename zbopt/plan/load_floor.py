@@ -32,6 +32,7 @@ from typing import Callable, Optional
 from ..errors import ZboptError
 from ..instance import cap_limit
 from ..layers import LayeredModel
+from ..solvers import interruptible
 from ..solvers.api import power_of_ten_scale
 from .bound import device_caps
 
@@ -158,7 +159,7 @@ def load_floor(model: LayeredModel, time_limit: float) -> Optional[float]:
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = left
     solver.parameters.num_workers = 1
-    status = solver.Solve(cp)
+    status = interruptible.solve(solver, cp)
     if status == cp_model.INFEASIBLE:
         return math.inf
     bound = solver.BestObjectiveBound()

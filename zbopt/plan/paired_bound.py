@@ -54,6 +54,7 @@ import numpy as np
 from ..bounds import held_area
 from ..instance import cap_limit, within_cap
 from ..layers import LayeredModel, even_partition
+from ..solvers import interruptible
 from .bound import device_caps
 
 # element operations of a programme (V, dualpipe: p n^4 / 4, interleaved: p n^5 / 30): at p = 16
@@ -103,7 +104,7 @@ def least_shortfall(model: LayeredModel, time_limit: float = SHORTFALL_SECONDS
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
     solver.parameters.num_workers = 1
-    status = solver.Solve(cp)
+    status = interruptible.solve(solver, cp)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     at = [solver.Value(c) for c in cuts]

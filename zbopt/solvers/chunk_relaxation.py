@@ -59,6 +59,7 @@ from ..bounds import activation_capacity, held_count
 from ..dominance import keep_earliest, labels_of
 from ..instance import Instance, cap_limit
 from ..passes import dependencies, duration, lag, memory_delta, neighbours
+from . import interruptible
 
 PLACEMENTS = ("interleaved", "v")
 MAX_PASSES = 100  # passes on the device beyond which solve() does not try the relaxation
@@ -194,7 +195,7 @@ def chunk_relaxation(instance: Instance, device: int, time_limit: float, threads
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit)
     solver.parameters.num_workers = max(1, int(threads))
-    status = solver.solve(model)
+    status = interruptible.solve(solver, model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
         return 0.0  # infeasible (the cap): solve() reports that on its own
     # proven whether or not a solution was found

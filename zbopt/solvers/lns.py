@@ -39,6 +39,7 @@ from ortools.sat.python import cp_model
 
 from ..instance import Instance
 from ..passes import Pass
+from . import interruptible
 from .backends.cpsat import Incumbents, ModelParts, add_hint, build_parts
 from .orders import device_orders
 from .protocol import BackendRequest, BackendResult
@@ -129,7 +130,7 @@ def _solve(parts: ModelParts, model: cp_model.CpModel, instance: Instance, objec
     if not presolve:
         # presolving the whole model again for each neighbourhood costs seconds
         solver.parameters.cp_model_presolve = False
-    code = solver.solve(model, callback)
+    code = interruptible.solve(solver, model, callback)
     return solver, code
 
 

@@ -30,6 +30,7 @@ from ...errors import ZboptError
 from ...instance import Instance
 from ...passes import Pass, dependencies, lag, memory_delta
 from ...registry import register_backend
+from .. import interruptible
 from ..protocol import BackendRequest, BackendResult
 
 # Devices with at most this many holding intervals also get the memory rule as a reservoir.
@@ -348,7 +349,7 @@ def solve_cpsat(request: BackendRequest) -> BackendResult:
         report = request.on_progress
         callback = Incumbents(report)
         solver.best_bound_callback = lambda bound: report(None, float(bound))
-    code = solver.solve(model, callback)
+    code = interruptible.solve(solver, model, callback)
     status = _STATUS.get(code, "unknown")
     starts = None
     value = bound = None

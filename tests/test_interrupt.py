@@ -1,0 +1,91 @@
+"""Ctrl-C during a CP-SAT search ends the command like any other phase: CP-SAT's own SIGINT
+handler used to stop only its search, and the run went on to report and write its files."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from zbopt.solvers import interruptible
+
+
+class _Blocking:
+    """A stand-in CpSolver whose search runs until stop_search() is called."""
+
+    class parameters:  # noqa: N801  as CpSolver.parameters
+        catch_sigint_signal = True
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+        self.thread_name = None
+
+    def solve(self, model, callback=None):
+        self.thread_name = threading.current_thread().name
+        self.started.set()
+        self.stopped.wait(30)
+        return 2
+
+    def stop_search(self) -> None:
+        self.stopped.set()
+
+
+def test_ctrl_c_stops_the_search_and_is_raised_again():
+    solver = _Blocking()
+    threading.Thread(target=lambda: solver.started.wait(30) and _thread.interrupt_main(),
+                     daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        interruptible.solve(solver, model=None)
+    assert solver.stopped.is_set()  # the search was told to stop, not left running
+    assert solver.parameters.catch_sigint_signal is False
+    assert solver.thread_name == "cp-sat"
+
+
+def test_without_ctrl_c_the_status_comes_back():
+    solver = _Blocking()
+    solver.stopped.set()
+    assert interruptible.solve(solver, model=None) == 2
+
+
+INSTANCE = """devices = 16
+microbatches = 64
+t_f = [5,6,5,6,5,6,5,6,5,6,5,6,5,6,5,7]
+t_b = 6
+t_w = 4
+comm = 1
+m_b = 2
+m_w = 1
+memory_cap = "1p"
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_zbopt_solve_interrupted_in_its_search_exits_130_and_writes_nothing(tmp_path):
+    path = tmp_path / "p16.toml"
+    path.write_text(INSTANCE)
+    out = tmp_path / "s.json"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "zbopt", "solve", str(path), "--time-limit", "120", "--out",
+         str(out), "--progress"], stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1])
+    seen = []
+    for line in child.stderr:  # the search has begun once its progress line says so
+        seen.append(line)
+        if ": search" in line:
+            break
+    time.sleep(2)  # past building the model: CP-SAT itself is searching (120 s are allowed)
+    child.send_signal(signal.SIGINT)
+    rest = child.stderr.read()
+    code = child.wait(timeout=60)
+    assert code == 130, "".join(seen) + rest
+    assert rest.strip().splitlines()[-1] == "zbopt: interrupted"
+    assert "terminate called" not in rest
+    assert not out.exists()

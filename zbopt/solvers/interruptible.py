@@ -1,0 +1,50 @@
+"""CP-SAT's solve, ended by Ctrl-C as every other phase of a command is.
+
+CP-SAT catches SIGINT itself by default and only stops its search: the command would then go
+on as if its time were up, report the schedule found so far and write its files. Here, in the
+main thread, the search runs in a worker thread with that catch off; the main thread waits, so
+Python's KeyboardInterrupt reaches it, stops the search and is raised again (the command line
+prints "zbopt: interrupted" and exits 130, having written nothing).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+
+def solve(solver: Any, model: Any, callback: Any = None) -> int:
+    """`solver.solve(model, callback)` (a cp_model.CpSolver), interruptible by Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        return solver.solve(model, callback)  # no signal reaches another thread
+    solver.parameters.catch_sigint_signal = False
+    done = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def search() -> None:
+        try:
+            # SIGINT for the main thread only: CP-SAT's threads (started from this one, whose
+            # mask they inherit) must not be the one the kernel interrupts
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            outcome["status"] = solver.solve(model, callback)
+        except BaseException as err:  # noqa: BLE001  raised again in the caller's thread
+            outcome["error"] = err
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=search, name="cp-sat", daemon=True)
+    try:
+        worker.start()
+        while not done.wait(0.2):  # an Event's wait lets KeyboardInterrupt in; join may not
+            pass
+    except KeyboardInterrupt:
+        if worker.ident is not None:  # started: stop it (again, should the search only now
+            while not done.wait(0.05):  # be starting) and let it end before the interpreter
+                solver.stop_search()  # may shut down under it
+            worker.join()
+        raise
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["status"]
