@@ -123,6 +123,14 @@ def rows_for(instance, args, report=None, stored=None) -> list:
     return rows
 
 
+def check_solvable(instance, args) -> None:
+    """With --solve, an instance too large for --time-limit is refused before the methods run,
+    as `zbopt solve` refuses it (solvers.api.check_size), not after them."""
+    if args.solve:
+        from ..solvers.api import check_size
+        check_size(instance, args.time_limit)
+
+
 def file_row_name(path: str, stored) -> str:
     """The row of a schedule or plan file: its file name and what made the schedule."""
     return f"{Path(path).name} ({stored.method})"
@@ -185,6 +193,7 @@ def run(args) -> int:
     if stored is not None:
         names = [file_row_name(args.instance, stored)] + names
     args.solver = solver_for(args.solver, instance)
+    check_solvable(instance, args)
     plot_dir = None
     if args.plot is not None:  # before any work: a chart that exists is refused now, not after the solve
         from ..report.gantt import check_plot_dir

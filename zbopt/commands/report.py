@@ -13,7 +13,7 @@ from ._common import (
     progress,
     solver_for,
 )
-from .compare import add_method_arguments, method_names, rows_for
+from .compare import add_method_arguments, check_solvable, method_names, rows_for
 
 
 def register(sub) -> None:
@@ -33,6 +33,7 @@ def run(args) -> int:
     method_names(args)
     instance, stored = load_with_schedule(args)
     args.solver = solver_for(args.solver, instance)
+    check_solvable(instance, args)
     from ..report.html import write_report
     with progress(args) as report:
         # the same rows as `zbopt compare`: a schedule or plan file's own schedule first
