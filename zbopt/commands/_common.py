@@ -345,14 +345,6 @@ def fmt(x: float | None, digits: int = 1) -> str:
     return figure(x, digits)
 
 
-def refuse_overwrite(path: str | Path, force: bool) -> Path:
-    path = Path(path)
-    if path.is_dir():
-        raise ZboptError(f"{path} is a directory: give a file name")
-    if path.exists() and not force:
-        raise ZboptError(f"{path} exists: choose another name or pass --force to overwrite it")
-    return path
-
 
 def print_timeline(out: Console, timeline) -> None:
     """The metrics line and the per-device table of one evaluated schedule."""
