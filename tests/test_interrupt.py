@@ -38,7 +38,16 @@ class _Blocking:
         self.stopped.set()
 
 
-def test_ctrl_c_stops_the_search_and_is_raised_again():
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler for the test (interrupt_main calls it; another test, or a
+    shell that started the suite in the background, may have left another one or none)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_stops_the_search_and_is_raised_again(python_sigint):
     solver = _Blocking()
     threading.Thread(target=lambda: solver.started.wait(30) and _thread.interrupt_main(),
                      daemon=True).start()
@@ -75,7 +84,10 @@ def test_zbopt_solve_interrupted_in_its_search_exits_130_and_writes_nothing(tmp_
     child = subprocess.Popen(
         [sys.executable, "-m", "zbopt", "solve", str(path), "--time-limit", "120", "--out",
          str(out), "--progress"], stderr=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parents[1])
+        cwd=Path(__file__).resolve().parents[1],
+        # the child handles SIGINT as a terminal's command does, even where the suite runs
+        # with SIGINT ignored (started in the background)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in child.stderr:  # the search has begun once its progress line says so
         seen.append(line)

@@ -46,7 +46,15 @@ def test_a_solver_with_more_threads_than_cpus_runs_and_ray_stays_quiet(tmp_path)
     assert solver["status"] != "error" and solver["params"]["threads"] == threads
 
 
-def test_the_ray_window_is_the_clusters_cpus_without_jobs():
+@pytest.fixture
+def same_auth(monkeypatch):
+    """In-process Ray: the local cluster a test starts takes the driver's authentication mode.
+    Ray reads its settings once per process, and test_sweep_ray.py's driver ran with token
+    authentication off; a cluster started now would otherwise turn it on and refuse us."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+
+
+def test_the_ray_window_is_the_clusters_cpus_without_jobs(same_auth):
     ray = pytest.importorskip("ray")
     from zbopt.sweep.executors import RayExecutor
     executor = RayExecutor(None)
@@ -55,7 +63,8 @@ def test_the_ray_window_is_the_clusters_cpus_without_jobs():
     assert RayExecutor(3).window() == 3
 
 
-def test_ray_job_timeout_runs_from_when_the_task_began_not_from_worker_start_up(tmp_path):
+def test_ray_job_timeout_runs_from_when_the_task_began_not_from_worker_start_up(tmp_path,
+                                                                              same_auth):
     """On a fresh Ray every task waits for a worker process to start (seconds on a loaded
     machine): that wait is not the job's time, so quick jobs never time out."""
     pytest.importorskip("ray")
