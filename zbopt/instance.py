@@ -43,6 +43,11 @@ FILE_KEYS = (
 )
 
 
+def near_whole(x: float) -> bool:
+    """Whether `x` is a whole number up to float noise (8.000000000000002 is 8)."""
+    return abs(x - round(x)) <= 1e-9 * max(1.0, abs(x))
+
+
 def cap_limit(cap: float) -> float:
     """The highest memory level within_cap lets fit under `cap`: a relative tolerance for float
     data."""

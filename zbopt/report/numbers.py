@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..instance import near_whole
+
 
 def number(x: float) -> str:
     """An axis tick: 1,281,520 rather than 1.28152e+06, 237.5, 28.5, 0.333 (at most one decimal
@@ -30,6 +32,6 @@ def figure(x: float | None, digits: int = 1) -> str:
         return "-"
     if float(x).is_integer():
         return f"{int(x):,}"
-    if abs(x - round(x)) <= 1e-9 * max(1.0, abs(x)):  # float noise: 8.000000000000002 is 8
+    if near_whole(x):  # float noise: 8.000000000000002 is 8
         return f"{round(x):,}"
     return f"{x:,.{digits}f}"

@@ -26,7 +26,7 @@ from .. import bounds
 from ..errors import ZboptError
 from ..heuristics import policy_search
 from ..heuristics.list_scheduler import list_schedule, sequential_schedule, single_passes
-from ..instance import MAX_TOTAL_TEXT, Instance, TooLarge
+from ..instance import MAX_TOTAL_TEXT, Instance, TooLarge, near_whole
 from ..passes import Pass, neighbours
 from ..registry import get_method, solver_names
 from ..result import Result
@@ -59,19 +59,12 @@ def check_threads(value) -> int:
 
 
 def check_flag(name: str, value) -> bool:
-    """ZboptError unless `value` is True or False: a string such as "no" is not read as one."""
-    if not isinstance(value, (bool, numpy_bool())):
+    """ZboptError unless `value` is True or False (numpy's bool too): a string such as "no" is
+    not read as one."""
+    import numpy  # a dependency of zbopt's
+    if not isinstance(value, (bool, numpy.bool_)):
         raise ZboptError(f"{name} must be True or False, got {value!r}")
     return bool(value)
-
-
-def numpy_bool() -> tuple:
-    """numpy's bool type where numpy is installed (it is a flag like any other)."""
-    try:
-        import numpy
-    except ImportError:
-        return ()
-    return (numpy.bool_,)
 
 
 def check_progress(value, takes: str = "a dict") -> None:
@@ -101,19 +94,15 @@ def _check_arguments(solver: str, objective: str, time_limit: float, threads: in
                          f"got {known_bound!r}")
 
 
-def _is_integral(x: float) -> bool:
-    return abs(x - round(x)) <= 1e-9 * max(1.0, abs(x))
-
-
 def power_of_ten_scale(values, what: str, limit: int = MAX_SCALE) -> int:
     """Smallest power of ten (<= limit) that makes every value an integer, else ZboptError."""
     values = list(values)
     scale = 1
     while scale <= limit:
-        if all(_is_integral(x * scale) for x in values):
+        if all(near_whole(x * scale) for x in values):
             return scale
         scale *= 10
-    bad = next(x for x in values if not _is_integral(x * limit))
+    bad = next(x for x in values if not near_whole(x * limit))
     raise ZboptError(f"{what} {bad!r} has more than {len(str(limit)) - 1} decimals: exact solvers "
                      f"need costs that become integers when multiplied by a power of ten up to "
                      f"{limit:g}; round the instance's values")
