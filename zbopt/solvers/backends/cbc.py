@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -49,27 +51,85 @@ def parse_cbc_log(text: str) -> tuple[str, Optional[float]]:
     return result, bound
 
 
+# How long past its time limit CBC may run before it is killed. After its limit CBC still
+# finishes the node or LP it is in and writes its solution file; on a model of 4e5 rows and
+# 7e4 columns it was seen to run minutes past "Exiting on maximum time" instead, and then the
+# warm start (which solve() returns when the backend has no solution) is all it would give.
+_GRACE_SECONDS, _GRACE_SHARE = 2.0, 0.1
+
+
+def grace(time_limit: float) -> float:
+    """Seconds CBC may overrun `time_limit` before it is stopped."""
+    return max(_GRACE_SECONDS, _GRACE_SHARE * time_limit)
+
+
+def _stop(cbc: subprocess.Popen) -> None:
+    """Kill CBC and reap it (its files are in the caller's temporary directory)."""
+    if cbc.poll() is None:
+        cbc.kill()
+    cbc.wait()
+
+
 def _run_cbc(model: Model, time_limit: float, threads: int, warm: bool,
              workdir: str) -> SolverOutcome:
-    log_path = Path(workdir) / "cbc.log"
+    """CBC as a child process that is killed `grace()` seconds after its time limit.
+
+    PuLP writes the model (MPS, names renamed) and the warm start (MST) and reads the solution
+    back; zbopt starts CBC itself, so that it can stop it: CBC's own limit (`-sec`) is what is
+    left of `time_limit` after writing the files.
+    """
+    started = time.perf_counter()
+    deadline = started + time_limit + grace(time_limit)
+    files = {ext: str(Path(workdir) / f"zbopt.{ext}") for ext in ("mps", "mst", "sol", "log")}
     # Proximity search (improve the incumbent within a Hamming ball) turned a 60 s stall on
     # the warm start into a proof in under a second on p=4, m=8 caps 1.25p/1.5p; it needs an
     # incumbent, so only with a warm start. Gap: objectives are integers, < 1 proves.
-    solver = pulp.COIN_CMD(path=_cbc_path(), msg=False, timeLimit=time_limit,
+    solver = pulp.COIN_CMD(path=_cbc_path(), msg=False,
                            threads=threads if threads > 1 else None, warmStart=warm,
-                           gapRel=0, gapAbs=0.999, logPath=str(log_path),
+                           gapRel=0, gapAbs=0.999, timeMode="elapsed",
                            options=["proximity on"] if warm else None)
-    solver.tmpDir = workdir  # PuLP's .mps/.sol/.mst files go in our temp dir
-    model.problem.solve(solver)
-    log = log_path.read_text() if log_path.exists() else ""
+    lp = model.problem
+    columns, column_names, row_names, _ = lp.writeMPS(files["mps"], rename=1)
+    args = [solver.path, files["mps"]]
+    if warm:
+        solver.writesol(files["mst"], lp, columns, column_names, row_names)
+        args += ["-mips", files["mst"]]
+    limit = max(0.05, time_limit - (time.perf_counter() - started))
+    args += ["-sec", f"{limit:.3f}"]
+    for option in solver.options + solver.getOptions():
+        name, *value = option.split()
+        args += ["-" + name, *value]
+    args += ["-solve", "-printingOptions", "normal", "-solution", files["sol"]]
+    with open(files["log"], "w") as log_file:
+        cbc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL)
+    try:
+        code = cbc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+    except subprocess.TimeoutExpired:
+        _stop(cbc)
+        _, bound = parse_cbc_log(Path(files["log"]).read_text())
+        return SolverOutcome("unknown", False, bound,
+                             f"CBC did not stop at its time limit ({limit:.3g} s) and was "
+                             f"killed after {time.perf_counter() - started:.1f} s, without a "
+                             f"solution")
+    except BaseException:  # Ctrl-C (or anything else) while waiting: no CBC left running
+        _stop(cbc)
+        raise
+    log = Path(files["log"]).read_text()
+    if code != 0 or not Path(files["sol"]).exists():
+        raise pulp.PulpSolverError(f"CBC exited with status {code}" if code != 0
+                                   else "CBC wrote no solution file")
+    status, values, _, _, _, sol_status = solver.readsol_MPS(files["sol"], lp, columns,
+                                                             column_names, row_names)
+    lp.assignVarsVals(values)
+    lp.assignStatus(status, sol_status)
     result, bound = parse_cbc_log(log)
-    sol = model.problem.sol_status
+    sol = lp.sol_status
     has_solution = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     lowered = result.lower()
     if lowered.startswith("optimal solution found") and sol == pulp.LpSolutionOptimal:
         status = "optimal"
-    elif "infeasible" in lowered or (not result
-                                     and model.problem.status == pulp.LpStatusInfeasible):
+    elif "infeasible" in lowered or (not result and lp.status == pulp.LpStatusInfeasible):
         status, has_solution = "infeasible", False
     elif has_solution:
         status = "feasible"  # PuLP calls this "Optimal"; CBC stopped on a limit

@@ -6,12 +6,17 @@ import contextlib
 import math
 import os
 import sys
+import time
+from typing import Optional
 
 import pulp
 
 from ...registry import register_backend
 from ..milp import Model, SolverOutcome, solve_milp
 from ..protocol import BackendRequest, BackendResult
+
+# HiGHS's time limit when the deadline has already passed (as solve_milp's least limit)
+_LEAST_SECONDS = 0.05
 
 
 @contextlib.contextmanager
@@ -31,9 +36,13 @@ def _stdout_silenced():
 def _highs_class():
     class _HiGHS(pulp.HiGHS):
         """PuLP's HiGHS API, plus a warm start: PuLP builds the highspy model; before running
-        it we hand HiGHS the variables' initial values as a starting solution."""
+        it we hand HiGHS the variables' initial values as a starting solution. HiGHS's time
+        limit is set then too, to what is left until `deadline` (time.perf_counter()): PuLP
+        set it to the whole limit before building the model, which took 2 s of a 9 s limit
+        on a model of 4e5 rows."""
 
         warm = False
+        deadline: Optional[float] = None
 
         def createAndConfigureSolver(self, lp):  # noqa: N802 (PuLP's name)
             # HiGHS prints its banner from C++ on the first Highs() of a process, before any
@@ -52,6 +61,9 @@ def _highs_class():
                                  for v in sorted(lp.variables(), key=lambda v: v.index)]
                 sol.value_valid = True
                 lp.solverModel.setSolution(sol)
+            if self.deadline is not None:
+                left = max(_LEAST_SECONDS, self.deadline - time.perf_counter())
+                lp.solverModel.setOptionValue("time_limit", float(left))
             lp.solverModel.run()
 
     return _HiGHS
@@ -60,9 +72,11 @@ def _highs_class():
 def _run_highs(model: Model, time_limit: float, threads: int, warm: bool,
                workdir: str) -> SolverOutcome:
     import highspy
+    deadline = time.perf_counter() + time_limit
     solver = _highs_class()(msg=False, timeLimit=time_limit, threads=threads,
                             gapRel=0.0, gapAbs=0.999)
     solver.warm = warm
+    solver.deadline = deadline
     model.problem.solve(solver)
     highs = model.problem.solverModel
     status_code = highs.getModelStatus()

@@ -1,0 +1,123 @@
+"""The MILP backends keep their time limit: CBC (a child process) is killed a grace period past
+it, with no solution, and never left running (it once ran 270 s past a 20 s limit); HiGHS gets
+what is left of the limit after PuLP has built its model, not the whole limit again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import threading
+import time
+
+import pulp
+import pytest
+
+from zbopt.instance import Instance
+from zbopt.solvers.api import run_backend
+from zbopt.solvers.backends import cbc, highs
+from zbopt.solvers.milp import build_model, default_horizon
+
+INSTANCE = Instance(devices=2, microbatches=2, t_f=5, t_b=6, t_w=4, comm=1, m_b=2, m_w=1)
+
+
+def _model():
+    return build_model(INSTANCE, "span", default_horizon(INSTANCE))
+
+
+@pytest.fixture
+def stuck_cbc(tmp_path, monkeypatch):
+    """A "cbc" that writes its pid and then sleeps far past any limit; returns the pid file."""
+    pid_file = tmp_path / "cbc.pid"
+    script = tmp_path / "cbc"
+    script.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 30\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(cbc, "_cbc_path", lambda: str(script))
+    monkeypatch.setattr(cbc, "grace", lambda limit: 0.0, raising=False)
+    return pid_file
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a shell script stands in for cbc")
+def test_cbc_past_its_deadline_is_killed_and_gives_no_solution(stuck_cbc, tmp_path):
+    outcome = cbc._run_cbc(_model(), 0.5, 1, False, str(tmp_path))
+    assert outcome.status == "unknown" and not outcome.has_solution
+    assert "CBC did not stop at its time limit" in outcome.message
+    assert "killed after" in outcome.message
+    assert _gone(int(stuck_cbc.read_text()))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a shell script stands in for cbc")
+def test_cbc_overrun_reaches_the_backend_result(stuck_cbc):
+    result = run_backend("cbc", INSTANCE, objective="span", time_limit=0.5, threads=1)
+    assert result.status == "unknown" and result.starts is None
+    assert result.message.startswith("CBC did not stop at its time limit")
+    assert _gone(int(stuck_cbc.read_text()))
+
+
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler for the test (the suite may run with SIGINT ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_ctrl_c_while_cbc_runs_kills_it(stuck_cbc, tmp_path, python_sigint):
+    def interrupt():  # SIGINT to this process only, as when it misses cbc's process group
+        for _ in range(600):
+            if stuck_cbc.exists() and stuck_cbc.read_text().strip():
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        cbc._run_cbc(_model(), 60, 1, False, str(tmp_path))
+    assert _gone(int(stuck_cbc.read_text()))
+
+
+def test_cbc_grace_is_at_least_two_seconds_or_a_tenth():
+    assert cbc.grace(1) == 2.0
+    assert cbc.grace(100) == pytest.approx(10.0)
+
+
+def test_highs_gets_what_is_left_after_the_model_is_built(monkeypatch):
+    import highspy
+    limits = []
+    build = pulp.HiGHS.buildSolverModel
+    run = highspy.Highs.run
+
+    def slow_build(self, lp):
+        build(self, lp)
+        time.sleep(1.0)  # as PuLP building a large model
+
+    def spy_run(self):
+        limits.append(self.getOptionValue("time_limit"))
+        return run(self)
+
+    monkeypatch.setattr(pulp.HiGHS, "buildSolverModel", slow_build)
+    monkeypatch.setattr(highspy.Highs, "run", spy_run)
+    outcome = highs._run_highs(_model(), 30.0, 1, False, "")
+    assert outcome.has_solution
+    limit = limits[0][1] if isinstance(limits[0], tuple) else limits[0]
+    assert 0 < limit <= 29.0  # not the whole 30 s again
+
+
+def test_cbc_log_bound_of_a_killed_run_is_kept(tmp_path, monkeypatch):
+    script = tmp_path / "cbc"
+    script.write_text("#!/bin/sh\necho 'Partial search - best objective 12 (best possible 9), "
+                      "took 5 iterations and 0 nodes (1.00 seconds)'\nexec sleep 30\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(cbc, "_cbc_path", lambda: str(script))
+    monkeypatch.setattr(cbc, "grace", lambda limit: 0.0, raising=False)
+    outcome = cbc._run_cbc(_model(), 0.5, 1, False, str(tmp_path))
+    assert outcome.status == "unknown" and outcome.bound == 9.0
