@@ -119,6 +119,21 @@ def test_a_bound_a_rounding_error_above_the_span_is_no_negative_gap():
     assert "-0.00%" not in text and "| 0.00% |" in text
 
 
+
+def test_a_tiny_positive_gap_is_not_printed_as_zero():
+    # 0.002% open is not proven optimal: "0.00%" would read as a proof
+    from zbopt.report.numbers import gap_text
+    from zbopt.sweep.report import markdown_text
+    assert gap_text(0.00002) == "<0.01%" and gap_text(0.0) == "0.00%" and gap_text(None) == "-"
+    assert gap_text(0.0001) == "0.01%" and gap_text(-0.0) == "0.00%"
+    base = {"instance_name": "x", "devices": 2, "microbatches": 4, "cap_spec": "1p",
+            "instance_placement": "contiguous", "placement": "contiguous", "fits_cap": True,
+            "instance": {"devices": 2}}
+    records = [{**base, "label": "cpsat", "kind": "solver", "status": "feasible",
+                "span": 100000, "bubble_rate": 0.1, "lower_bound": 99998, "gap": 0.00002}]
+    text = markdown_text(records)
+    assert "<0.01%" in text and "| 0.00% |" not in text
+
 # ----- a schedule or plan file's own schedule is a row ------------------------------------------
 
 def test_compare_and_report_of_a_schedule_file_show_its_schedule_as_a_row(tmp_path, capsys):

@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 
 from .errors import ZboptError
 from .instance import Instance, require_instance
+from .report.numbers import gap_text
 from .result import Result
 from .sizes import byte_unit, bytes_with_unit, in_unit
 
@@ -266,7 +267,7 @@ def frontier_rows(points: list[CapResults]) -> list[list[str]]:
         rows.append([
             str(p.cap), _num(p.cap_value), solver.status if solver else "-",
             _num(solver.span if solver else None), _num(solver.lower_bound if solver else None),
-            _pct(solver.gap if solver else None), _pct(solver.bubble_rate if solver else None),
+            gap_text(solver.gap if solver else None), _pct(solver.bubble_rate if solver else None),
             _num(p.greedy.span) if p.greedy else "-",
             _pct(p.greedy.bubble_rate) if p.greedy else "-",
             f"{_family_text(best, home)} {_num(best.span)}" if best else "-",

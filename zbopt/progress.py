@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any, Optional, TextIO
 
+from .report.numbers import gap_text
+
 
 def _num(x: Optional[float]) -> str:
     if x is None:
@@ -28,7 +30,7 @@ def describe_solver(info: dict[str, Any], unit: str = "") -> str:
     if info.get("bound") is not None:
         parts.append(f"bound {_num(info['bound'])}{unit}")
     if info.get("gap") is not None:
-        parts.append(f"gap {info['gap']:.2%}")
+        parts.append(f"gap {gap_text(info['gap'])}")
     if info.get("status"):
         parts.append(str(info["status"]))
     return "  ".join(parts)

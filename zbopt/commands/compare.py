@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.table import Table
 
 from ..errors import ZboptError
+from ..report.numbers import gap_text
 from ._common import (
     SOLVER_HELP,
     add_instance_arguments,
@@ -238,7 +239,7 @@ def run(args) -> int:
                       fmt(tl.makespan), fmt(tl.span), f"{tl.bubble_rate:.2%}",
                       fmt(max(tl.peak_memory)),
                       "yes" if tl.fits_cap else f"[red]no[/] ({over_cap(tl)})",
-                      "-" if r.gap is None else f"{r.gap:.2%}")
+                      gap_text(r.gap))
     out.print(table)
     out.print(f"[dim]{legend(objective)}[/]")
     for r in rows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ZboptError
+from ..report.numbers import gap_text
 from ..schedule import evaluate
 from ._common import (
     check_input,
@@ -176,7 +177,7 @@ def _print(timeline, source, differences, solver) -> None:
         gap = solver.get("gap")
         out.print(f"made by {solver.get('solver')} ({solver.get('status')}): objective "
                   f"{fmt(solver.get('objective'))}, lower bound {fmt(solver.get('lower_bound'))}"
-                  f", gap {'-' if gap is None else f'{gap:.2%}'}")
+                  f", gap {gap_text(gap)}")
     print_timeline(out, timeline)
     if differences is not None:
         if differences:

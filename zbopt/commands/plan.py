@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import ZboptError
 from ..progress import wanted
+from ..report.numbers import gap_text
 from ..sizes import byte_unit, readable
 from ._common import (
     add_progress_arguments,
@@ -176,7 +177,7 @@ class _Progress:
         table = "" if info.get("table") is None else \
             f"  {info.get('placement', '')} segment table {info['table']:.0%}"
         print(f"plan: {info['elapsed']:6.1f}s {info['phase']:<12} best span {fmt(best)}  bound "
-              f"{fmt(bound)}  gap {'-' if gap is None else f'{gap:.2%}'}  "
+              f"{fmt(bound)}  gap {gap_text(gap)}  "
               f"splits scheduled {info.get('scheduled', 0)}{table}", file=sys.stderr, flush=True)
 
 
@@ -298,7 +299,7 @@ def _print(result, model, args) -> None:
     unit = f" {inst.time_unit}" if inst.time_unit else ""
     out.print(f"[bold]{model.name or args.model}[/]: {model.num_layers} layers, p={inst.devices} "
               f"m={inst.microbatches} placement={inst.placement} {_caps(inst)}")
-    gap = "-" if r.gap is None else f"{r.gap:.2%}"
+    gap = gap_text(r.gap)
     out.print(f"status      {r.status} ({result.scope})")
     out.print(f"span        {fmt(r.span)}{unit} ({r.method})")
     where = [] if result.bound_placement is None else \

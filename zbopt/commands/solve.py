@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import ZboptError
+from ..report.numbers import gap_text
 from ._common import (
     SOLVER_HELP,
     add_instance_arguments,
@@ -108,7 +109,7 @@ def run(args) -> int:
     out.print(f"[bold]{instance.name or 'instance'}[/]: p={instance.devices} "
               f"m={instance.microbatches} placement={instance.placement} "
               f"cap={'unlimited' if instance.cap is None else instance.memory_cap}")
-    gap = "-" if result.gap is None else f"{result.gap:.2%}"
+    gap = gap_text(result.gap)
     scope = f" among {instance.placement} schedules of single passes" \
         if result.status == "optimal" else ""
     out.print(f"status      {result.status}{scope}")

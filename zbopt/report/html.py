@@ -30,7 +30,7 @@ from .gantt import (
     plot_schedule,
     plot_stacked,
 )
-from .numbers import exact, figure
+from .numbers import exact, figure, gap_text
 from .verdict import objective_of, order_key, over_cap, verdict
 
 # The columns of a timeline's passes in the page's JSON (timeline.js reads them by name), in
@@ -190,7 +190,7 @@ def comparison_table(rows: Sequence[Result]) -> str:
             f'<td class="num">{figure(tl.ideal)}</td><td class="num">{tl.bubble_rate:.2%}</td>'
             f'<td class="num">{figure(max(tl.peak_memory))}</td>'
             f'<td class="num">{cap}</td><td>{fits}</td>'
-            f'<td class="num">{"-" if r.gap is None else f"{r.gap:.2%}"}'
+            f'<td class="num">{gap_text(r.gap)}'
             '</td></tr>')
     for r in rows:
         if not r.applies:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..instance import near_whole
 
 
@@ -35,3 +37,14 @@ def figure(x: float | None, digits: int = 1) -> str:
     if near_whole(x):  # float noise: 8.000000000000002 is 8
         return f"{round(x):,}"
     return f"{x:,.{digits}f}"
+
+
+def gap_text(gap: float | None) -> str:
+    """A gap as tables and verdicts print it, to two decimals of a percent; a positive gap
+    below 0.005% prints "<0.01%" (not "0.00%", which reads as proven optimal); "-" for None
+    or anything that is not a finite number (a sweep record read back may hold anything)."""
+    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not math.isfinite(gap):
+        return "-"
+    if 0 < gap < 0.00005:
+        return "<0.01%"
+    return f"{gap if gap > 0 else 0.0:.2%}"

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 from ..instance import Instance
 from ..result import Result
-from .numbers import figure
+from .numbers import figure, gap_text
 
 
 def placement_text(result: Result) -> str:
@@ -102,7 +102,7 @@ def verdict(instance: Instance, rows: Sequence[Result],
             lines.append(f"{r.method}: {value} is optimal {scope} (it meets the "
                          f"{r.bound_name} lower bound on the {proved})")
         else:
-            gap = "-" if r.gap is None else f"{r.gap:.2%}"
+            gap = gap_text(r.gap)
             lines.append(f"{r.method}: {value} is within {gap} of the optimal {proved} {scope} "
                          f"({r.status}; lower bound {figure(r.lower_bound)}{unit})")
     return lines

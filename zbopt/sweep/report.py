@@ -18,6 +18,7 @@ from typing import Any, Iterable, Optional
 from ..errors import ZboptError
 from ..export.outputs import check_targets, write_all
 from ..instance import finite
+from ..report.numbers import gap_text
 from ..result import relative_gap
 from .store import ResultStore
 
@@ -251,7 +252,7 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
             else f"{_num(s.any_span)} ({s.any_method}, {s.any_placement})"
         rows.append([s.instance_name, str(s.devices), str(s.microbatches), _cap(recs[0]),
                      s.best_method or "-", _num(s.best_span), _pct(s.best_bubble),
-                     _num(s.lower_bound), _pct(s.gap), elsewhere])
+                     _num(s.lower_bound), gap_text(s.gap), elsewhere])
     out.append(_table(["instance", "p", "m", "cap", "best method", "span", "bubble",
                        "lower bound", "gap", "shorter on another placement"], rows))
     out.append("\n## Runtime per method\n\n")
@@ -273,7 +274,7 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
              "lower bound", "gap", "note"],
             [[r["label"], _placement(r), str(r.get("status", "?")), _num(r.get("span")),
               _pct(r.get("bubble_rate")), _num(peak(r)), _num(r.get("fits_cap")),
-              _num(r.get("lower_bound")), _pct(r.get("gap")), _short(note(r))]
+              _num(r.get("lower_bound")), gap_text(r.get("gap")), _short(note(r))]
              for r in ordered]))
     return "".join(out)
 
