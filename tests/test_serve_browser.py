@@ -223,6 +223,12 @@ def test_hover_highlight_and_zoom(page):
     assert float(page.locator("#timeline svg.tl").get_attribute("width")) == pytest.approx(width, rel=0.02)
 
 
+def test_a_tiny_positive_gap_is_not_shown_as_zero(page):
+    # the page prints gaps as the command line does (zbopt.report.numbers.gap_text)
+    from zbopt.report.numbers import gap_text
+    for gap in (0.00002, 0.0, -0.0, 0.0001, 0.0459, None):
+        assert page.evaluate("g => window.zbopt.gapPct(g)", gap) == gap_text(gap).replace("-", "–")
+
 def test_clicking_a_comparison_row_shows_that_method(page):
     page.wait_for_selector("#compare-table tr.row", timeout=60000)
     row = page.locator("#compare-table tr.row[data-method='zb-h2']")

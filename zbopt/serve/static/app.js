@@ -30,6 +30,14 @@
 
   function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(2) + "%"; }
 
+  // a gap as the command line prints it (gap_text): a positive gap under 0.005% is "<0.01%",
+  // not "0.00%", which reads as proven optimal
+  function gapPct(x) {
+    if (x === null || x === undefined) { return "–"; }
+    if (x > 0 && x < 0.00005) { return "<0.01%"; }
+    return pct(x > 0 ? x : 0);
+  }
+
   function esc(text) {
     return String(text).replace(/[&<>"']/g, function (c) {
       return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
@@ -239,7 +247,7 @@
       peak: [peak, fmt(peak) + munit + '<span class="why">' + esc(why) + "</span>"],
       bound: [r.lower_bound, r.lower_bound === null ? "–" : fmt(r.lower_bound) + unit +
               (r.bound_name ? '<span class="why">' + esc(r.bound_name.replace(/_/g, " ")) + "</span>" : "")],
-      gap: [r.gap, pct(r.gap)], status: [r.status, r.status]
+      gap: [r.gap, gapPct(r.gap)], status: [r.status, r.status]
     };
     Object.keys(values).forEach(function (k) {
       var node = $("m-" + k);
@@ -745,7 +753,7 @@
         '" tabindex="0"><td>' + esc(r.method) + "</td><td>" + esc(r.kind) + "</td><td>" + esc(placement) +
         '</td><td class="num">' + fmt(r.span) + '</td><td class="num">' + pct(r.bubble_rate) +
         '</td><td class="num">' + fmt(peak) + "</td><td>" + (r.fits_cap ? "yes" : '<span class="over">no</span>') +
-        '</td><td class="num">' + pct(r.gap) + "</td></tr>";
+        '</td><td class="num">' + gapPct(r.gap) + "</td></tr>";
     });
     rows.filter(function (r) { return !r.applies; }).forEach(function (r) {
       html.push('<tr class="na"><td>' + esc(r.method) + "</td><td>" + esc(r.kind) +
@@ -815,7 +823,7 @@
       $("solve-progress").textContent = (p.phase || "starting") + " · " + fmt(s.elapsed, 1) + " s" +
         (p.incumbent !== undefined && p.incumbent !== null ? " · incumbent " + fmt(p.incumbent) : "") +
         (p.bound !== undefined && p.bound !== null ? " · bound " + fmt(p.bound) : "") +
-        (p.gap !== undefined && p.gap !== null ? " · gap " + pct(p.gap) : "");
+        (p.gap !== undefined && p.gap !== null ? " · gap " + gapPct(p.gap) : "");
     });
     source.addEventListener("done", function (e) {
       source.close();
@@ -832,7 +840,7 @@
       var scope = r.status === "optimal" ? " among " + r.placement + " schedules (proved by the " +
         String(r.bound_name).replace(/_/g, " ") + " bound)" : "";
       status.textContent = r.method + ": " + r.status + scope + (r.span !== null ? " · span " + fmt(r.span) : "") +
-        (r.lower_bound !== null ? " · bound " + fmt(r.lower_bound) : "") + " · gap " + pct(r.gap) +
+        (r.lower_bound !== null ? " · bound " + fmt(r.lower_bound) : "") + " · gap " + gapPct(r.gap) +
         " · " + fmt(r.runtime, 1) + " s" + (r.message ? " — " + r.message : "");
       if (s.view && query() === askedFor) {
         showSolved(s.view, s.job);
@@ -1039,6 +1047,7 @@
     state.evaluateNow = evaluate;
     state.passPoint = passPoint;
     state.passInfo = passInfo;
+    state.gapPct = gapPct;
     window.zbopt = state;  // for the curious (and the browser tests and benchmark)
     await evaluate();
     document.body.setAttribute("data-ready", "1");
