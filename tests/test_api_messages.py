@@ -1,7 +1,8 @@
 """What a solve says is true: a warm start over the cap is said to go over the cap (not to be of
 another instance), a backend's own gap (a different definition on its scaled model) is not
 printed beside zbopt's, a known bound above a schedule found is not reported as the bound, and a
-solve that returns the warm start says the solver found nothing better than it."""
+solve that returns the warm start says the solver found nothing better than it (or, when it
+returned no schedule at all, says that)."""
 
 import dataclasses
 
@@ -11,6 +12,7 @@ from zbopt import registry
 from zbopt.errors import ZboptError
 from zbopt.instance import Instance
 from zbopt.registry import run
+from zbopt.schedule import evaluate
 from zbopt.solvers.api import solve
 from zbopt.solvers.protocol import BackendResult
 
@@ -60,15 +62,33 @@ def test_a_known_bound_below_the_span_is_still_used():
     assert result.lower_bound == own.lower_bound
 
 
-def test_a_solve_that_returns_the_warm_start_says_nothing_better_was_found(monkeypatch):
-    def nothing(request):  # a backend that ran out of time without a schedule
-        return BackendResult("unknown", None, None, None, "")
-
+def _backend(monkeypatch, backend):
     registry.methods("solver")
     cpsat = registry._REGISTRY["cpsat"]
-    monkeypatch.setitem(registry._REGISTRY, "cpsat", dataclasses.replace(cpsat, backend=nothing))
+    monkeypatch.setitem(registry._REGISTRY, "cpsat", dataclasses.replace(cpsat, backend=backend))
+
+
+def test_a_backend_without_a_schedule_is_said_to_have_returned_none(monkeypatch):
+    def nothing(request):  # a backend that ran out of time without a schedule
+        return BackendResult("unknown", None, None, None, "CP-SAT was stopped")
+
+    _backend(monkeypatch, nothing)
+    result = run("cpsat", INSTANCE.with_cap("1p"), time_limit=5, prove_with_bounds=False)
+    assert result.status in ("feasible", "optimal") and result.schedule is not None
+    assert result.message == (f"cpsat returned no schedule within the 5 s limit; returning "
+                              f"the warm start ({result.warm_start}); CP-SAT was stopped")
+    assert "nothing better" not in result.message
+
+
+def test_a_solve_that_returns_the_warm_start_says_nothing_better_was_found(monkeypatch):
+    def worse(request):  # a schedule, but 1F1B's: longer than the warm start (zb-1p)
+        timeline = evaluate(request.instance, run("1f1b", request.instance).schedule)
+        starts = {q: int(round(t)) for q, t in timeline.start.items()}
+        return BackendResult("feasible", starts, None, None, "")
+
+    _backend(monkeypatch, worse)
     result = run("cpsat", INSTANCE.with_cap("1p"), time_limit=5, prove_with_bounds=False)
     assert result.status in ("feasible", "optimal") and result.schedule is not None
     assert result.message == (f"cpsat found nothing better than the warm start "
                               f"({result.warm_start}) within the 5 s limit; returning it")
-    assert "found no schedule" not in result.message
+    assert "no schedule" not in result.message

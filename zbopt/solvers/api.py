@@ -531,10 +531,12 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
             message = (f"{solver} reported the model infeasible although the warm start "
                        f"({warm.schedule.method}) is a valid schedule; returning it")
         elif not failed:  # the backend's own words (its status) follow
-            message = "; ".join(x for x in (
-                f"{solver} found nothing better than the warm start "
-                f"({warm.schedule.method or 'the best schedule known'}) within the "
-                f"{time_limit:g} s limit; returning it", raw.message) if x)
+            known = warm.schedule.method or "the best schedule known"
+            said = (f"{solver} returned no schedule within the {time_limit:g} s limit; "
+                    f"returning the warm start ({known})") if raw.starts is None else \
+                (f"{solver} found nothing better than the warm start ({known}) within the "
+                 f"{time_limit:g} s limit; returning it")
+            message = "; ".join(x for x in (said, raw.message) if x)
         timeline = warm
     return result(timeline, lower, message, raw.status, bound_name)
 
