@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import time
+from typing import Optional
 
 import pulp
 
@@ -15,6 +17,23 @@ from ..protocol import BackendRequest, BackendResult
 _LIMITS = ("timelimit", "userinterrupt", "nodelimit", "totalnodelimit", "stallnodelimit",
            "gaplimit", "memlimit", "sollimit", "bestsollimit", "restartlimit")
 
+# SCIP's time limit when the deadline has already passed (as solve_milp's least limit)
+_LEAST_SECONDS = 0.05
+
+
+class _SCIP(pulp.SCIP_PY):
+    """PuLP's SCIP API, with SCIP's time limit set just before optimize() to what is left until
+    `deadline` (time.perf_counter()): PuLP sets it to the whole limit before it builds SCIP's
+    model, constraint by constraint in Python, which takes a while on large models."""
+
+    deadline: Optional[float] = None
+
+    def callSolver(self, lp):  # noqa: N802 (PuLP's name)
+        if self.deadline is not None:
+            left = max(_LEAST_SECONDS, self.deadline - time.perf_counter())
+            lp.solverModel.setParam("limits/time", float(left))
+        super().callSolver(lp)
+
 
 def _run_scip(model: Model, time_limit: float, threads: int, warm: bool,
               workdir: str) -> SolverOutcome:
@@ -22,8 +41,9 @@ def _run_scip(model: Model, time_limit: float, threads: int, warm: bool,
         raise ZboptError("SCIP is not available: pip install pyscipopt, or use solver 'cbc'")
     # Gap: objectives are integers, < 1 proves. SCIP's own search runs on one thread (its
     # concurrent mode is a separate build), so `threads` is not passed on.
-    solver = pulp.SCIP_PY(msg=False, timeLimit=time_limit, gapRel=0, gapAbs=0.999,
-                          warmStart=warm)
+    deadline = time.perf_counter() + time_limit
+    solver = _SCIP(msg=False, timeLimit=time_limit, gapRel=0, gapAbs=0.999, warmStart=warm)
+    solver.deadline = deadline
     model.problem.solve(solver)
     scip = model.problem.solverModel
     status = scip.getStatus()
