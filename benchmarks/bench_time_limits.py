@@ -6,15 +6,24 @@ call (bounds, warm start, search, checks) against the limit, and what it returne
 refusal when the instance is too large for the limit). Target: wall <= 1.1 x limit + 5 s.
 Then compare() at p=64, m=256, cap 2p: total wall time and the slowest methods.
 
-Usage: python benchmarks/bench_time_limits.py [--time-limit S] [--threads N]
-                                              [--out results/time_limits.md]
+`--only backends`: solve() with every registered solver backend (one whose optional dependency
+is missing is skipped, and the table says so) at one limit (default 20 s) on instances with
+uneven per-stage costs (the 1.5B model's, each stage's drawn from 0.8x to 1.2x of them, seeded)
+and prove_with_bounds=False (the backend's own limit is what is timed):
+p=8, m=32 and p=16, m=64 contiguous, and p=8, 2 chunks, m=32 interleaved, all at cap 1p. Each
+section of the output file is replaced on its own: a run keeps the sections it did not run.
+
+Usage: python benchmarks/bench_time_limits.py [--only cpsat|backends|all] [--time-limit S]
+                                              [--threads N] [--out results/time_limits.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
+import random
 import sys
 import time
 from pathlib import Path
@@ -47,20 +56,171 @@ def solve_row(p: int, m: int, cap: str, limit: float, threads: int) -> dict:
             "outcome": f"{result.status}, gap {gap}, warm start {result.warm_start}; {searched}"}
 
 
+# ----- sections of the output file ------------------------------------------------------------
+
+BACKENDS_HEADING = "## Every solver backend on uneven per-stage costs"
+
+
+def sections(text: str) -> tuple[str, list[str]]:
+    """The text before its first "## " heading, and each "## " section (heading to the next)."""
+    head, found = [], []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            found.append(line)
+        elif found:
+            found[-1] += line
+        else:
+            head.append(line)
+    return "".join(head), found
+
+
+def with_section(text: str, heading: str, body: str) -> str:
+    """`text` with its section under `heading` replaced by `body` (a whole section, its heading
+    included), or with `body` appended where it has none."""
+    head, found = sections(text)
+    body = body.rstrip("\n") + "\n"
+    if not any(s.startswith(heading) for s in found):
+        found.append(body)
+    found = [body if s.startswith(heading) else s for s in found]
+    return head + "".join(s.rstrip("\n") + "\n\n" for s in found[:-1]) + found[-1]
+
+
+def load_note(loads: list[float]) -> str:
+    return (f"Machine: {platform.machine()}, {os.cpu_count()} cores, 1-minute load average "
+            f"{min(loads):.1f} to {max(loads):.1f} during the run"
+            + (" (other work shared the CPU: wall times are upper estimates)."
+               if max(loads) > 1.5 else " (a quiet machine)."))
+
+
+# ----- every backend on uneven costs ---------------------------------------------------------
+
+# the module each backend needs beyond zbopt's dependencies (CBC comes with PuLP)
+OPTIONAL = {"highs": "highspy", "scip": "pyscipopt"}
+SEED = 7
+
+
+def uneven(p: int, m: int, placement: str = "contiguous", chunks: int = 0) -> Instance:
+    """The 1.5B model's costs, each stage's time drawn from 0.8x to 1.2x of them, cap 1p."""
+    draw = random.Random(f"{SEED}-{p}-{m}-{placement}-{chunks}")
+    stages = p * (chunks or 1)
+
+    def times(base: int) -> list[int]:
+        return [round(base * draw.uniform(0.8, 1.2)) for _ in range(stages)]
+
+    costs = {**COSTS_15B, **{k: times(COSTS_15B[k]) for k in ("t_f", "t_b", "t_w")}}
+    name = f"p{p}-m{m}" + (f"-{placement}{chunks}" if placement != "contiguous" else "")
+    return Instance(devices=p, microbatches=m, placement=placement, chunks=chunks, name=name,
+                    time_unit="us", **costs).with_cap("1p")
+
+
+def uneven_instances() -> list[Instance]:
+    return [uneven(8, 32), uneven(16, 64), uneven(8, 32, "interleaved", 2)]
+
+
+def missing(solver: str) -> str:
+    """Why `solver` cannot run here ("" when it can)."""
+    module = OPTIONAL.get(solver)
+    if module and importlib.util.find_spec(module) is None:
+        return f"skipped: {module} is not installed"
+    return ""
+
+
+def backend_row(instance: Instance, solver: str, limit: float, threads: int) -> dict:
+    row = {"instance": instance.name, "solver": solver, "wall": None}
+    why = missing(solver)
+    if why:
+        row["outcome"] = why
+        return row
+    began = time.perf_counter()
+    try:
+        # the backend searches even where the bounds prove the warm start: its limit is timed
+        result = solve(instance, solver=solver, time_limit=limit, threads=threads,
+                       prove_with_bounds=False)
+    except ZboptError as err:
+        row["wall"] = time.perf_counter() - began
+        row["outcome"] = (f"skipped: {err}" if "not available" in str(err)
+                          else f"refused: {err}")
+        return row
+    row["wall"] = time.perf_counter() - began
+    gap = f"{100 * result.gap:.3f}%" if result.gap is not None else "-"
+    head = (result.message or "").replace("|", "/")
+    head = head if len(head) <= 140 else head[:137] + "..."
+    row["outcome"] = f"{result.status}, gap {gap}, backend {result.backend_status or '-'}" \
+                     + (f"; {head}" if head else "")
+    return row
+
+
+def backends_section(limit: float, threads: int, command: str) -> str:
+    solvers = list(methods("solver"))
+    loads = [os.getloadavg()[0]]
+    rows = []
+    for instance in uneven_instances():
+        for solver in solvers:
+            print(f"{instance.name} {solver}: solving ...", file=sys.stderr, flush=True)
+            row = backend_row(instance, solver, limit, threads)
+            rows.append(row)
+            loads.append(os.getloadavg()[0])
+            wall = "-" if row["wall"] is None else f"{row['wall']:.1f} s"
+            print(f"{instance.name} {solver}: {wall}; {row['outcome']}", file=sys.stderr,
+                  flush=True)
+    allowed = 1.1 * limit + 5
+    lines = [f"{BACKENDS_HEADING} ({limit:g} s limit)", "",
+             f"Written by `{command}`. solve() with each registered solver backend, "
+             f"{threads} threads, limit {limit:g} s, prove_with_bounds=False (the backend "
+             f"searches even where the bounds prove the warm start); wall = the whole call "
+             f"(bounds, warm start, model build, search, checks). Allowed: 1.1 x limit + 5 s = {allowed:g} s. "
+             f"Costs: the 1.5B model's with each stage's F, B and W times drawn from 0.8x to "
+             f"1.2x of them (seed {SEED}); cap 1p. {load_note(loads)}", "",
+             "| instance | solver | wall (s) | within | outcome |", "|---|---|---:|---|---|"]
+    for r in rows:
+        if r["wall"] is None:
+            lines.append(f"| {r['instance']} | {r['solver']} | - | - | {r['outcome']} |")
+            continue
+        within = "yes" if r["wall"] <= allowed else "NO"
+        lines.append(f"| {r['instance']} | {r['solver']} | {r['wall']:.1f} | {within} "
+                     f"| {r['outcome']} |")
+    return "\n".join(lines) + "\n"
+
+
+# ----- CP-SAT at scale and compare -----------------------------------------------------------
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--time-limit", type=float, default=10.0)
+    parser.add_argument("--only", choices=("cpsat", "backends", "all"), default="cpsat",
+                        help="cpsat: CP-SAT at scale and compare (the default); backends: "
+                             "every solver backend on uneven costs; all: both")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds (default 10 for cpsat, 20 for backends)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "results" / "time_limits.md"))
     args = parser.parse_args(argv)
     methods()  # import every method once, outside the timed calls
-    limit = args.time_limit
+    command = ("python benchmarks/bench_time_limits.py " + " ".join(
+        argv if argv is not None else sys.argv[1:])).strip()
+    out = Path(args.out)
+    if args.only in ("cpsat", "all"):
+        text = cpsat_sections(args.time_limit or 10.0, args.threads, command)
+        old = out.read_text() if out.exists() else ""
+        for kept in sections(old)[1]:  # what this run did not write stays
+            if kept.startswith(BACKENDS_HEADING):
+                text = with_section(text, BACKENDS_HEADING, kept)
+        out.write_text(text)
+    if args.only in ("backends", "all"):
+        section = backends_section(args.time_limit or 20.0, args.threads, command)
+        old = out.read_text() if out.exists() else "# Honest time limits\n\n"
+        out.write_text(with_section(old, BACKENDS_HEADING, section))
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def cpsat_sections(limit: float, threads: int, command: str) -> str:
+    """The title, CP-SAT's rows at p=16..64 and the compare section."""
     loads = [os.getloadavg()[0]]
     rows = []
     for p in (16, 32, 64):
         for m in (128, 256):
             for cap in ("1p", "2p", "3p"):  # 3p: where the bounds do not settle it, the search runs
-                row = solve_row(p, m, cap, limit, args.threads)
+                row = solve_row(p, m, cap, limit, threads)
                 rows.append(row)
                 print(f"p={p} m={m} {cap}: {row['wall']:.1f} s; {row['outcome']}", file=sys.stderr,
                       flush=True)
@@ -71,16 +231,11 @@ def main(argv=None) -> int:
     compare_wall = time.perf_counter() - began
     slowest = sorted(results, key=lambda r: r.runtime or 0, reverse=True)[:6]
     allowed = 1.1 * limit + 5
-    command = "python benchmarks/bench_time_limits.py " + " ".join(
-        argv if argv is not None else sys.argv[1:])
     lines = ["# Honest time limits", "",
-             f"Written by `{command.strip()}`. solve() with CP-SAT, {args.threads} threads, "
+             f"Written by `{command}`. solve() with CP-SAT, {threads} threads, "
              f"limit {limit:g} s; wall = the whole call (bounds, warm start, search, checks). "
              f"Allowed: 1.1 x limit + 5 s = {allowed:g} s. Contiguous placement, the 1.5B "
-             f"model's costs. Machine: {platform.machine()}, {os.cpu_count()} cores, 1-minute "
-             f"load average {min(loads):.1f} to {max(loads):.1f} during the run"
-             + (" (other work shared the CPU: wall times are upper estimates)." if max(loads) > 1.5
-                else " (a quiet machine)."), "",
+             f"model's costs. {load_note(loads)}", "",
              "| p | m | cap | wall (s) | within | outcome |", "|---:|---:|---|---:|---|---|"]
     for r in rows:
         within = "yes" if r["wall"] <= allowed else "NO"
@@ -95,9 +250,7 @@ def main(argv=None) -> int:
               "lower bound):", "",
               "| method | kind | seconds |", "|---|---|---:|"]
     lines += [f"| {r.method} | {r.kind} | {r.runtime:.1f} |" for r in slowest]
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
