@@ -121,3 +121,27 @@ def test_cbc_log_bound_of_a_killed_run_is_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(cbc, "grace", lambda limit: 0.0, raising=False)
     outcome = cbc._run_cbc(_model(), 0.5, 1, False, str(tmp_path))
     assert outcome.status == "unknown" and outcome.bound == 9.0
+
+
+# ----- building the model keeps the deadline too -------------------------------------------
+
+def test_building_the_model_stops_at_its_deadline():
+    # a large model took 97 s to build in Python, whatever the time limit
+    from zbopt.solvers import milp
+    with pytest.raises(milp._OutOfTime):
+        build_model(INSTANCE, "span", default_horizon(INSTANCE), deadline=time.perf_counter() - 1)
+    assert build_model(INSTANCE, "span", default_horizon(INSTANCE),
+                       deadline=time.perf_counter() + 60).order
+
+
+@pytest.mark.parametrize("backend", ["cbc", "highs"])
+def test_a_model_that_cannot_be_built_in_time_never_reaches_the_solver(backend, monkeypatch):
+    called = []
+    module = cbc if backend == "cbc" else highs
+    runner = "_run_cbc" if backend == "cbc" else "_run_highs"
+    monkeypatch.setattr(module, runner, lambda *a: called.append(a))
+    instance = Instance(devices=4, microbatches=8, t_f=5, t_b=6, t_w=4, comm=1, m_b=2, m_w=1,
+                        memory_cap="2p")
+    result = run_backend(backend, instance, objective="span", time_limit=1e-6, threads=1)
+    assert result.status == "unknown" and result.starts is None and not called
+    assert "building the MILP (96 passes) used all" in result.message

@@ -165,7 +165,11 @@ def _memory_orders(instance: Instance, dev: tuple[Pass, ...], device: int,
     return out
 
 
-def structure(instance: Instance, symmetry: bool = True) -> Structure:
+def structure(instance: Instance, symmetry: bool = True,
+              deadline: Optional[float] = None) -> Structure:
+    """The passes' durations, forced and free orders, heads and tails the MILP is built on;
+    past `deadline` (a time.perf_counter() value) it stops with _OutOfTime (large models take
+    minutes: 1e5 free pairs about 4 s, 6e5 about a minute)."""
     passes = list(instance.passes())
     duration = {p: _integer(f"t_{p[2].lower()}[{p[0]}]", instance.cost(p[0], p[2]))
                 for p in passes}
@@ -189,6 +193,7 @@ def structure(instance: Instance, symmetry: bool = True) -> Structure:
         new = []
         if instance.cap is not None:
             for d, dev in enumerate(by_device):
+                _in_time(deadline)
                 new += _memory_orders(instance, tuple(dev), d, index, up, down, delta)
         if not new:
             break
@@ -218,6 +223,7 @@ def structure(instance: Instance, symmetry: bool = True) -> Structure:
             after[p] = sum(cost[i] for i in _bits(down[p] & mine))
             before[p] = sum(cost[i] for i in _bits(up[p] & mine))
         for i, a in enumerate(dev):
+            _in_time(deadline)
             for b in dev[i + 1:]:  # index[a] < index[b], so b is never an ancestor of a
                 if up[b] >> index[a] & 1:
                     forced.add((a, b))
@@ -230,6 +236,16 @@ def structure(instance: Instance, symmetry: bool = True) -> Structure:
 
 class _CapTooSmall(Exception):
     """The memory cap forces a cyclic order: no schedule fits."""
+
+
+class _OutOfTime(Exception):
+    """Building the model passed its deadline (the solver's time limit)."""
+
+
+def _in_time(deadline: Optional[float]) -> None:
+    """_OutOfTime once `deadline` (a time.perf_counter() value) has passed."""
+    if deadline is not None and time.perf_counter() > deadline:
+        raise _OutOfTime
 
 
 def default_horizon(instance: Instance) -> int:
@@ -272,8 +288,9 @@ def _before(model: Model, a: Pass, b: Pass):
 
 def build_model(instance: Instance, objective: str, horizon: int,
                 symmetry: bool = True, bound_cuts: bool = True,
-                lower: Optional[int] = None) -> Model:
-    st = structure(instance, symmetry)
+                lower: Optional[int] = None, deadline: Optional[float] = None) -> Model:
+    """The MILP; past `deadline` (a time.perf_counter() value) it stops with _OutOfTime."""
+    st = structure(instance, symmetry, deadline)
     prob = pulp.LpProblem("zbopt", pulp.LpMinimize)
     d = st.duration
     makespan = objective == "makespan"
@@ -296,7 +313,9 @@ def build_model(instance: Instance, objective: str, horizon: int,
         prob += start[b] >= start[a] + d[a] + gap
     for a, b in st.forced:  # forced order: a, then every pass forced between them, then b
         prob += start[b] >= start[a] + d[a] + st.between[a, b]
-    for (a, b), y in order.items():
+    for n, ((a, b), y) in enumerate(order.items()):
+        if n % 4096 == 0:
+            _in_time(deadline)
         big = horizon
         if makespan:  # a ends by horizon - tail[a], b starts no earlier than head[b]
             big = max(0, horizon - st.tail[a] - st.head[b])
@@ -325,6 +344,7 @@ def build_model(instance: Instance, objective: str, horizon: int,
         prob += z >= int(lower)
     if instance.cap is not None:
         for k, dev in enumerate(st.device_passes):
+            _in_time(deadline)
             for p in dev:
                 if p[2] != "F":
                     continue
@@ -458,11 +478,18 @@ def solve_milp(request: BackendRequest, run: Runner, name: str) -> BackendResult
     t0 = time.perf_counter()
     try:
         model = build_model(instance, objective, horizon, request.symmetry, bound_cuts,
-                            request.lower)
+                            request.lower, deadline=t0 + time_limit)
     except _CapTooSmall as err:
         return BackendResult("infeasible", None, None, None,
                              f"no schedule fits the memory cap ({err}): raise the cap",
                              stats={"horizon": horizon, "presolve": True})
+    except _OutOfTime:
+        seconds = time.perf_counter() - t0
+        return BackendResult("unknown", None, None, None,
+                             f"{name}: building the MILP ({instance.num_passes:,} passes) used "
+                             f"all the {time_limit:.3g} s left for it, unfinished; raise the "
+                             f"time limit or use solver 'cpsat'",
+                             stats={"horizon": horizon, "seconds": round(seconds, 3)})
     notes = []
     warm = False
     if hint is not None:
