@@ -11,7 +11,8 @@ is missing is skipped, and the table says so) at one limit (default 20 s) on ins
 uneven per-stage costs (the 1.5B model's, each stage's drawn from 0.8x to 1.2x of them, seeded)
 and prove_with_bounds=False (the backend's own limit is what is timed):
 p=8, m=32 and p=16, m=64 contiguous, and p=8, 2 chunks, m=32 interleaved, all at cap 1p. Each
-section of the output file is replaced on its own: a run keeps the sections it did not run.
+section of the output file is replaced on its own (backends: one per limit): a run keeps the
+sections it did not run.
 
 Usage: python benchmarks/bench_time_limits.py [--only cpsat|backends|all] [--time-limit S]
                                               [--threads N] [--out results/time_limits.md]
@@ -206,9 +207,11 @@ def main(argv=None) -> int:
                 text = with_section(text, BACKENDS_HEADING, kept)
         out.write_text(text)
     if args.only in ("backends", "all"):
-        section = backends_section(args.time_limit or 20.0, args.threads, command)
+        limit = args.time_limit or 20.0
+        section = backends_section(limit, args.threads, command)
         old = out.read_text() if out.exists() else "# Honest time limits\n\n"
-        out.write_text(with_section(old, BACKENDS_HEADING, section))
+        # one section per limit: a run at 5 s keeps the one at 20 s
+        out.write_text(with_section(old, f"{BACKENDS_HEADING} ({limit:g} s limit)", section))
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
