@@ -101,3 +101,45 @@ def test_zbopt_solve_interrupted_in_its_search_exits_130_and_writes_nothing(tmp_
     assert rest.strip().splitlines()[-1] == "zbopt: interrupted"
     assert "terminate called" not in rest
     assert not out.exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_sigterm_stops_compare_and_its_forked_workers(tmp_path):
+    # compare forks its workers (10,000 passes and more); they inherited the command's SIGTERM
+    # handler, so stopping them with SIGTERM raised in them instead of ending them: the command
+    # hung. Now the command exits 143 and leaves no worker behind.
+    path = tmp_path / "big.toml"
+    path.write_text("devices = 16\nmicrobatches = 256\nt_f = 18546\nt_b = 18097\nt_w = 9321\n"
+                    "comm = 762\nm_b = 201216\nm_w = 73728\nmemory_cap = \"1p\"\n")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "zbopt", "compare", str(path), "--chunks", "4", "--jobs", "2",
+         "--progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    seen = []
+    for line in child.stderr:  # the workers have started once the progress line says so
+        seen.append(line)
+        if "processes" in line:
+            break
+    workers = subprocess.run(["pgrep", "-P", str(child.pid)], capture_output=True,
+                             text=True).stdout.split()
+    time.sleep(1)
+    child.send_signal(signal.SIGTERM)
+    try:
+        rest = child.stderr.read()
+        code = child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert code == 143, "".join(seen) + rest
+    assert rest.strip().splitlines()[-1] == "zbopt: terminated" and "Traceback" not in rest
+    time.sleep(0.5)
+    assert workers and not [w for w in workers if _running(w)]
+
+
+def _running(pid: str) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:  # gone (and reaped)
+        return False

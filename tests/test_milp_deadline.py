@@ -145,3 +145,39 @@ def test_a_model_that_cannot_be_built_in_time_never_reaches_the_solver(backend, 
     result = run_backend(backend, instance, objective="span", time_limit=1e-6, threads=1)
     assert result.status == "unknown" and result.starts is None and not called
     assert "building the MILP (96 passes) used all" in result.message
+
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_sigterm_to_the_command_kills_its_cbc_and_exits_143(stuck_cbc, tmp_path):
+    # SIGTERM's default action ends the process at once and left CBC running for minutes. The
+    # command runs in a child process (SIGTERM with its default action, as in a shell), with
+    # the stuck "cbc" of the fixture; SIGTERM goes to that process only.
+    import subprocess
+    import sys
+    path = tmp_path / "inst.toml"
+    # costs where no bound proves the best heuristic's schedule, so the backend runs
+    path.write_text('devices = 4\nmicrobatches = 8\nt_f = [4, 7, 9, 9]\nt_b = [9, 3, 5, 3]\n'
+                    't_w = 5\ncomm = 1\nm_b = 2\nm_w = 1\nmemory_cap = "1p"\n')
+    out = tmp_path / "s.json"
+    code = (f"import sys\nfrom zbopt.solvers.backends import cbc\n"
+            f"cbc._cbc_path = lambda: {cbc._cbc_path()!r}\n"
+            f"from zbopt.cli import main\n"
+            f"sys.exit(main(['solve', {str(path)!r}, '--solver', 'cbc', '--time-limit', '60', "
+            f"'--quiet', '--out', {str(out)!r}]))\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    try:
+        for _ in range(1200):
+            if stuck_cbc.exists() and stuck_cbc.read_text().strip():
+                break
+            time.sleep(0.05)
+        assert stuck_cbc.exists(), "the solve never reached cbc"
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 143 and "zbopt: terminated" in err, err
+    assert _gone(int(stuck_cbc.read_text())) and not out.exists()

@@ -115,8 +115,10 @@ def _run_task(task: tuple[int, str, Instance, str]) -> tuple[int, Result]:
 
 
 def _ignore_interrupt() -> None:
-    # Ctrl-C is the parent's to handle: it stops the workers
+    # Ctrl-C is the parent's to handle: it stops the workers, with SIGTERM, whose default
+    # action ends a worker at once (a forked worker inherits the command's own SIGTERM handler)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _in_workers(tasks: list[tuple[str, Instance, str]], order: list[int], jobs: int,
