@@ -234,6 +234,10 @@ def structure(instance: Instance, symmetry: bool = True,
                      tuple(edges), between, after, before, memory_orders)
 
 
+# the least time limit a MILP solver is given (when the deadline has all but passed)
+LEAST_SECONDS = 0.05
+
+
 class _CapTooSmall(Exception):
     """The memory cap forces a cyclic order: no schedule fits."""
 
@@ -502,7 +506,7 @@ def solve_milp(request: BackendRequest, run: Runner, name: str) -> BackendResult
     with tempfile.TemporaryDirectory(prefix="zbopt-milp-") as workdir:
         try:
             # the time limit covers building the model too
-            outcome = run(model, max(0.05, time_limit - (time.perf_counter() - t0)), threads,
+            outcome = run(model, max(LEAST_SECONDS, time_limit - (time.perf_counter() - t0)), threads,
                           warm, workdir)
         except pulp.PulpSolverError as err:  # the solver crashed or wrote no solution
             outcome = SolverOutcome("unknown", False, None, f"{name} failed: {err}")

@@ -12,11 +12,8 @@ from typing import Optional
 import pulp
 
 from ...registry import register_backend
-from ..milp import Model, SolverOutcome, solve_milp
+from ..milp import LEAST_SECONDS, Model, SolverOutcome, solve_milp
 from ..protocol import BackendRequest, BackendResult
-
-# HiGHS's time limit when the deadline has already passed (as solve_milp's least limit)
-_LEAST_SECONDS = 0.05
 
 
 @contextlib.contextmanager
@@ -62,7 +59,7 @@ def _highs_class():
                 sol.value_valid = True
                 lp.solverModel.setSolution(sol)
             if self.deadline is not None:
-                left = max(_LEAST_SECONDS, self.deadline - time.perf_counter())
+                left = max(LEAST_SECONDS, self.deadline - time.perf_counter())
                 lp.solverModel.setOptionValue("time_limit", float(left))
             lp.solverModel.run()
 

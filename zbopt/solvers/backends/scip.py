@@ -10,15 +10,12 @@ import pulp
 
 from ...errors import ZboptError
 from ...registry import register_backend
-from ..milp import Model, SolverOutcome, solve_milp
+from ..milp import LEAST_SECONDS, Model, SolverOutcome, solve_milp
 from ..protocol import BackendRequest, BackendResult
 
 # SCIP statuses that stop on a limit (a schedule may have been found)
 _LIMITS = ("timelimit", "userinterrupt", "nodelimit", "totalnodelimit", "stallnodelimit",
            "gaplimit", "memlimit", "sollimit", "bestsollimit", "restartlimit")
-
-# SCIP's time limit when the deadline has already passed (as solve_milp's least limit)
-_LEAST_SECONDS = 0.05
 
 
 class _SCIP(pulp.SCIP_PY):
@@ -30,7 +27,7 @@ class _SCIP(pulp.SCIP_PY):
 
     def callSolver(self, lp):  # noqa: N802 (PuLP's name)
         if self.deadline is not None:
-            left = max(_LEAST_SECONDS, self.deadline - time.perf_counter())
+            left = max(LEAST_SECONDS, self.deadline - time.perf_counter())
             lp.solverModel.setParam("limits/time", float(left))
         super().callSolver(lp)
 
