@@ -126,6 +126,7 @@ def test_a_tiny_positive_gap_is_not_printed_as_zero():
     from zbopt.sweep.report import markdown_text
     assert gap_text(0.00002) == "<0.01%" and gap_text(0.0) == "0.00%" and gap_text(None) == "-"
     assert gap_text(0.0001) == "0.01%" and gap_text(-0.0) == "0.00%"
+    assert gap_text(10 ** 400) == "-" and gap_text(float("nan")) == "-"  # no number to show
     base = {"instance_name": "x", "devices": 2, "microbatches": 4, "cap_spec": "1p",
             "instance_placement": "contiguous", "placement": "contiguous", "fits_cap": True,
             "instance": {"devices": 2}}

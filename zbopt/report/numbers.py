@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import math
-
-from ..instance import near_whole
+from ..instance import finite, near_whole
 
 
 def number(x: float) -> str:
@@ -43,7 +41,7 @@ def gap_text(gap: float | None) -> str:
     """A gap as tables and verdicts print it, to two decimals of a percent; a positive gap
     below 0.005% prints "<0.01%" (not "0.00%", which reads as proven optimal); "-" for None
     or anything that is not a finite number (a sweep record read back may hold anything)."""
-    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not math.isfinite(gap):
+    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not finite(gap):
         return "-"
     if 0 < gap < 0.00005:
         return "<0.01%"
