@@ -86,6 +86,14 @@ def with_section(text: str, heading: str, body: str) -> str:
     return head + "".join(s.rstrip("\n") + "\n\n" for s in found[:-1]) + found[-1]
 
 
+def with_backends(text: str, old: str) -> str:
+    """`text` (a CP-SAT run's) with every backends section of `old` (one per limit) kept."""
+    for kept in sections(old)[1]:
+        if kept.startswith(BACKENDS_HEADING):
+            text = with_section(text, kept.splitlines()[0], kept)
+    return text
+
+
 def load_note(loads: list[float]) -> str:
     return (f"Machine: {platform.machine()}, {os.cpu_count()} cores, 1-minute load average "
             f"{min(loads):.1f} to {max(loads):.1f} during the run"
@@ -201,11 +209,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if args.only in ("cpsat", "all"):
         text = cpsat_sections(args.time_limit or 10.0, args.threads, command)
-        old = out.read_text() if out.exists() else ""
-        for kept in sections(old)[1]:  # what this run did not write stays
-            if kept.startswith(BACKENDS_HEADING):
-                text = with_section(text, BACKENDS_HEADING, kept)
-        out.write_text(text)
+        out.write_text(with_backends(text, out.read_text() if out.exists() else ""))
     if args.only in ("backends", "all"):
         limit = args.time_limit or 20.0
         section = backends_section(limit, args.threads, command)
