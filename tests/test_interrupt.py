@@ -76,23 +76,33 @@ memory_cap = "1p"
 """
 
 
+def _zbopt(args: list[str], signum: int) -> subprocess.Popen:
+    """`python -m zbopt ARGS` with stderr piped; the child handles `signum` as a terminal's
+    command does, even where the suite runs with it ignored (started in the background)."""
+    return subprocess.Popen([sys.executable, "-m", "zbopt", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1],
+                            preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
+
+
+def _until(child: subprocess.Popen, text: str) -> list[str]:
+    """The child's stderr lines up to the first holding `text`."""
+    seen = []
+    for line in child.stderr:
+        seen.append(line)
+        if text in line:
+            break
+    return seen
+
+
 @pytest.mark.skipif(os.name != "posix", reason="signals")
 def test_zbopt_solve_interrupted_in_its_search_exits_130_and_writes_nothing(tmp_path):
     path = tmp_path / "p16.toml"
     path.write_text(INSTANCE)
     out = tmp_path / "s.json"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "zbopt", "solve", str(path), "--time-limit", "120", "--out",
-         str(out), "--progress"], stderr=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parents[1],
-        # the child handles SIGINT as a terminal's command does, even where the suite runs
-        # with SIGINT ignored (started in the background)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    seen = []
-    for line in child.stderr:  # the search has begun once its progress line says so
-        seen.append(line)
-        if ": search" in line:
-            break
+    child = _zbopt(["solve", str(path), "--time-limit", "120", "--out", str(out), "--progress"],
+                   signal.SIGINT)
+    seen = _until(child, ": search")  # the search has begun once its progress line says so
     time.sleep(2)  # past building the model: CP-SAT itself is searching (120 s are allowed)
     child.send_signal(signal.SIGINT)
     rest = child.stderr.read()
@@ -111,16 +121,9 @@ def test_sigterm_stops_compare_and_its_forked_workers(tmp_path):
     path = tmp_path / "big.toml"
     path.write_text("devices = 16\nmicrobatches = 256\nt_f = 18546\nt_b = 18097\nt_w = 9321\n"
                     "comm = 762\nm_b = 201216\nm_w = 73728\nmemory_cap = \"1p\"\n")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "zbopt", "compare", str(path), "--chunks", "4", "--jobs", "2",
-         "--progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parents[1],
-        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
-    seen = []
-    for line in child.stderr:  # the workers have started once the progress line says so
-        seen.append(line)
-        if "processes" in line:
-            break
+    child = _zbopt(["compare", str(path), "--chunks", "4", "--jobs", "2", "--progress"],
+                   signal.SIGTERM)
+    seen = _until(child, "processes")  # the workers have started once the progress line says so
     workers = subprocess.run(["pgrep", "-P", str(child.pid)], capture_output=True,
                              text=True).stdout.split()
     time.sleep(1)
