@@ -238,6 +238,12 @@ def structure(instance: Instance, symmetry: bool = True,
 LEAST_SECONDS = 0.05
 
 
+def seconds_left(deadline: float) -> float:
+    """A solver's time limit: what is left until `deadline` (time.perf_counter()), at least
+    LEAST_SECONDS."""
+    return max(LEAST_SECONDS, deadline - time.perf_counter())
+
+
 class _CapTooSmall(Exception):
     """The memory cap forces a cyclic order: no schedule fits."""
 
@@ -480,9 +486,10 @@ def solve_milp(request: BackendRequest, run: Runner, name: str) -> BackendResult
     horizon = default_horizon(instance) if request.horizon is None \
         else int(math.ceil(request.horizon))
     t0 = time.perf_counter()
+    deadline = t0 + time_limit  # building the model counts too
     try:
         model = build_model(instance, objective, horizon, request.symmetry, bound_cuts,
-                            request.lower, deadline=t0 + time_limit)
+                            request.lower, deadline=deadline)
     except _CapTooSmall as err:
         return BackendResult("infeasible", None, None, None,
                              f"no schedule fits the memory cap ({err}): raise the cap",
@@ -505,9 +512,7 @@ def solve_milp(request: BackendRequest, run: Runner, name: str) -> BackendResult
             warm = True
     with tempfile.TemporaryDirectory(prefix="zbopt-milp-") as workdir:
         try:
-            # the time limit covers building the model too
-            outcome = run(model, max(LEAST_SECONDS, time_limit - (time.perf_counter() - t0)), threads,
-                          warm, workdir)
+            outcome = run(model, seconds_left(deadline), threads, warm, workdir)
         except pulp.PulpSolverError as err:  # the solver crashed or wrote no solution
             outcome = SolverOutcome("unknown", False, None, f"{name} failed: {err}")
     notes.insert(0, outcome.message)

@@ -13,7 +13,7 @@ import pulp
 
 from ...errors import ZboptError
 from ...registry import register_backend
-from ..milp import LEAST_SECONDS, Model, SolverOutcome, solve_milp
+from ..milp import Model, SolverOutcome, seconds_left, solve_milp
 from ..protocol import BackendRequest, BackendResult
 
 
@@ -94,7 +94,7 @@ def _run_cbc(model: Model, time_limit: float, threads: int, warm: bool,
     if warm:
         solver.writesol(files["mst"], lp, columns, column_names, row_names)
         args += ["-mips", files["mst"]]
-    limit = max(LEAST_SECONDS, time_limit - (time.perf_counter() - started))
+    limit = seconds_left(started + time_limit)
     args += ["-sec", f"{limit:.3f}"]
     for option in solver.options + solver.getOptions():
         name, *value = option.split()

@@ -12,7 +12,7 @@ from typing import Optional
 import pulp
 
 from ...registry import register_backend
-from ..milp import LEAST_SECONDS, Model, SolverOutcome, solve_milp
+from ..milp import Model, SolverOutcome, seconds_left, solve_milp
 from ..protocol import BackendRequest, BackendResult
 
 
@@ -59,7 +59,7 @@ def _highs_class():
                 sol.value_valid = True
                 lp.solverModel.setSolution(sol)
             if self.deadline is not None:
-                left = max(LEAST_SECONDS, self.deadline - time.perf_counter())
+                left = seconds_left(self.deadline)
                 lp.solverModel.setOptionValue("time_limit", float(left))
             lp.solverModel.run()
 

@@ -10,7 +10,7 @@ import pulp
 
 from ...errors import ZboptError
 from ...registry import register_backend
-from ..milp import LEAST_SECONDS, Model, SolverOutcome, solve_milp
+from ..milp import Model, SolverOutcome, seconds_left, solve_milp
 from ..protocol import BackendRequest, BackendResult
 
 # SCIP statuses that stop on a limit (a schedule may have been found)
@@ -27,7 +27,7 @@ class _SCIP(pulp.SCIP_PY):
 
     def callSolver(self, lp):  # noqa: N802 (PuLP's name)
         if self.deadline is not None:
-            left = max(LEAST_SECONDS, self.deadline - time.perf_counter())
+            left = seconds_left(self.deadline)
             lp.solverModel.setParam("limits/time", float(left))
         super().callSolver(lp)
 
