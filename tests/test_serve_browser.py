@@ -340,3 +340,51 @@ def test_a_solve_finishing_after_the_settings_changed_keeps_the_view(page):
     assert page.evaluate("window.zbopt.job") is not None
     assert page.locator("#solve-show").is_hidden()
     assert page.errors == []
+
+
+# ----- per-stage lists when the stage count changes ---------------------------------------------
+
+def resampled(values: list, n: int) -> list:
+    """The page's resampling: new stage i takes old stage round(i (k - 1) / (n - 1))."""
+    k = len(values)
+    return [values[0 if n == 1 else int(i * (k - 1) / (n - 1) + 0.5)] for i in range(n)]
+
+
+def test_per_stage_lists_follow_a_new_device_count(page, served):
+    _, path, folder = served
+    t_f, cap = [1, 1, 1, 1.5], [9, 9, 9, 12]
+    set_controls(page, {"t_f": "1, 1, 1, 1.5", "m_b": "2, 2, 2, 2", "memory cap": "9, 9, 9, 12"})
+    assert page.locator("#resample-note").is_hidden()
+    set_controls(page, {"devices": "6"})
+    value = lambda label: page.get_by_label(label, exact=True).input_value()  # noqa: E731
+    # the uniform list follows the count, the others are resampled and named in the note
+    assert value("m_b") == "2, 2, 2, 2, 2, 2"
+    assert value("t_f") == ", ".join(map(str, resampled(t_f, 6))) == "1, 1, 1, 1, 1, 1.5"
+    assert value("memory cap") == "9, 9, 9, 9, 9, 12"
+    note = page.locator("#resample-note").inner_text()
+    assert "t_f (4 → 6 values)" in note and "memory cap (4 → 6 devices)" in note
+    assert "m_b" not in note
+    assert page.locator("#settings .error").all_inner_texts() == [""] * 13
+    assert page.locator("body").get_attribute("data-state") == "ready"
+    assert float(metric(page, "span")) == simulate_span(
+        path, folder, schedule="zb-h1", devices=6, t_f=resampled(t_f, 6), m_b=2,
+        memory_cap=resampled(cap, 6))
+    # a count typed digit by digit (1, then 12) is resampled from the list written for 4
+    devices = page.get_by_label("devices", exact=True)
+    devices.fill("")
+    devices.press_sequentially("12")
+    page.wait_for_function("() => !window.zbopt.busy", timeout=30000)
+    assert value("t_f") == ", ".join(map(str, resampled(t_f, 12)))
+    assert "t_f (4 → 12 values)" in page.locator("#resample-note").inner_text()
+    # back to 4: the lists as written, and no note
+    set_controls(page, {"devices": "4"})
+    assert (value("t_f"), value("m_b"), value("memory cap")) == \
+        ("1, 1, 1, 1.5", "2, 2, 2, 2", "9, 9, 9, 12")
+    assert page.locator("#resample-note").is_hidden()
+    # a list the user wrote for another count is theirs: left alone, the server says why
+    set_controls(page, {"t_f": "1, 2, 3"})
+    set_controls(page, {"devices": "6"})
+    assert value("t_f") == "1, 2, 3"
+    assert page.locator("#e-t_f").inner_text().startswith("t_f has 3 values but the instance "
+                                                          "has 6 stages")
+    assert page.errors == []

@@ -14,7 +14,7 @@
     setup: null, doc: null, job: null, zoom: 1, cursor: -1, timer: null, highlight: null,
     evalController: null, compareController: null, evalTimer: null, compareTimer: null, busy: false,
     evalQuery: null, shownQuery: null, events: null, eventsController: null, eventsPending: false, changedAt: null, timing: null, overlay: null, canvas: null, hovered: -1,
-    source: null, solving: false, rows: []
+    source: null, solving: false, rows: [], shape: null, origins: {}, resampled: {}
   };
 
   function $(id) { return document.getElementById(id); }
@@ -888,6 +888,7 @@
     $("busy").hidden = true;
     FIELDS.forEach(function (f) { if (f in solved.settings) { $("f-" + f).value = solved.settings[f]; } });
     syncControls();
+    resetShape();
     clearErrors();
     document.querySelector(".timeline-panel").classList.remove("stale");
     document.body.setAttribute("data-state", "ready");
@@ -922,6 +923,124 @@
     a.click();
     a.remove();
     setTimeout(function () { URL.revokeObjectURL(url); }, 10000);
+  }
+
+  // ----- per-stage lists following the stage count ---------------------------------------------
+  // A list of one value per stage (or per device, for the memory cap) that fitted the settings
+  // before the device, chunk or placement change is rewritten for the new count: a uniform one
+  // follows it, another is resampled (see resample()) and the note under devices names it. The
+  // list the user wrote is kept as its origin, so a count typed digit by digit (4, 1, 12) or
+  // changed back is resampled from it, not from what an intermediate count made of it. A list
+  // being typed in (focused), or one that fitted neither count (the user's own, still
+  // mismatched), is left alone: the server's message then says what to change.
+
+  var LISTS = ["t_f", "t_b", "t_w", "m_b", "m_w", "memory_cap"];
+
+  function count(text, low, high) {
+    if (!/^\s*\+?[0-9]+\s*$/.test(text)) { return null; }
+    var n = Number(text);
+    return n >= low && n <= high ? n : null;
+  }
+
+  // the devices and stages of the instance as written in the controls, or null while a count
+  // is not a valid one (mid-typing)
+  function shapeOf() {
+    var p = count($("f-devices").value, 1, 64), placement = $("f-placement").value, chunks = 1;
+    if (p === null) { return null; }
+    if (placement === "interleaved") {
+      chunks = count($("f-chunks").value, 0, 16);
+      if (chunks === null || chunks === 1) { return null; }
+      chunks = chunks || 2;  // 0: the placement's default
+    } else if (placement !== "contiguous") {
+      chunks = 2;
+    }
+    return { devices: p, stages: p * chunks, dual: placement === "dualpipe" };
+  }
+
+  function sameShape(a, b) {
+    return a.devices === b.devices && a.stages === b.stages && a.dual === b.dual;
+  }
+
+  // the values of a list as written (null unless every one is a number)
+  function listOf(text) {
+    var parts = String(text).trim().split(/[,\s]+/).filter(function (x) { return x; });
+    return parts.length && parts.every(function (x) { return isFinite(Number(x)); }) ? parts : null;
+  }
+
+  // whether a list of n values fits a shape: one per stage (dualpipe: or one per model part,
+  // shared by both copies); the memory cap one per device
+  function fits(field, n, shape) {
+    if (field === "memory_cap") { return n === shape.devices; }
+    return n === shape.stages || (shape.dual && n === shape.devices);
+  }
+
+  // n values from a list of k, piecewise constant in stage order: new stage i takes old stage
+  // round(i (k - 1) / (n - 1)), so the first and last stages keep their values (the embedding's
+  // and the head's, often the odd ones) and the others take the nearest in relative position
+  function resample(values, n) {
+    var k = values.length, out = [];
+    for (var i = 0; i < n; i++) { out.push(values[n === 1 ? 0 : Math.round(i * (k - 1) / (n - 1))]); }
+    return out;
+  }
+
+  function resampledFor(field, values, from, to) {
+    if (field === "memory_cap") { return resample(values, to.devices); }
+    if (from.dual && to.dual && values.length === 2 * from.devices) {  // each copy on its own
+      var half = from.devices;
+      return resample(values.slice(0, half), to.devices).concat(resample(values.slice(half), to.devices));
+    }
+    return resample(values, to.dual ? to.devices : to.stages);
+  }
+
+  function followShape() {
+    var shape = shapeOf(), before = state.shape;
+    if (!shape || !before || sameShape(shape, before)) { return; }
+    state.shape = shape;
+    LISTS.forEach(function (field) {
+      var input = $("f-" + field), values = listOf(input.value), origin = state.origins[field];
+      if (input === document.activeElement || !values) { return; }
+      if (!origin) {
+        if (values.length === 1 || !fits(field, values.length, before) ||
+            fits(field, values.length, shape)) { return; }
+        origin = state.origins[field] = { text: input.value, values: values, shape: before };
+      }
+      delete state.resampled[field];
+      if (fits(field, origin.values.length, shape)) {  // back to a count it was written for
+        input.value = origin.text;
+        delete state.origins[field];
+        return;
+      }
+      var out = resampledFor(field, origin.values, origin.shape, shape);
+      input.value = out.join(", ");
+      if (origin.values.some(function (x) { return Number(x) !== Number(origin.values[0]); })) {
+        state.resampled[field] = [origin.values.length, out.length];
+      }
+    });
+    noteResampled();
+  }
+
+  // the user wrote this list: it is its own origin now
+  function forgetOrigin(field) {
+    delete state.origins[field];
+    if (state.resampled[field]) { delete state.resampled[field]; noteResampled(); }
+  }
+
+  function noteResampled() {
+    var parts = LISTS.filter(function (f) { return state.resampled[f]; }).map(function (f) {
+      var r = state.resampled[f];
+      return state.setup.labels[f] + " (" + r[0] + " → " + r[1] + (f === "memory_cap" ? " devices)" : " values)");
+    });
+    LISTS.forEach(function (f) { $("f-" + f).classList.toggle("resampled", !!state.resampled[f]); });
+    $("resample-note").textContent = parts.length ? "Resampled for the new count: " + parts.join(", ") +
+      ". The first and last keep their values, each other takes the nearest old one's; edit them freely." : "";
+  }
+
+  // settings put in the controls by the page itself (a solve's): their lists are their own
+  function resetShape() {
+    state.origins = {};
+    state.resampled = {};
+    state.shape = shapeOf();
+    noteResampled();
   }
 
   // ----- controls ------------------------------------------------------------------------------
@@ -974,6 +1093,7 @@
     $("time-unit").textContent = inst.time_unit ? "(" + inst.time_unit + ")" : "";
     $("memory-unit").textContent = inst.memory_unit ? "(" + inst.memory_unit + ")" : "";
     syncControls();
+    resetShape();
   }
 
   async function init() {
@@ -985,12 +1105,15 @@
       var field = e.target.name;
       delete e.target.dataset.refused;
       if (field && $("e-" + field)) { $("e-" + field).textContent = ""; }
+      if (LISTS.indexOf(field) >= 0) { forgetOrigin(field); }
+      followShape();  // before the request below is built
       syncControls();
       // typing waits for a pause; a committed change (below) goes at once
       scheduleEvaluate(e.target.tagName === "SELECT" ? 0 : 150);
     });
     form.addEventListener("change", function () {
       if (state.changedAt === null) { state.changedAt = performance.now(); }
+      followShape();
       syncControls();
       evaluate();
     });
