@@ -76,18 +76,27 @@ def load(args: argparse.Namespace) -> Instance:
 
 def load_with_schedule(args: argparse.Namespace):
     """load(), and the schedule or plan file read (its ScheduleFile; None for other inputs)."""
+    instance, stored, _ = load_input(args)
+    return instance, stored
+
+
+def load_input(args: argparse.Namespace):
+    """load_with_schedule(), and the layers per stage of a layered model's even split (None for
+    other inputs), the input read once."""
     given = getattr(args, "instance", None)
     if given is not None:  # "" (an unset shell variable) is not the default instance
         nonempty(given, "the instance", "an instance file or a shipped instance's name (`zbopt "
                                         "instances`), or leave it out for the default")
     path = resolve_instance(given) if given is not None else default_instance_path()
     data = read_table(path)
-    stored, note = None, None
+    stored, note, sizes = None, None, None
     if "layers" in data:
-        instance, note = _even_partition(data, path)
+        instance, sizes, note = _even_partition(data, path)
     elif isinstance(data.get("format"), str) and data["format"].startswith("zbopt.schedule/"):
-        from ..export.schedule_file import read_schedule_file
-        stored = read_schedule_file(path)
+        from ..export.schedule_file import read_schedule_file, schedule_from_document
+        # a schedule file is JSON: its document is read already (a TOML one is refused)
+        stored = schedule_from_document(data, str(path)) if path.suffix.lower() == ".json" \
+            else read_schedule_file(path)
         instance = stored.instance
     else:
         check_file_keys(data, str(path))
@@ -96,7 +105,7 @@ def load_with_schedule(args: argparse.Namespace):
         instance = with_mem(instance, args.mem)
     if note:
         defer_note(note)
-    return instance, stored
+    return instance, stored, sizes
 
 
 # Notes on how the input was taken (a layered model on its even split), printed on stderr when the
@@ -134,9 +143,9 @@ def brief(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-def _even_partition(data: dict, path: Path) -> tuple[Instance, str]:
-    """The layered model on plan's even split (zbopt.plan.baselines.default_split), and the
-    note that says so."""
+def _even_partition(data: dict, path: Path) -> tuple[Instance, list[int], str]:
+    """The layered model on plan's even split (zbopt.plan.baselines.default_split), the split,
+    and the note that says so."""
     from ..layers import LayeredModel
     from ..plan.baselines import default_split
     model = LayeredModel.from_dict(data, source=str(path))
@@ -144,7 +153,7 @@ def _even_partition(data: dict, path: Path) -> tuple[Instance, str]:
     note = (f"zbopt: note: {path} is a layered model of {model.num_layers} layers: using {how}, "
             f"{'+'.join(map(str, sizes))} layers per stage (`zbopt plan` searches for a better "
             f"one)")
-    return model.instance(sizes), note
+    return model.instance(sizes), list(sizes), note
 
 
 # ----- argument types (a bad value is one line and exit 2 through the parser) --------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..errors import ZboptError
 from ..report.numbers import gap_text
 from ..schedule import evaluate
@@ -10,7 +12,7 @@ from ._common import (
     check_output,
     console,
     fmt,
-    load_with_schedule,
+    load_input,
     nonempty,
     print_json,
     print_timeline,
@@ -63,12 +65,14 @@ def run(args) -> int:
         check_output(args.out, args.force, (".json",), "schedule file",
                      [args.file, args.torch_csv] if args.torch_csv else [])
     if args.torch_csv:
-        from ..export.torch_csv import read_torch_csv
+        from ..export.torch_csv import parse_torch_csv, sidecar_split, torch_csv_text
         args.instance = args.file
-        check_input(args.torch_csv, "CSV")
-        _check_split(args.file, args.torch_csv)
-        instance, loaded = load_with_schedule(args)
-        schedule = read_torch_csv(args.torch_csv, instance)
+        text = torch_csv_text(args.torch_csv)  # each input read once: a pipe reads too
+        recorded = sidecar_split(args.torch_csv)
+        instance, loaded, even = load_input(args)
+        _check_split(args.file, args.torch_csv, recorded, loaded, even)
+        schedule = parse_torch_csv(text, instance, source=args.torch_csv,
+                                   method=f"torch-csv:{Path(args.torch_csv).name}")
         source = args.torch_csv
         if loaded is not None:  # a schedule or plan file as the instance: a plan stays a plan
             kept, left_out = _csv_entries(loaded, instance, schedule)
@@ -109,41 +113,23 @@ def run(args) -> int:
     return 1 if args.check and differences else 0
 
 
-def _split_of(given: str) -> tuple[list[int] | None, str]:
-    """The layers per stage `evaluate --torch-csv` takes `given` on (a plan file's split, a
-    layered model's even split) and what it is; None for a per-stage instance or a plain
-    schedule file (or an input that does not read: loading it then says why)."""
-    from ..export.schedule_file import read_schedule_file
-    from ..instance import read_table, resolve_instance
-    try:
-        path = resolve_instance(given)
-        data = read_table(path)
-        if "layers" in data:
-            from ..layers import LayeredModel
-            from ..plan.baselines import default_split
-            sizes = default_split(LayeredModel.from_dict(data, source=str(path)))[0]
-            return list(sizes), f"the layered model {given} is taken on its even split"
-        if isinstance(data.get("format"), str) and data["format"].startswith("zbopt.schedule/"):
-            partition = read_schedule_file(path).meta.get("partition")
-            if partition is not None:
-                return list(partition["sizes"]), f"the plan {given} splits it"
-    except ZboptError:
-        pass
-    return None, ""
-
-
-def _check_split(given: str, csv_path: str) -> None:
-    """A plan's CSV (its sidecar records the plan's split) is judged on that split: a model
-    taken on another split would give other stage costs, so that is refused in one line."""
-    from ..export.torch_csv import sidecar_split
-    recorded, source = sidecar_split(csv_path)
-    if recorded is None:
+def _check_split(given: str, csv_path: str, recorded: tuple[list[int] | None, str], loaded,
+                 even: list[int] | None) -> None:
+    """A plan's CSV (its sidecar records the plan's split, `recorded`: sidecar_split) is judged
+    on that split: the input `given` taken on another (a plan file's split, or `even`, a
+    layered model's even split) would give other stage costs, so that is refused in one line.
+    A per-stage instance or a plain schedule file has no split to compare."""
+    sizes, source = recorded
+    partition = loaded.meta.get("partition") if loaded is not None else None
+    if sizes is None or (partition is None and even is None):
         return
-    used, what = _split_of(given)
-    if used is None or used == recorded:
+    used = list(partition["sizes"]) if partition is not None else even
+    if used == sizes:
         return
+    what = f"the plan {given} splits it" if partition is not None else \
+        f"the layered model {given} is taken on its even split"
     plan = source or "PLAN.json"
-    raise ZboptError(f"{csv_path} was exported from a plan split {'+'.join(map(str, recorded))} "
+    raise ZboptError(f"{csv_path} was exported from a plan split {'+'.join(map(str, sizes))} "
                      f"layers per stage (its sidecar says so), but {what} "
                      f"{'+'.join(map(str, used))}: give the plan file instead (zbopt evaluate "
                      f"{plan} --torch-csv {csv_path})")

@@ -292,6 +292,12 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
         raise _fail(source, f"cannot read it: {err}") from None
     except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
         raise too_long_integer(source, err) from None
+    return schedule_from_document(doc, source)
+
+
+def schedule_from_document(doc: Any, source: str) -> ScheduleFile:
+    """The schedule file whose JSON document `doc` was read from `source` (read_schedule_file
+    without reading it again); every problem raises ZboptError naming `source`."""
     if not isinstance(doc, dict):
         raise _fail(source, "expected a JSON object")
     if "format" not in doc and any(key in doc for key in _INSTANCE_KEYS):

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from ..dag import Pass
 from ..errors import ZboptError, reason
-from ..instance import Instance, require_instance, too_long_integer
+from ..instance import Instance, require_instance, shown, too_long_integer
 from ..schedule import Item, Schedule, format_item, require_schedule, structure_problems
 
 # Lowest torch whose CSV runtime reads I (input grad) and B (full backward) unambiguously: the IR
@@ -197,28 +197,62 @@ def _origin(partition: dict | None, source: str | Path | None) -> dict[str, Any]
 def sidecar_split(csv_path: str | Path) -> tuple[list[int] | None, str]:
     """The plan split (layers per stage) and source file name the CSV's sidecar records;
     (None, "") when there is no sidecar or it records no split (a hand-made or foreign CSV,
-    an export of a plain schedule file, or a sidecar from before zbopt recorded it)."""
+    an export of a plain schedule file, or a sidecar from before zbopt recorded it). A sidecar
+    that is there but does not read as one (not UTF-8, not JSON, another format, a split that
+    is not layer counts) is refused in one line naming it: it may record a split, and the CSV
+    judged on another would be judged on the wrong stage costs."""
     path = Path(csv_path)
     if path.suffix.lower() != ".csv":
         return None, ""
     side = sidecar_path(path)  # after the suffix check: it refuses a name not ending in .csv
     if not side.is_file():
         return None, ""
-    try:
-        doc = json.loads(side.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None, ""
-    except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
-        raise too_long_integer(side, err) from None
-    if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT:
-        return None, ""
+    doc = _read_sidecar(side, path)
     partition = doc.get("partition")
-    sizes = partition.get("sizes") if isinstance(partition, dict) else None
-    if not (isinstance(sizes, list) and all(isinstance(n, int) and not isinstance(n, bool)
-                                            for n in sizes)):
+    if partition is None:
         return None, ""
+    sizes = partition.get("sizes") if isinstance(partition, dict) else None
+    if not (isinstance(sizes, list) and sizes):
+        raise _bad_sidecar(side, path, "records a partition that is not {\"sizes\": [layers "
+                                       "per stage]}")
+    for n in sizes:
+        if not (isinstance(n, int) and not isinstance(n, bool) and 0 < n < 10**21):
+            raise _bad_sidecar(side, path, f"records a split with {_brief(shown(n), 40)} "
+                                           f"layers in a stage (a count of at least 1 is "
+                                           f"needed)")
     source = doc.get("exported_from")
     return sizes, source if isinstance(source, str) else ""
+
+
+def _bad_sidecar(side: Path, csv_path: Path, what: str) -> ZboptError:
+    return ZboptError(f"{side}: the sidecar of {csv_path.name} {what}: fix it, or remove it to "
+                      f"evaluate the CSV as given")
+
+
+def _read_sidecar(side: Path, csv_path: Path) -> dict:
+    """The sidecar `side` of `csv_path` as its JSON object; ZboptError (one line, naming it)
+    when it is not one."""
+    try:
+        doc = json.loads(side.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError as err:
+        raise _bad_sidecar(side, csv_path, f"is not text (byte {err.start} is not "
+                                           f"UTF-8)") from None
+    except OSError as err:
+        raise _bad_sidecar(side, csv_path, f"cannot be read ({err.strerror})") from None
+    except json.JSONDecodeError as err:
+        raise _bad_sidecar(side, csv_path, f"is not valid JSON ({err.msg} at line "
+                                           f"{err.lineno} column {err.colno})") from None
+    except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
+        raise too_long_integer(side, err) from None
+    except RecursionError:
+        raise _bad_sidecar(side, csv_path, "is nested too deeply to read") from None
+    kind = doc.get("format") if isinstance(doc, dict) else None
+    if kind != SIDECAR_FORMAT:
+        got = f"it holds a JSON {type(doc).__name__}, not an object" \
+            if not isinstance(doc, dict) else "it has no 'format' key" if kind is None \
+            else f"its format is {_brief(shown(kind), 40)}"
+        raise _bad_sidecar(side, csv_path, f"is not a {SIDECAR_FORMAT} file ({got})")
+    return doc
 
 
 def torchtitan_keys(instance: Instance, csv_path: str | Path,
@@ -388,22 +422,38 @@ def _refuse_json(path: Path, text: str) -> None:
 
 def read_torch_csv(path: str | Path, instance: Instance) -> Schedule:
     """The CSV at `path` as a Schedule of `instance`, checked (parse_torch_csv)."""
-    from .outputs import require_path
     if isinstance(path, Instance) and isinstance(instance, (str, Path)):
         raise ZboptError("read_torch_csv(): the path and the instance are swapped: give the "
                          "path first, then the instance")
+    from .outputs import require_path
     path = require_path(path, "the torch CSV's path")
     require_instance(instance, "read_torch_csv()")
+    text = torch_csv_text(path)
+    return parse_torch_csv(text, instance, source=str(path), method=f"torch-csv:{path.name}")
+
+
+def torch_csv_text(path: str | Path) -> str:
+    """The text of the CSV at `path`, read once (a named pipe, /dev/stdin, reads as a file
+    does); a directory, a missing file, bytes that are not UTF-8 or a JSON file given for the
+    CSV (its sidecar, a schedule file) are refused in one line."""
+    from .outputs import require_path
+    path = require_path(path, "the torch CSV's path")
     if path.is_dir():
         raise ZboptError(f"{path} is a directory: give the torch CSV itself")
-    if not path.is_file():
-        raise ZboptError(f"torch CSV {path} not found")
+    if not path.exists():
+        hint = " (to read standard input, give /dev/stdin)" if str(path) == "-" else ""
+        raise ZboptError(f"torch CSV {path} not found{hint}")
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of a cell
-    except (OSError, UnicodeDecodeError) as err:
-        raise ZboptError(f"{path}: cannot read it: {err}") from None
+        data = path.read_bytes()
+    except OSError as err:
+        raise ZboptError(f"{path}: cannot read it: {err.strerror}") from None
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark is not part of a cell
+    except UnicodeDecodeError as err:
+        raise ZboptError(f"{path}: not a text file (byte {err.start} is not UTF-8): give a "
+                         f"PyTorch CSV") from None
     _refuse_json(path, text)
-    return parse_torch_csv(text, instance, source=str(path), method=f"torch-csv:{path.name}")
+    return text
 
 
 # ----- torch's own checks --------------------------------------------------------------------

@@ -1,0 +1,111 @@
+"""Inputs and outputs of solve, compare, evaluate, simulate, export, plot and report as a user
+meets them: a CSV's sidecar that does not read is refused like one that cannot be read, and
+`evaluate --torch-csv` reads each input once (a named pipe works as a file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from cli_checks import refused
+
+from zbopt.cli import main
+
+UNIT = "unit-p4-m8"  # a shipped instance
+
+
+@pytest.fixture
+def exported(tmp_path, capsys):
+    """A schedule file and its CSV with the sidecar export writes."""
+    schedule = tmp_path / "s.json"
+    assert main(["simulate", UNIT, "-s", "zb-h1", "--out", str(schedule)]) == 0
+    assert main(["export", str(schedule), "--torch-csv", str(tmp_path / "s.csv")]) == 0
+    capsys.readouterr()
+    return tmp_path / "s.csv"
+
+
+@pytest.mark.parametrize("text, says", [
+    ("{bad", "is not valid JSON (Expecting property name"),
+    (b"\xff\xfe", "is not text (byte 0 is not UTF-8)"),
+    ("[1, 2]", "is not a zbopt.torch-csv-sidecar/1 file (it holds a JSON list"),
+    ('{"format": "other"}', "is not a zbopt.torch-csv-sidecar/1 file (its format is 'other')"),
+    ('{"format": "zbopt.torch-csv-sidecar/1", "partition": {"sizes": [0, 4]}}',
+     "records a split with 0 layers in a stage"),
+    ('{"format": "zbopt.torch-csv-sidecar/1", "partition": [4, 4]}',
+     'records a partition that is not {"sizes": [layers per stage]}'),
+    ('{"format": "zbopt.torch-csv-sidecar/1", "partition": {"sizes": [' + "9" * 400 + ", 1]}}",
+     "records a split with an integer of 400 digits layers in a stage"),
+])
+def test_a_sidecar_that_does_not_read_is_refused_naming_it(exported, capsys, text, says):
+    side = exported.with_name("s.csv.json")
+    if isinstance(text, bytes):
+        side.write_bytes(text)
+    else:
+        side.write_text(text)
+    line = refused(capsys, "evaluate", UNIT, "--torch-csv", exported)
+    assert line.startswith(f"zbopt: error: {side}: the sidecar of s.csv ")
+    assert says in line and line.endswith("fix it, or remove it to evaluate the CSV as given")
+
+
+def test_a_sidecar_with_an_unreadable_integer_is_refused_as_well(exported, capsys):
+    side = exported.with_name("s.csv.json")
+    side.write_text('{"format": "zbopt.torch-csv-sidecar/1", "x": ' + "9" * 5000 + "}")
+    line = refused(capsys, "evaluate", UNIT, "--torch-csv", exported)
+    assert line.startswith(f"zbopt: error: {side}: an integer of 5000 digits cannot be read")
+
+
+def test_a_sidecar_without_a_split_still_evaluates_the_csv(exported, capsys):
+    side = exported.with_name("s.csv.json")
+    side.write_text('{"format": "zbopt.torch-csv-sidecar/1", "partition": null}')
+    assert main(["evaluate", UNIT, "--torch-csv", str(exported), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["span"] == 27
+
+
+def _fed_through_a_pipe(path: Path, text: str):
+    """A named pipe at `path` that a thread feeds `text` once a reader opens it."""
+    os.mkfifo(path)
+
+    def feed():
+        with open(path, "w") as pipe:
+            pipe.write(text)
+
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    return thread
+
+
+def _release(path: Path, thread: threading.Thread) -> None:
+    """Let the feeding thread finish when the command never opened the pipe."""
+    if thread.is_alive():
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        thread.join(5)
+        os.close(fd)
+
+
+def test_evaluate_reads_a_csv_from_a_named_pipe(exported, tmp_path, capsys):
+    pipe = tmp_path / "pipe.csv"
+    thread = _fed_through_a_pipe(pipe, exported.read_text())
+    try:
+        code = main(["evaluate", UNIT, "--torch-csv", str(pipe), "--json"])
+    finally:
+        _release(pipe, thread)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["span"] == 27
+
+
+def test_evaluate_torch_csv_reads_the_instance_and_the_csv_once(exported, tmp_path, capsys,
+                                                                 monkeypatch):
+    instance = tmp_path / "i.json"
+    assert main(["simulate", UNIT, "-s", "zb-h1", "--out", str(instance)]) == 0
+    capsys.readouterr()
+    reads: list[str] = []
+    read_bytes, read_text = Path.read_bytes, Path.read_text
+    monkeypatch.setattr(Path, "read_bytes", lambda p: reads.append(p.name) or read_bytes(p))
+    monkeypatch.setattr(Path, "read_text", lambda p, *a, **k: reads.append(p.name)
+                        or read_text(p, *a, **k))
+    assert main(["evaluate", str(instance), "--torch-csv", str(exported)]) == 0
+    assert reads.count("s.csv") == 1 and reads.count("i.json") == 1, reads
