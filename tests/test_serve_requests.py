@@ -212,3 +212,26 @@ def test_compare_progress_says_how_many_methods_are_done(server):
     assert len({r["method"] for r in rows}) == before["total"]
     status, body, _ = server.request("/api/compare/progress?" + q(devices=0))
     assert status == 422 and body["field"] == "devices"
+
+
+def test_an_oversized_solve_body_is_refused_before_it_is_read(server):
+    from zbopt.serve.app import MAX_BODY
+    # 40 MB of one list: refused at once (413), not parsed for seconds holding the server
+    status, body = post_raw(server, b'{"page":"h","t_f":"' + b"1," * (20 * MAX_BODY) + b'1"}')
+    assert status == 413 and body["field"] == "request", body
+    assert body["error"] == f"the request body is {40 * MAX_BODY + 22:,} bytes: a solve request " \
+                            f"takes at most {MAX_BODY:,} (one value per stage in each list)"
+    assert server.request("/api/evaluate?" + q(devices=3))[0] == 200  # and the server goes on
+
+
+@pytest.mark.parametrize("field", ["t_f", "memory_cap"])
+def test_a_list_longer_than_the_largest_instance_is_refused_by_its_length(server, field):
+    from zbopt.serve.api import MAX_VALUES
+    values = ",".join(["1"] * 5000)
+    for status, body, _ in (server.request("/api/evaluate?" + q(**{field: values})),
+                            server.request("/api/solve", {"page": "h", field: [1] * 5000})):
+        assert status == 422 and body["field"] == field, body
+        label = "memory cap" if field == "memory_cap" else field
+        assert body["error"] == f"{label} has 5,000 values: give at most {MAX_VALUES:,}, " \
+                                f"one per stage (the explorer's largest instance has " \
+                                f"{MAX_VALUES:,} stages)"

@@ -35,6 +35,9 @@ COST_FIELDS = ("t_f", "t_b", "t_w", "m_b", "m_w")
 # the most passes one view may hold: beyond it the page could not draw it in time
 MAX_PASSES = 60_000
 SOLVE_TIME_LIMIT = (0.1, 600.0)
+# the most values a list setting may hold: one per stage of the largest instance the controls
+# allow (a longer one is refused before any of its values is read)
+MAX_VALUES = INTEGER_RANGES["devices"][1] * INTEGER_RANGES["chunks"][1]
 
 
 class SettingError(ZboptError):
@@ -197,6 +200,10 @@ def _numbers(field: str, raw: Any) -> Any:
         parts = [x for x in re.split(r"[,\s]+", str(raw).strip()) if x]
     if not parts:
         raise SettingError(field, f"{LABELS[field]} is empty: give a number (or one per stage)")
+    if len(parts) > MAX_VALUES:
+        raise SettingError(field, f"{LABELS[field]} has {len(parts):,} values: give at most "
+                                  f"{MAX_VALUES:,}, one per stage (the explorer's largest "
+                                  f"instance has {MAX_VALUES:,} stages)")
     values = [_number(field, x) for x in parts]
     return values[0] if len(values) == 1 else tuple(values)
 
@@ -230,7 +237,8 @@ def parse_settings(params: Mapping[str, Any], base: Instance) -> Settings:
         raise SettingError("memory_cap", "memory cap is empty: give a number, '1p', '1.5p' or "
                                          "'none'")
     if isinstance(given["memory_cap"], (list, tuple)):  # settings are hashable: tuples
-        cap = tuple(_number("memory_cap", x) for x in given["memory_cap"])
+        cap = _numbers("memory_cap", given["memory_cap"])
+        cap = cap if isinstance(cap, tuple) else (cap,)
     elif isinstance(given["memory_cap"], (int, float)) \
             and not isinstance(given["memory_cap"], bool):
         cap = _number("memory_cap", given["memory_cap"])

@@ -40,6 +40,35 @@ from .workers import ComparePool, solve_in_process
 
 STATIC = resources.files("zbopt.serve").joinpath("static")
 _PAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# the largest solve request read: the page's largest (every list at api.MAX_VALUES values) is
+# under 200 kB; a larger body is refused before it is read whole (it would hold the server)
+MAX_BODY = 1 << 20
+
+
+class BodyTooLarge(Exception):
+    """A request body past MAX_BODY bytes (`size`: as declared or as read so far)."""
+
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.size = size
+
+
+async def read_body(request: Request) -> bytes:
+    """The request's body, at most MAX_BODY bytes; BodyTooLarge past it, the rest received but
+    neither kept nor parsed (so a client that sends it all before reading hears why). A
+    client that waits for "100 Continue" before a declared body past it is answered at once."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY and \
+            request.headers.get("expect", "").lower() == "100-continue":
+        raise BodyTooLarge(int(declared))
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= MAX_BODY:
+            parts.append(chunk)
+    if size > MAX_BODY:
+        raise BodyTooLarge(size)
+    return b"".join(parts)
 
 
 def encode(data: Any) -> bytes:
@@ -307,7 +336,13 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
             raise api.SettingError("request", "send the solve request as JSON "
                                               "(Content-Type: application/json)")
         try:
-            body = await request.json()
+            raw = await read_body(request)
+        except BodyTooLarge as err:
+            return _error(f"the request body is {err.size:,} bytes: a solve request takes "
+                          f"at most {MAX_BODY:,} (one value per stage in each list)",
+                          "request", status=413)
+        try:
+            body = json.loads(raw)
         except (ValueError, RecursionError):  # not JSON, or nested deeper than Python reads
             body = None
         if not isinstance(body, dict):
