@@ -388,3 +388,30 @@ def test_per_stage_lists_follow_a_new_device_count(page, served):
     assert page.locator("#e-t_f").inner_text().startswith("t_f has 3 values but the instance "
                                                           "has 6 stages")
     assert page.errors == []
+
+
+def test_a_placement_change_shows_a_method_that_runs_on_it(page):
+    schedule, note = page.get_by_label("schedule", exact=True), page.locator("#schedule-note")
+    # a contiguous method cannot run on an instance written as V: one that can is shown
+    set_controls(page, {"placement": "v"})
+    assert page.locator("body").get_attribute("data-state") == "ready"
+    shown = schedule.input_value()
+    assert page.evaluate("n => window.zbopt.setup.methods.find(m => m.name === n).placement",
+                         shown) == "v"
+    assert note.inner_text() == f"zb-h1 runs on contiguous instances: showing {shown} for " \
+                                f"placement v"
+    assert page.locator("#showing").inner_text().startswith(f"{shown} on placement v")
+    # the methods that cannot run are disabled in the list
+    assert page.locator("#f-schedule option[value='zb-h1']").is_disabled()
+    assert not page.locator("#f-schedule option[value='zb-v']").is_disabled()
+    # back on contiguous: the method last shown there again, every method enabled
+    set_controls(page, {"placement": "contiguous"})
+    assert schedule.input_value() == "zb-h1" and note.is_hidden()
+    assert page.locator("#f-schedule option:disabled").count() == 0
+    # a refusal under group size goes when the control is switched off
+    set_controls(page, {"schedule": "interleaved-1f1b"})
+    page.get_by_label("group size", exact=True).press_sequentially("1e")
+    assert "cannot be part of it" in page.locator("#e-group_size").inner_text()
+    set_controls(page, {"schedule": "zb-h1"})
+    assert page.locator("#e-group_size").inner_text() == ""
+    assert page.errors == []

@@ -14,7 +14,7 @@
     setup: null, doc: null, job: null, zoom: 1, cursor: -1, timer: null, highlight: null,
     evalController: null, compareController: null, evalTimer: null, compareTimer: null, busy: false,
     evalQuery: null, shownQuery: null, events: null, eventsController: null, eventsPending: false, changedAt: null, timing: null, overlay: null, canvas: null, hovered: -1,
-    source: null, solving: false, rows: [], shape: null, origins: {}, resampled: {}
+    source: null, solving: false, rows: [], shape: null, origins: {}, resampled: {}, chosen: {}, swapped: null
   };
 
   function $(id) { return document.getElementById(id); }
@@ -773,6 +773,8 @@
   function pickRow(tr) {
     if (!tr || !tr.classList.contains("row")) { return; }
     $("f-schedule").value = tr.getAttribute("data-method");
+    $("schedule-note").textContent = "";
+    state.swapped = null;
     syncControls();
     evaluate();
   }
@@ -887,6 +889,8 @@
     if (state.evalController) { state.evalController.abort(); state.evalController = null; }
     $("busy").hidden = true;
     FIELDS.forEach(function (f) { if (f in solved.settings) { $("f-" + f).value = solved.settings[f]; } });
+    $("schedule-note").textContent = "";
+    state.swapped = null;
     syncControls();
     resetShape();
     clearErrors();
@@ -1051,11 +1055,46 @@
 
   // which controls matter: chunks for interleaved (the instance's or a re-placed one), group
   // size for the methods that take one; the others are disabled, not hidden
+  // on an instance written with another placement than contiguous only that placement's
+  // methods run (a contiguous one is re-placed for any method): the others are disabled
+  function applies(method, placement) {
+    return placement === "contiguous" || method.placement === placement;
+  }
+
+  // the placement changed: a method that no longer runs is swapped for the one last shown on
+  // this placement (or its first), and the note under the schedule says so; one swapped in so
+  // gives way to the method last shown on the placement come back to
+  function followPlacement() {
+    var select = $("f-schedule"), placement = $("f-placement").value, method = methodInfo(select.value);
+    var note = $("schedule-note"), remembered = methodInfo(state.chosen[placement] || "");
+    var swapped = state.swapped === select.value;
+    note.textContent = "";
+    state.swapped = null;
+    if (!method || (applies(method, placement) && !(swapped && remembered))) { return; }
+    var next = remembered && applies(remembered, placement) ? remembered :
+      state.setup.methods.filter(function (m) { return applies(m, placement); })[0];
+    if (!next || next.name === method.name) { return; }
+    select.value = next.name;
+    if (!applies(method, placement)) {
+      state.swapped = next.name;
+      note.textContent = method.name + " runs on " + method.placement + " instances: showing " +
+        next.name + " for placement " + placement;
+    }
+  }
+
   function syncControls() {
     var method = methodInfo($("f-schedule").value), placement = $("f-placement").value;
+    state.chosen[placement] = $("f-schedule").value;
+    Array.prototype.forEach.call($("f-schedule").options, function (option) {
+      option.disabled = !applies(methodInfo(option.value), placement);
+    });
     var interleaved = placement === "interleaved" || (placement === "contiguous" && method && method.placement === "interleaved");
     $("f-chunks").disabled = !interleaved;
     $("f-group_size").disabled = !(method && method.group_size);
+    ["chunks", "group_size"].forEach(function (f) {  // a refusal under a control now off goes
+      var input = $("f-" + f);
+      if (input.disabled && input.dataset.refused) { delete input.dataset.refused; $("e-" + f).textContent = ""; }
+    });
     $("h-chunks").textContent = (interleaved ? "chunks per device for the interleaved placement" :
       "chunks: only for interleaved placements") + (method && method.group_size ?
       "; group size N ≥ devices, dividing micro-batches (0: N = devices)" : "; group size: interleaved-1f1b only");
@@ -1106,6 +1145,8 @@
       delete e.target.dataset.refused;
       if (field && $("e-" + field)) { $("e-" + field).textContent = ""; }
       if (LISTS.indexOf(field) >= 0) { forgetOrigin(field); }
+      if (field === "placement") { followPlacement(); }
+      if (field === "schedule") { $("schedule-note").textContent = ""; state.swapped = null; }
       followShape();  // before the request below is built
       syncControls();
       // typing waits for a pause; a committed change (below) goes at once
