@@ -684,3 +684,77 @@ def test_a_refused_solve_answers_409_with_a_null_field():
     assert answer.status_code == 409
     assert json.loads(answer.body) == {"error": "a solve is already running for this page: "
                                                 "wait for it to finish", "field": None}
+
+
+# ----- cancelling a solve ------------------------------------------------------------------------
+
+def test_a_job_asked_to_stop_ends_cancelled_without_a_schedule():
+    def waits(solver, instance, stop, **params):
+        assert stop.wait(10)
+        from zbopt.serve.jobs import Cancelled
+        raise Cancelled("stopped")
+
+    jobs = Jobs(runner=waits)
+    job = jobs.start("a", Instance(devices=2, microbatches=2), "cpsat", 60, "zb-h1")
+    assert job.snapshot()["state"] == "running"
+    assert jobs.cancel(job.id) is job and job.done.wait(10)
+    snap = job.snapshot()
+    assert snap["state"] == "done" and snap["status"] == "cancelled" and "error" not in snap
+    assert job.result is None
+    assert jobs.cancel("nope") is None
+    # the page may solve again at once; a server stopping stops every solve
+    again = jobs.start("a", Instance(devices=2, microbatches=2), "cpsat", 60, "zb-h1")
+    jobs.cancel_all()
+    assert again.done.is_set() and again.snapshot()["status"] == "cancelled"
+
+
+# a V instance under its 1F1B memory whose solve runs to its time limit
+HARD = dict(placement="v", schedule="v-greedy", devices=8, microbatches=32, t_b=2, t_w=1,
+            t_f="1,1.3,1,1.2,1,1.1,1,2.5,1,1.3,1,1.2,1,1.1,1,2.5", memory_cap="0.75p")
+
+
+def _solve_processes(server: Server) -> set[int]:
+    """The server's spawned children running a solve or a comparison."""
+    out = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == server.process.pid and b"spawn_main" in cmdline:
+            out.add(int(proc.name))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="lists processes through /proc")
+def test_a_cancelled_solve_ends_its_process_and_says_so(server):
+    before = _solve_processes(server)
+    status, job, _ = server.request("/api/solve", {**HARD, "page": "c1", "time_limit": 120})
+    assert status == 202
+    with urllib.request.urlopen(server.url + f"api/solve/{job['job']}/events", timeout=120) as s:
+        lines = iter(s)
+        for raw in lines:  # until the solve has reported something: its process is running
+            if raw.startswith(b"data: ") and json.loads(raw[6:])["version"] > 0:
+                break
+        assert _solve_processes(server) - before
+        status, state, _ = server.request(f"/api/solve/{job['job']}/cancel", {})
+        assert status == 202 and state["state"] in ("cancelling", "done")
+        events = [json.loads(raw[6:]) for raw in lines if raw.startswith(b"data: ")]
+    done = events[-1]
+    assert done["state"] == "done" and done["status"] == "cancelled"
+    assert "view" not in done and "result" not in done
+    assert _solve_processes(server) <= before  # the solve's process is gone
+    # the page may solve again, and a cancel of a finished or unknown solve changes nothing
+    status, again, _ = server.request("/api/solve", {**HARD, "page": "c1", "time_limit": 120})
+    assert status == 202
+    assert server.request(f"/api/solve/{again['job']}/cancel", {})[0] == 202
+    assert _events(server, again["job"])[-1][1]["status"] == "cancelled"
+    status, state, _ = server.request(f"/api/solve/{job['job']}/cancel", {})
+    assert status == 202 and state["status"] == "cancelled"
+    status, body, _ = server.request("/api/solve/nope/cancel", {})
+    assert status == 422 and body["field"] == "job"

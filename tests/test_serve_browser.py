@@ -415,3 +415,50 @@ def test_a_placement_change_shows_a_method_that_runs_on_it(page):
     set_controls(page, {"schedule": "zb-h1"})
     assert page.locator("#e-group_size").inner_text() == ""
     assert page.errors == []
+
+
+# ----- a long solve: cancelled; lost with a restarted server ------------------------------------
+
+def test_a_long_solve_can_be_cancelled_and_a_restart_is_said(browser, served):
+    import socket
+
+    from test_serve import HARD
+    _, path, _ = served
+    with socket.socket() as sock:  # a port for this test's server, the same after its restart
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    server = Server(path, "--port", port)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    try:
+        page.goto(server.url)
+        page.wait_for_selector("body[data-ready='1']", timeout=30000)
+        set_controls(page, {"placement": "v"})
+        set_controls(page, {"schedule": HARD["schedule"], "devices": "8", "micro-batches": "32",
+                            "t_f": HARD["t_f"], "memory cap": HARD["memory_cap"]})
+        shown = page.evaluate("window.zbopt.doc.result.method")
+        page.get_by_label("time limit (s)").fill("120")
+        status = page.locator("#solve-status")
+        for step in ("cancel", "restart"):
+            page.get_by_role("button", name="Solve").click()
+            page.wait_for_function("() => document.querySelector('#solve-progress').innerText"
+                                   ".includes(' s')", timeout=60000)  # reporting: running
+            if step == "cancel":
+                page.get_by_role("button", name="Cancel the solve").click()
+                page.wait_for_function("() => document.querySelector('#solve-status')"
+                                       ".dataset.status === 'cancelled'", timeout=60000)
+                assert status.inner_text().startswith("Solve cancelled after ")
+                assert page.locator("#solve-cancel").is_hidden()
+                assert page.evaluate("window.zbopt.doc.result.method") == shown
+            else:
+                server.stop()
+                page.wait_for_function("() => document.querySelector('#solve-progress')"
+                                       ".innerText.includes('does not answer')", timeout=60000)
+                server = Server(path, "--port", port)
+                page.wait_for_function("() => document.querySelector('#solve-status')"
+                                       ".dataset.status === 'error'", timeout=60000)
+                assert status.inner_text().startswith("Solve lost: the server no longer has it")
+                assert page.locator("#solve-cancel").is_hidden()
+    finally:
+        context.close()
+        server.stop()

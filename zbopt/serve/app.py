@@ -161,6 +161,7 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
     async def lifespan(app: FastAPI):
         yield
         pool.close()
+        await run_in_threadpool(jobs.cancel_all)  # no solve process outlives the server
 
     app = FastAPI(title="zbopt explorer", docs_url=None, redoc_url=None,
                   openapi_url="/api/openapi.json", lifespan=lifespan)
@@ -373,6 +374,15 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
             if job.result.applies:
                 out["view"] = api.view_document(job.result)
         return out
+
+    @app.post("/api/solve/{ident}/cancel")
+    def solve_cancel(ident: str) -> Response:
+        """Stop a running solve: its events end with "done", status "cancelled" and no
+        schedule. A finished solve is left as it is. Answers the job's state."""
+        job = jobs.cancel(ident)
+        if job is None:
+            raise api.SettingError("job", f"no solve {ident!r} on this server: press Solve again")
+        return _json(job.snapshot(), 202)
 
     @app.get("/api/solve/{ident}")
     def solve_state(ident: str) -> Response:

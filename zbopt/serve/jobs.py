@@ -1,8 +1,9 @@
 """Background solves: one thread per job running zbopt's solve() (through registry.run) with a
 progress callback, at most one running job per page and a few on the whole server.
 
-A solve cannot be interrupted midway (the backends stop at their time limit), so a second
-solve for a page whose first is still running is refused, with a message saying so.
+A second solve for a page whose first is still running is refused, with a message saying so;
+cancel() stops a job (its runner gets the job's `stop` event: the server's runner ends the
+solve's process as Ctrl-C would, and the job ends "cancelled", with no schedule).
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ class Refused(ZboptError):
     """A solve that cannot start now; the message says why and what to do."""
 
 
+class Cancelled(ZboptError):
+    """A solve stopped on request before it finished."""
+
+
+def run_here(solver: str, instance: Instance, stop: Optional[threading.Event] = None,
+             **params) -> Result:
+    """registry.run in the job's thread: a solve there cannot be stopped (`stop` is ignored)."""
+    return run(solver, instance, **params)
+
+
 @dataclass
 class Job:
     id: str
@@ -39,6 +50,8 @@ class Job:
     progress: dict = field(default_factory=dict)
     result: Optional[Result] = None
     error: str = ""
+    cancelled: bool = False
+    stop: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -51,7 +64,8 @@ class Job:
     def snapshot(self) -> dict:
         """The job's state as a JSON document (the result itself is sent separately)."""
         with self.lock:
-            state = "done" if self.done.is_set() else "running"
+            state = "done" if self.done.is_set() else \
+                "cancelling" if self.stop.is_set() else "running"
             out = {"job": self.id, "page": self.page, "solver": self.solver,
                    "time_limit": self.time_limit, "state": state, "version": self.version,
                    "elapsed": round(time.monotonic() - self.started, 3),
@@ -59,7 +73,9 @@ class Job:
                    "progress": dict(self.progress)}
             if self.result is not None:
                 out["status"] = self.result.status
-            if self.error:
+            if self.cancelled:
+                out["status"] = "cancelled"
+            elif self.error:
                 out["status"] = "error"
                 out["error"] = self.error
             return out
@@ -68,7 +84,7 @@ class Job:
 class Jobs:
     """The server's solve jobs, by id."""
 
-    def __init__(self, max_running: int = MAX_RUNNING, runner: Callable[..., Result] = run):
+    def __init__(self, max_running: int = MAX_RUNNING, runner: Callable[..., Result] = run_here):
         self.max_running = max_running
         self.runner = runner
         self._jobs: dict[str, Job] = {}
@@ -100,13 +116,36 @@ class Jobs:
                          name=f"zbopt-solve-{job.id}").start()
         return job
 
+    def cancel(self, ident: str) -> Optional[Job]:
+        """Ask job `ident` to stop (nothing when it is done); the job, or None if unknown."""
+        job = self.get(ident)
+        if job is not None and not job.done.is_set():
+            job.stop.set()
+        return job
+
+    def cancel_all(self, wait: float = 5.0) -> None:
+        """Stop every running job and wait up to `wait` s for them (the server is stopping)."""
+        with self._lock:
+            running = [j for j in self._jobs.values() if not j.done.is_set()]
+        for job in running:
+            job.stop.set()
+        deadline = time.monotonic() + wait
+        for job in running:
+            job.done.wait(max(0.0, deadline - time.monotonic()))
+
     @staticmethod
     def _run(job: Job, runner: Callable[..., Result]) -> None:
         try:
             result = runner(job.solver, job.instance, time_limit=job.time_limit, threads=1,
-                         progress=job.update)
+                            progress=job.update, stop=job.stop)
             with job.lock:
-                job.result = result
+                if job.stop.is_set():  # asked to stop as it finished: as asked
+                    job.cancelled = True
+                else:
+                    job.result = result
+        except Cancelled:
+            with job.lock:
+                job.cancelled = True
         except ZboptError as err:
             with job.lock:
                 job.error = str(err)

@@ -11,11 +11,13 @@ import multiprocessing
 import os
 import queue as queues
 import threading
+import time
 from typing import Any, Callable, Optional
 
 from ..errors import ZboptError
 from ..instance import Instance
 from ..result import Result
+from .jobs import Cancelled
 
 _CONTEXT = multiprocessing.get_context("spawn")
 
@@ -81,28 +83,49 @@ class ComparePool:
 
 
 def _solve_child(channel, solver: str, instance: Instance, params: dict) -> None:
+    from ..cli import _sigterm_raises
     from ..registry import run
     try:
-        result = run(solver, instance, progress=lambda info: channel.put(("progress", info)),
-                     **params)
+        # SIGTERM (a cancel) and Ctrl-C stop the solve as they stop `zbopt solve`: a solver's
+        # own child is killed; the process then ends without a word (the server knows why)
+        with _sigterm_raises():
+            result = run(solver, instance,
+                         progress=lambda info: channel.put(("progress", info)), **params)
         channel.put(("result", result))
+    except KeyboardInterrupt:
+        return
     except ZboptError as err:
         channel.put(("refused", str(err)))
     except Exception as err:  # noqa: BLE001 (reported to the page, the server stays up)
         channel.put(("failed", f"{type(err).__name__}: {err}"))
 
 
+def _drain_until_ended(child, channel, wait: float) -> None:
+    """Wait up to `wait` s for `child` to end, reading what it still sends (a child blocked
+    writing to a full channel would not end)."""
+    deadline = time.monotonic() + wait
+    while child.is_alive() and time.monotonic() < deadline:
+        with contextlib.suppress(queues.Empty):
+            channel.get(timeout=0.1)
+
+
 def solve_in_process(solver: str, instance: Instance, progress: Callable[[dict], None],
-                     **params) -> Result:
-    """registry.run(solver, ...) in a child process, relaying its progress reports here."""
+                     stop: Optional[threading.Event] = None, **params) -> Result:
+    """registry.run(solver, ...) in a child process, relaying its progress reports here; when
+    `stop` is set, the child is sent SIGTERM (it cleans up as on Ctrl-C; killed if it has not
+    ended 5 s later) and Cancelled is raised."""
     channel = _CONTEXT.Queue()
     child = _CONTEXT.Process(target=_solve_child, args=(channel, solver, instance, params),
                              daemon=True, name=f"zbopt-solve-{solver}")
     child.start()
     try:
         while True:
+            if stop is not None and stop.is_set():
+                child.terminate()  # our own child, by its handle: SIGTERM
+                _drain_until_ended(child, channel, 5.0)
+                raise Cancelled(f"the {solver} solve was cancelled")
             try:
-                kind, payload = channel.get(timeout=0.5)
+                kind, payload = channel.get(timeout=0.2)
             except queues.Empty:
                 if not child.is_alive():
                     raise RuntimeError(f"the solver process stopped (exit code "
@@ -119,5 +142,5 @@ def solve_in_process(solver: str, instance: Instance, progress: Callable[[dict],
     finally:
         child.join(timeout=5)
         if child.is_alive():
-            child.terminate()  # our own child, by its handle
+            child.kill()  # our own child, by its handle
             child.join()

@@ -812,7 +812,9 @@
       return;
     }
     var job = await response.json();
-    state.solving = true;
+    state.solving = job.job;
+    $("solve-cancel").hidden = false;
+    $("solve-cancel").disabled = false;
     status.setAttribute("data-status", "running");
     status.textContent = "solving " + job.shown + "'s instance (placement " + job.placement + ") with " +
       job.solver + ", up to " + fmt(job.time_limit) + " s…";
@@ -831,8 +833,13 @@
       source.close();
       state.source = null;
       state.solving = false;
+      $("solve-cancel").hidden = true;
       var s = JSON.parse(e.data);
       status.setAttribute("data-status", s.status || "error");
+      if (s.status === "cancelled") {
+        status.textContent = "Solve cancelled after " + fmt(s.elapsed, 1) + " s: the view is unchanged";
+        return;
+      }
       if (s.error) {
         status.textContent = "Solve failed: " + s.error;
         return;
@@ -854,12 +861,41 @@
         $("solve-show").hidden = false;
       }
     });
+    // the browser reconnects by itself while the server is away; a server that answers but no
+    // longer knows the solve (it was restarted) ends it
     source.onerror = function () {
-      if (state.source === source && source.readyState === EventSource.CLOSED) {
+      if (state.source !== source) { return; }
+      if (source.readyState === EventSource.CLOSED) {
+        source.close();
+        state.source = null;
         state.solving = false;
-        status.textContent = "lost the connection to the solve";
+        $("solve-cancel").hidden = true;
+        status.setAttribute("data-status", "error");
+        status.textContent = "Solve lost: the server no longer has it (was it restarted?); press Solve again";
+        $("solve-progress").textContent = "";
+      } else {
+        $("solve-progress").textContent = "the server does not answer; trying again…";
       }
     };
+  }
+
+  // stop the running solve: its events then end as cancelled
+  async function cancelSolve() {
+    var job = state.solving, button = $("solve-cancel");
+    if (!job) { return; }
+    button.disabled = true;
+    try {
+      var response = await fetch("/api/solve/" + encodeURIComponent(job) + "/cancel", { method: "POST" });
+      if (!response.ok) {
+        $("solve-note").textContent = "Cancel refused: " + (await readError(response)).message;
+        button.disabled = false;
+        return;
+      }
+      if (state.solving === job) { $("solve-status").textContent = "cancelling the solve…"; }
+    } catch (e) {
+      $("solve-note").textContent = "the server did not answer: " + e.message;
+      button.disabled = false;
+    }
   }
 
   function showSolved(view, job) {
@@ -1182,6 +1218,7 @@
     $("play").addEventListener("click", play);
     $("cursor").addEventListener("input", function (e) { stop(); setCursor(Number(e.target.value)); });
     $("solve").addEventListener("click", solve);
+    $("solve-cancel").addEventListener("click", cancelSolve);
     $("solve-show").addEventListener("click", showSolvedAgain);
     // a number field the browser cannot read is sent empty, and one typed with a comma as
     // digits run together: say so under it instead of quoting what the browser made of it
