@@ -235,3 +235,9 @@ def test_a_list_longer_than_the_largest_instance_is_refused_by_its_length(server
         assert body["error"] == f"{label} has 5,000 values: give at most {MAX_VALUES:,}, " \
                                 f"one per stage (the explorer's largest instance has " \
                                 f"{MAX_VALUES:,} stages)"
+
+
+def test_a_setting_given_twice_is_refused_not_guessed(server):
+    status, body, _ = server.request("/api/evaluate?devices=4&microbatches=8&devices=5")
+    assert status == 422 and body == {"error": "devices is given 2 times: give it once",
+                                      "field": "devices"}

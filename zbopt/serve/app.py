@@ -244,6 +244,12 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
         return [row for name in methods("schedule") for row in done[name]]
 
     def settings_of(request: Request, extra: tuple[str, ...] = ()) -> api.Settings:
+        keys = [k for k, _ in request.query_params.multi_items()]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:  # which one was meant is not for the server to guess
+            raise api.SettingError(repeated[0], f"{api.LABELS.get(repeated[0], repeated[0])} is "
+                                                f"given {keys.count(repeated[0])} times: give it "
+                                                f"once")
         params = {k: v for k, v in request.query_params.items() if k not in extra}
         return api.parse_settings(params, base)
 
