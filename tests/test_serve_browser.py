@@ -444,7 +444,7 @@ def test_a_long_solve_can_be_cancelled_and_a_restart_is_said(browser, served):
             page.wait_for_function("() => document.querySelector('#solve-progress').innerText"
                                    ".includes(' s')", timeout=60000)  # reporting: running
             if step == "cancel":
-                page.get_by_role("button", name="Cancel the solve").click()
+                page.get_by_role("button", name="Cancel", exact=True).click()
                 page.wait_for_function("() => document.querySelector('#solve-status')"
                                        ".dataset.status === 'cancelled'", timeout=60000)
                 assert status.inner_text().startswith("Solve cancelled after ")
