@@ -109,3 +109,13 @@ def test_evaluate_torch_csv_reads_the_instance_and_the_csv_once(exported, tmp_pa
                         or read_text(p, *a, **k))
     assert main(["evaluate", str(instance), "--torch-csv", str(exported)]) == 0
     assert reads.count("s.csv") == 1 and reads.count("i.json") == 1, reads
+
+
+def test_the_verdict_says_no_method_applies_rather_than_blaming_the_cap(tmp_path, capsys):
+    odd = tmp_path / "dualpipe-p3.toml"  # DualPipe's family needs an even device count
+    odd.write_text('devices = 3\nmicrobatches = 4\nplacement = "dualpipe"\n'
+                   't_f = 1\nt_b = 1\nt_w = 1\n')
+    assert main(["compare", str(odd), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "no method gives a schedule for this instance" in out
+    assert "no schedule fits" not in out and "--mem" not in out

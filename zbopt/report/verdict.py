@@ -81,14 +81,18 @@ def verdict(instance: Instance, rows: Sequence[Result],
     best = _best(rows, objective)
     if best is None:
         peaks = [max(r.timeline.peak_memory) for r in rows if r.applies]
-        lowest = f" (the lowest peak of any method is {figure(min(peaks))})" if peaks else ""
-        return [f"verdict: no schedule fits the memory cap{lowest}: raise the cap (--mem)"]
+        if not peaks:  # not the cap: no method made a schedule (each row says why)
+            return [f"verdict: no method gives a schedule for this instance (each says why): "
+                    f"`zbopt solve` searches its {instance.placement} placement directly"]
+        return [f"verdict: no schedule fits the memory cap (the lowest peak of any method is "
+                f"{figure(min(peaks))}): raise the cap (--mem)"]
     lines = [f"verdict: use {best.method} ({placement_text(best)} placement): "
              f"{measure(best, objective, unit)}, bubble rate {best.bubble_rate:.2%}, fits the cap"]
     own = _best(rows, objective, instance.placement)
     if own is None:
-        lines.append(f"on the instance's own placement ({instance.placement}): no schedule fits "
-                     f"the cap")
+        made = any(r.applies and r.placement == instance.placement for r in rows)
+        lines.append(f"on the instance's own placement ({instance.placement}): "
+                     + ("no schedule fits the cap" if made else "no method applies"))
     elif own is not best:
         lines.append(f"on the instance's own placement ({instance.placement}): {own.method}, "
                      f"{measure(own, objective, unit)}, bubble rate {own.bubble_rate:.2%}")
