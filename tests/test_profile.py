@@ -228,7 +228,7 @@ def test_hf_config_file_names_layers_by_hf_fqns(tmp_path, capsys):
     (["--bytes-per-param", "nan"], "--bytes-per-param"),
     (["--comm", "-1"], "--comm must be"),
     (["--mem", "1p"], "absolute"),
-    (["--devices", "9"], "only 5 layers"),
+    (["--devices", "9"], "--devices 9: the model has 5 layer(s)"),
     (["--dtype", "int8"], "--dtype"),
     (["--out", "x.csv"], ".toml or .json"),
     (["--naming", "hf"], "--naming applies"),

@@ -99,6 +99,9 @@ class Layer:
         if not isinstance(self.name, str) or not self.name:
             raise ZboptError(f"every layer needs a name (a non-empty string), got "
                              f"{shown(self.name)}")
+        if not self.name.isprintable():  # it is a module FQN, printed in the plan's tables
+            raise ZboptError(f"layer name {self.name!r} has a control character or line break: "
+                             f"a layer's name is its module name (FQN); give a printable name")
         where = f"layer {self.name!r}"
         for key in _LAYER_NUMBERS:
             object.__setattr__(self, key, _number(where, key, listed(getattr(self, key), key)))
@@ -404,6 +407,10 @@ class LayeredModel:
             raise ZboptError(f"{source}: a layered file takes its costs from [[layers]]; remove "
                              f"the per-stage key(s) {', '.join(stage_keys)}")
         check_keys(data, source, MODEL_KEYS)
+        chunks = data.get("chunks")  # 0 is the class's "as the placement implies", not a count
+        if _is_number(chunks) and chunks < 1:
+            raise ZboptError(f"{source}: chunks = {chunks} is not a chunk count: give chunks >= 2 "
+                             f"for placement 'interleaved', or drop the key")
         layers = data.get("layers")
         if not isinstance(layers, list) or not layers:
             raise ZboptError(f"{source}: [[layers]] must be a non-empty array of tables")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import byte_count, check_output, nonempty, print_json
+from ._common import byte_count, check_output, nonempty, positive_int, print_json
 
 
 def register(sub) -> None:
@@ -14,12 +14,12 @@ def register(sub) -> None:
                         help="a transformers config.json, its directory, or a .toml with the same keys")
     parser.add_argument("--hf-config", metavar="FILE",
                         help="the same config given as `zbopt profile` takes it (instead of CONFIG)")
-    parser.add_argument("--microbatch-size", type=int, default=1, metavar="B",
+    parser.add_argument("--microbatch-size", type=positive_int, default=1, metavar="B",
                         help="sequences per micro-batch (default 1)")
-    parser.add_argument("--seq-len", type=int, default=4096, metavar="S",
+    parser.add_argument("--seq-len", type=positive_int, default=4096, metavar="S",
                         help="sequence length in tokens (default 4096)")
-    parser.add_argument("--devices", type=int, default=8, metavar="P", help="pipeline devices (default 8)")
-    parser.add_argument("--microbatches", type=int, default=32, metavar="M",
+    parser.add_argument("--devices", type=positive_int, default=8, metavar="P", help="pipeline devices (default 8)")
+    parser.add_argument("--microbatches", type=positive_int, default=32, metavar="M",
                         help="micro-batches per iteration (default 32)")
     parser.add_argument("--peak-flops", type=float, default=312e12,
                         help="peak FLOP/s of one device (default 312e12, A100 bf16)")
@@ -60,6 +60,10 @@ def run(args) -> int:
     accelerator = Accelerator(peak_flops=args.peak_flops, efficiency=args.efficiency,
                               hbm_bytes=args.hbm_bytes, link_bandwidth=args.link_bandwidth)
     shape = shape_from_config(config)
+    if args.devices > shape.layers + 2:  # the model's own message would not name the flag
+        raise ZboptError(f"--devices {args.devices}: the model has {shape.layers + 2} layers "
+                         f"({shape.layers} blocks, the embedding and the output layer) and every "
+                         f"stage needs one: give --devices {shape.layers + 2} or fewer")
     model = estimate_model(shape, args.microbatch_size, args.seq_len, accelerator,
                            devices=args.devices, microbatches=args.microbatches,
                            optimizer_bytes=args.optimizer_bytes, name=args.name)

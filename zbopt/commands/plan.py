@@ -81,7 +81,13 @@ def _cap(text: str, unit: str):
         parts = [parse_cap(x.strip(), unit) for x in text.split(",")]
     except ZboptError as err:
         raise ZboptError(f"--mem {brief(text)}: {err}") from None
-    if any(isinstance(x, str) for x in parts):
+    words = [x for x in parts if isinstance(x, str)]  # parse_cap's "kp" or what it cannot read
+    unread = [x for x in words if not re.fullmatch(r"\s*[0-9.eE+-]+\s*p\s*", x)]
+    if unread:
+        raise ZboptError(f"--mem {brief(text)!r}: {brief(unread[0].strip())!r} is not a cap: give "
+                         f"a number in the file's memory unit (or a size such as 80GB), one per "
+                         f"device, or 'none'")
+    if words:
         raise ZboptError(f"--mem {brief(text)!r}: a layered model's cap is absolute bytes (or the "
                          f"file's memory unit) per device, static memory included, not a "
                          f"multiple of p; give a number (or a size such as 80GB), one per device, or 'none'")
@@ -182,11 +188,13 @@ class _Progress:
 
 
 def compact(names: list[str]) -> str:
-    """Layer names with runs of numbered layers folded: "layers.0-3"."""
+    """Layer names with runs of numbered layers folded: "layers.0-3". Only numbers written
+    without leading zeros fold ("blk.00", "blk.01" stay as written: "blk.0-1" would name
+    neither)."""
     out: list[str] = []
     run: list = []  # [prefix, first, last]
     for name in names:
-        match = re.fullmatch(r"(.*)\.(\d+)", name)
+        match = re.fullmatch(r"(.*)\.(0|[1-9]\d*)", name)
         if match and run and run[0] == match.group(1) and int(match.group(2)) == run[2] + 1:
             run[2] += 1
             continue

@@ -140,6 +140,10 @@ def check_settings(model, args, cap) -> None:
     from ..layers import Layer, LayeredModel
     from ..profile.measure import parameter_count
     from ..profile.profiler import MEMORY_UNIT, TIME_UNIT, _static
+    if args.devices > len(model.layers):  # the model's own message would not name the flag
+        raise ZboptError(f"--devices {args.devices}: the model has {len(model.layers)} "
+                         f"layer(s) and every stage needs one: give --devices "
+                         f"{len(model.layers)} or fewer")
     try:
         LayeredModel(layers=tuple(
             Layer(name=spec.name, t_f=1, t_b=1, t_w=1,
