@@ -53,6 +53,8 @@ def test_a_deeply_nested_body_is_a_422_not_a_crash(server):
     (dict(devices=""), "devices", "devices is empty: give a whole number from 1 to 64"),
     (dict(microbatches=" "), "microbatches", "micro-batches is empty: give a whole number"),
     (dict(comm=""), "comm", "comm is empty: give a number >= 0"),
+    (dict(t_f="1,,2"), "t_f", "t_f has an empty value between commas in '1,,2'"),
+    (dict(m_b="2, ,2"), "m_b", "m_b has an empty value between commas in '2, ,2'"),
     (dict(t_f="99999999999999999999999"), "t_f",
      "t_f must be at most 10^15, got '99999999999999999999999'"),
     (dict(m_w="99999999999999999999999"), "m_w",

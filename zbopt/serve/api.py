@@ -197,7 +197,11 @@ def _numbers(field: str, raw: Any) -> Any:
         raise SettingError(field, f"{LABELS[field]} must be a number or a list of numbers, "
                                   f"got {_quoted(raw)}")
     else:
-        parts = [x for x in re.split(r"[,\s]+", str(raw).strip()) if x]
+        text = str(raw).strip()
+        if re.search(r",\s*,", text):  # "1,,2": a value left out, not two values
+            raise SettingError(field, f"{LABELS[field]} has an empty value between commas in "
+                                      f"{_quoted(raw)}: give one number per stage")
+        parts = [x for x in re.split(r"[,\s]+", text) if x]
     if not parts:
         raise SettingError(field, f"{LABELS[field]} is empty: give a number (or one per stage)")
     if len(parts) > MAX_VALUES:
