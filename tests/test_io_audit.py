@@ -119,3 +119,22 @@ def test_the_verdict_says_no_method_applies_rather_than_blaming_the_cap(tmp_path
     out = capsys.readouterr().out
     assert "no method gives a schedule for this instance" in out
     assert "no schedule fits" not in out and "--mem" not in out
+
+
+@pytest.mark.parametrize("command", [["evaluate"], ["export", "--torch-csv", "OUT.csv"],
+                                     ["plot", "-o", "OUT.png"], ["verify-torch"]])
+def test_a_schedule_file_nested_too_deeply_is_one_line(tmp_path, capsys, command):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    argv = [command[0], deep] + [str(tmp_path / a) if a.startswith("OUT") else a
+                                 for a in command[1:]]
+    line = refused(capsys, *argv)
+    assert line == f"zbopt: error: {deep}: not valid JSON (nested too deeply to read)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.json"]
+
+
+def test_a_csv_nested_too_deeply_is_named_a_json_file(tmp_path, capsys):
+    deep = tmp_path / "deep.csv"
+    deep.write_text('{"a":' * 100_000)
+    assert "this is a JSON file, not a PyTorch CSV" in refused(capsys, "evaluate", UNIT,
+                                                               "--torch-csv", deep)

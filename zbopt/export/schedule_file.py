@@ -292,6 +292,8 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
         raise _fail(source, f"cannot read it: {err}") from None
     except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
         raise too_long_integer(source, err) from None
+    except RecursionError:  # JSON nested deeper than Python's parser goes
+        raise _fail(source, "not valid JSON (nested too deeply to read)") from None
     return schedule_from_document(doc, source)
 
 

@@ -403,8 +403,8 @@ def _refuse_json(path: Path, text: str) -> None:
         doc = json.loads(text)
     except json.JSONDecodeError:
         return  # not JSON after all: the CSV reader says what is wrong
-    except ValueError:  # JSON with an integer of more than 4,300 digits: not a CSV either
-        doc = None
+    except (ValueError, RecursionError):  # an integer of more than 4,300 digits, or nested
+        doc = None  # deeper than the parser goes: JSON-like, and not a CSV either
     kind = doc.get("format") if isinstance(doc, dict) else None
     if kind == SIDECAR_FORMAT:
         name = doc.get("csv") if isinstance(doc.get("csv"), str) else ""
