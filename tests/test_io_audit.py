@@ -138,3 +138,33 @@ def test_a_csv_nested_too_deeply_is_named_a_json_file(tmp_path, capsys):
     deep.write_text('{"a":' * 100_000)
     assert "this is a JSON file, not a PyTorch CSV" in refused(capsys, "evaluate", UNIT,
                                                                "--torch-csv", deep)
+
+
+def _deadlocked(tmp_path, capsys) -> Path:
+    good = tmp_path / "s.json"
+    assert main(["simulate", "unit-p2-m4", "-s", "1f1b", "--out", str(good)]) == 0
+    capsys.readouterr()
+    doc = json.loads(good.read_text())
+    doc["devices"][1]["items"].reverse()
+    bad = tmp_path / "dead.json"
+    bad.write_text(json.dumps(doc))
+    return bad
+
+
+@pytest.mark.parametrize("command", [["evaluate"], ["evaluate", "--mem", "2p"],
+                                     ["export", "--torch-csv", "OUT.csv"],
+                                     ["export", "--chrome-trace", "OUT.json"], ["verify-torch"]])
+def test_an_order_that_deadlocks_is_named_by_its_file(tmp_path, capsys, command):
+    bad = _deadlocked(tmp_path, capsys)
+    argv = [command[0], bad] + [str(tmp_path / a) if a.startswith("OUT") else a
+                                for a in command[1:]]
+    assert refused(capsys, *argv).startswith(f"zbopt: error: {bad}: the order deadlocks: ")
+    assert not list(tmp_path.glob("OUT*"))
+
+
+def test_a_csv_that_deadlocks_is_named(tmp_path, capsys):
+    csv = tmp_path / "dead.csv"
+    csv.write_text("0F0,0F1,0I0,0W0,0F2,0I1,0W1,0F3,0I2,0W2,0I3,0W3\n"
+                   "1I0,1F0,1W0,1F1,1I1,1W1,1F2,1I2,1W2,1F3,1I3,1W3\n")
+    line = refused(capsys, "evaluate", "unit-p2-m4", "--torch-csv", csv)
+    assert line.startswith(f"zbopt: error: {csv}: the order deadlocks: ")

@@ -229,7 +229,7 @@ GOOD = "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1B0,1F1,1B1\n"
     (GOOD.replace("1F1,1B1", "1F1,1B1,1F2,1B2"), "pass 1F2 is not in the instance"),
     (GOOD.replace("0F0,0F1", "0F0,0F1,0F9"), "pass 0F9 is not in the instance"),
     (GOOD + "2F0\n", "3 rows but the instance has 2 devices"),
-    ("0F0\n", "1 rows but the instance has 2 devices"),
+    ("0F0\n", "1 row but the instance has 2 devices"),
     (GOOD.replace("1F0,1B0,1F1,1B1", "1F0,1B0,1F1,1B1,0F1"), "on rank 1 in the CSV"),
 ])
 def test_malformed_csv_fails_in_one_line(tmp_path, text, message):

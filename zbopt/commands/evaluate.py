@@ -92,7 +92,10 @@ def run(args) -> int:
         # the same schedule: a plan stays a plan; the solver's record and the plan's verdict
         # hold only under the cap they were made for
         kept, left_out = kept_entries(loaded, instance, solver=True)
-    timeline = evaluate(instance, schedule)
+    try:
+        timeline = evaluate(instance, schedule)
+    except ZboptError as err:  # an order that deadlocks: named by its file, as in plot
+        raise ZboptError(f"{source}: {err}") from None
     metrics = timeline.metrics()
     differences = compare_metrics(stored, metrics) if stored is not None else None
     if args.out:

@@ -63,7 +63,13 @@ class ScheduleFile:
     meta: dict = field(default_factory=dict)
 
     def evaluate(self) -> Timeline:
-        return evaluate(self.instance, self.schedule)
+        """evaluate() of the file's orders; an order that deadlocks is named by its file."""
+        try:
+            return evaluate(self.instance, self.schedule)
+        except ZboptError as err:
+            if not self.meta.get("path"):
+                raise
+            raise ZboptError(f"{self.meta['path']}: {err}") from None
 
 
 def _number(x: float) -> float | int:

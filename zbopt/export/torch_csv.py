@@ -346,7 +346,8 @@ def parse_torch_csv(text: str, instance: Instance, source: str = "CSV",
                          f"actions: remove the header; the CSV has one row per rank and no "
                          f"header")
     if len(rows) != instance.devices:
-        raise ZboptError(f"{source}: {len(rows)} rows but the instance has {instance.devices} "
+        rows_text = "1 row" if len(rows) == 1 else f"{len(rows)} rows"
+        raise ZboptError(f"{source}: {rows_text} but the instance has {instance.devices} "
                          f"devices: one row per rank is needed")
     orders: list[list[Item]] = []
     for rank, row in enumerate(rows):
