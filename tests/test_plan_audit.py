@@ -110,3 +110,46 @@ def test_profile_on_more_devices_than_layers_names_the_flag(tmp_path, capsys):
     assert err.endswith("--devices 2: the model has 1 layer(s) and every stage needs one: give "
                         "--devices 1 or fewer")
     assert not out.exists()
+
+
+def _known(kind: str) -> None:
+    pytest.importorskip("transformers")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    if kind not in CONFIG_MAPPING_NAMES:
+        pytest.skip(f"this transformers has no {kind}")
+
+
+@pytest.mark.parametrize("config, inner", [
+    ({"model_type": "gemma3", "text_config": {"hidden_size": 64}}, "gemma3_text"),
+    ({"model_type": "mllama"}, "mllama_text_model"),
+])
+@pytest.mark.parametrize("command", [["estimate"], ["profile", "--hf-config"]])
+def test_a_multimodal_config_is_refused_naming_its_language_part(tmp_path, capsys, config, inner,
+                                                                 command):
+    _known(config["model_type"])
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    out = tmp_path / "m.toml"
+    err = refused(capsys, *command, path, "--out", out)
+    assert f"{config['model_type']!r} wraps its language model in a sub-config" in err
+    assert f"with model_type {inner!r}" in err and "hidden_size" not in err
+    assert not out.exists()
+
+
+TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 1000}
+
+
+@pytest.mark.parametrize("kind", ["gemma3_text", "gemma2"])
+def test_profile_runs_decoders_with_rotary_per_layer_type_or_no_sdpa(tmp_path, capsys, kind):
+    # gemma3's rotary embedding takes the layer type; gemma2 has no SDPA path in transformers
+    pytest.importorskip("torch")
+    _known(kind)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": kind, **TINY}))
+    out = tmp_path / "m.toml"
+    assert main(["profile", "--hf-config", str(path), "--repeat", "1", "--warmup", "0",
+                 "--seq-len", "8", "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    from zbopt.layers import load_model
+    assert [x.name for x in load_model(out).expanded] == [
+        "model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm+lm_head"]

@@ -83,8 +83,28 @@ def read_config(path: str | Path) -> Any:
         raise ZboptError(f"{path}: transformers rejects this config: {innermost_reason(err)}") from None
     if getattr(config, "is_encoder_decoder", False):
         raise ZboptError(f"{path}: {kind!r} is an encoder-decoder model: give a decoder-only config")
+    _refuse_wrapped(config, path, kind)
     for key in (*POSITIVE, *(k for k in OPTIONAL if getattr(config, k, None) is not None)):
         value = getattr(config, key, None)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ZboptError(f"{path}: {key} must be a positive integer, got {value!r}")
     return config
+
+
+def _refuse_wrapped(config, path: Path, kind: str) -> None:
+    """A multimodal config (gemma3, mllama, llama4...) keeps its language model's sizes in a
+    sub-config (text_config): refused naming that part, not for sizes the wrapper lacks."""
+    text = getattr(config, "get_text_config", None)
+    if text is None:  # transformers before get_text_config: the size checks below speak
+        return
+    try:
+        text = text()
+    except ValueError:  # several text parts (an encoder and a decoder)
+        text = None
+    if text is config:
+        return
+    inner = getattr(text, "model_type", None)
+    part = f"its language model's config alone (the keys of its text_config, with model_type " \
+           f"{inner!r})" if inner else "the config of a decoder-only language model"
+    raise ZboptError(f"{path}: {kind!r} wraps its language model in a sub-config (a multimodal "
+                     f"model): give {part}")

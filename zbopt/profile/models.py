@@ -126,30 +126,48 @@ def hf_model(config, microbatch_size: int, seq_len: int, dtype, device, naming: 
     head_module = model.get_output_embeddings()
     if shape == "rotary":
         positions = torch.arange(seq_len, device=device).unsqueeze(0)
-        with torch.no_grad():
-            probe = torch.zeros(1, seq_len, config.hidden_size, device=device, dtype=dtype)
-            rope = base.rotary_emb(probe, position_ids=positions)
+        rope = _rotary_tables(base, config, seq_len, positions, dtype, device, source)
         embedding, embedding_names = base.embed_tokens, [f"{prefix}.embed_tokens"]
         blocks, block_group = base.layers, f"{prefix}.layers"
         norm = base.norm
-        kwargs = {"position_embeddings": rope, "position_ids": positions}
+        kwargs = [{"position_embeddings": rope(i), "position_ids": positions}
+                  for i in range(len(blocks))]
     else:
         positions = torch.arange(seq_len, device=device).unsqueeze(0)
         embedding = PositionalEmbedding(base.wte, base.wpe, base.drop, positions)
         embedding_names = [f"{prefix}.wte", f"{prefix}.wpe"]
         blocks, block_group = base.h, f"{prefix}.h"
         norm = base.ln_f
-        kwargs = {}
+        kwargs = [{} for _ in base.h]
     head_names = [fqn[id(norm)], fqn[id(head_module)]]
     names = {"embedding": "+".join(embedding_names), "blocks": block_group, "head": "+".join(head_names)}
     if naming == "torchtitan":
         names = dict(TORCHTITAN_NAMES)
     layers = [LayerSpec(names["embedding"], embedding)]
-    layers += [LayerSpec(f"{names['blocks']}.{i}", Block(block, kwargs), names["blocks"])
+    layers += [LayerSpec(f"{names['blocks']}.{i}", Block(block, kwargs[i]), names["blocks"])
                for i, block in enumerate(blocks)]
     layers.append(LayerSpec(names["head"], Head(norm, head_module, labels)))
     return ModelSpec(layers=tuple(layers), make_input=lambda: ids, name=name or config.model_type,
                      naming=naming, settings=_settings(microbatch_size, seq_len, dtype))
+
+
+def _rotary_tables(base, config, seq_len: int, positions, dtype, device, source: str):
+    """block index -> the rotary tables its block takes, computed once as the model's forward
+    does: one table, or one per layer type (gemma3's sliding and full attention layers)."""
+    import torch
+    probe = torch.zeros(1, seq_len, config.hidden_size, device=device, dtype=dtype)
+    types = getattr(config, "layer_types", None)
+    try:
+        with torch.no_grad():
+            if "layer_type" not in inspect.signature(base.rotary_emb.forward).parameters:
+                rope = base.rotary_emb(probe, position_ids=positions)
+                return lambda i: rope
+            tables = {kind: base.rotary_emb(probe, positions, kind) for kind in set(types)}
+            return lambda i: tables[types[i]]
+    except USER_ERRORS as err:  # a rotary embedding called in a way zbopt does not know
+        raise ZboptError(f"{source}: {config.model_type!r}: its rotary embedding cannot be "
+                         f"computed as zbopt profile computes llama's ({described(err)}): use "
+                         f"--module for this model") from None
 
 
 def _refuse_if_too_big(count: int, element: int, device, source: str, least: str = "") -> None:
@@ -172,8 +190,8 @@ def _build(auto, config, source: str):
         raise
     except Exception:  # noqa: BLE001  a model without an SDPA path, or a config it rejects
         pass
-    try:
-        return auto.from_config(config)
+    try:  # eager attention (gemma2, whose SDPA path transformers refuses): the same matmuls
+        return auto.from_config(config, attn_implementation="eager")
     except MemoryError:
         raise
     except Exception as err:  # noqa: BLE001  transformers fails on bad values in many ways
