@@ -168,3 +168,19 @@ def test_a_csv_that_deadlocks_is_named(tmp_path, capsys):
                    "1I0,1F0,1W0,1F1,1I1,1W1,1F2,1I2,1W2,1F3,1I3,1W3\n")
     line = refused(capsys, "evaluate", "unit-p2-m4", "--torch-csv", csv)
     assert line.startswith(f"zbopt: error: {csv}: the order deadlocks: ")
+
+
+def test_evaluate_check_is_refused_where_there_is_nothing_to_compare(exported, capsys):
+    schedule = exported.with_name("s.json")
+    assert "a CSV stores none: drop --check" in refused(
+        capsys, "evaluate", UNIT, "--torch-csv", exported, "--check")
+    assert "--mem changes the cap: drop --check or --mem" in refused(
+        capsys, "evaluate", schedule, "--mem", "2p", "--check")
+    doc = json.loads(schedule.read_text())
+    del doc["metrics"]
+    bare = schedule.with_name("bare.json")
+    bare.write_text(json.dumps(doc))
+    assert refused(capsys, "evaluate", bare, "--check") == (
+        f"zbopt: error: {bare} holds no stored metrics for --check to compare: drop --check, or "
+        f"write the file again with --out")
+    assert main(["evaluate", str(schedule), "--check"]) == 0  # stored and fresh agree

@@ -59,6 +59,12 @@ def run(args) -> int:
              "an instance file or a shipped instance's name (`zbopt instances`)")
     if args.torch_csv is not None:
         nonempty(args.torch_csv, "--torch-csv", "a PyTorch pipelining CSV")
+    if args.check and args.torch_csv is not None:
+        raise ZboptError("--check compares a schedule file's stored metrics with a fresh "
+                         "evaluation, and a CSV stores none: drop --check")
+    if args.check and args.mem is not None:
+        raise ZboptError("--check compares the file's stored metrics, made under its own cap, "
+                         "and --mem changes the cap: drop --check or --mem")
     if args.out is not None:
         # FILE --out FILE --force rewrites a schedule re-evaluated in place; with --torch-csv the
         # CSV's orders would replace the file's own, so neither input may be written over
@@ -87,6 +93,9 @@ def run(args) -> int:
             instance = with_mem(instance, args.mem)
         else:
             stored = loaded.meta.get("metrics")
+            if args.check and stored is None:
+                raise ZboptError(f"{args.file} holds no stored metrics for --check to compare: "
+                                 f"drop --check, or write the file again with --out")
         solver = loaded.meta.get("solver")
         source = args.file
         # the same schedule: a plan stays a plan; the solver's record and the plan's verdict
