@@ -184,3 +184,16 @@ def test_evaluate_check_is_refused_where_there_is_nothing_to_compare(exported, c
         f"zbopt: error: {bare} holds no stored metrics for --check to compare: drop --check, or "
         f"write the file again with --out")
     assert main(["evaluate", str(schedule), "--check"]) == 0  # stored and fresh agree
+
+
+def test_a_csv_of_a_replaced_instance_points_to_its_schedule_file(tmp_path, capsys):
+    # simulate re-places the contiguous instance for zb-v: its CSV has 8 stages, the file 4
+    schedule = tmp_path / "v.json"
+    assert main(["simulate", UNIT, "-s", "zb-v", "--out", str(schedule)]) == 0
+    assert main(["export", str(schedule), "--torch-csv", str(tmp_path / "v.csv")]) == 0
+    capsys.readouterr()
+    line = refused(capsys, "evaluate", UNIT, "--torch-csv", tmp_path / "v.csv")
+    assert "was exported for the v placement, 8 stages on 4 ranks, 8 micro-batches" in line
+    assert "unit-p4-m8 is the contiguous placement, 4 stages" in line
+    assert line.endswith(f"zbopt evaluate {schedule} --torch-csv {tmp_path / 'v.csv'}")
+    assert main(["evaluate", str(schedule), "--torch-csv", str(tmp_path / "v.csv")]) == 0

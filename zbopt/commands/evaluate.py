@@ -77,8 +77,12 @@ def run(args) -> int:
         recorded = sidecar_split(args.torch_csv)
         instance, loaded, even = load_input(args)
         _check_split(args.file, args.torch_csv, recorded, loaded, even)
-        schedule = parse_torch_csv(text, instance, source=args.torch_csv,
-                                   method=f"torch-csv:{Path(args.torch_csv).name}")
+        try:
+            schedule = parse_torch_csv(text, instance, source=args.torch_csv,
+                                       method=f"torch-csv:{Path(args.torch_csv).name}")
+        except ZboptError:
+            _check_shape(args.file, args.torch_csv, instance)
+            raise
         source = args.torch_csv
         if loaded is not None:  # a schedule or plan file as the instance: a plan stays a plan
             kept, left_out = _csv_entries(loaded, instance, schedule)
@@ -145,6 +149,23 @@ def _check_split(given: str, csv_path: str, recorded: tuple[list[int] | None, st
                      f"layers per stage (its sidecar says so), but {what} "
                      f"{'+'.join(map(str, used))}: give the plan file instead (zbopt evaluate "
                      f"{plan} --torch-csv {csv_path})")
+
+
+def _check_shape(given: str, csv_path: str, instance) -> None:
+    """A CSV that does not fit the instance `given` (a schedule made on a re-placed instance,
+    evaluated under the file it was re-placed from): when its sidecar says what it was made for,
+    that and the file to give instead, in one line."""
+    from ..export.torch_csv import sidecar_shape
+    shape, source = sidecar_shape(csv_path, instance)
+    if not shape:
+        return
+    inst = (f"the {instance.placement} placement, {instance.num_stages} stages on "
+            f"{instance.devices} ranks, {instance.microbatches} micro-batches")
+    beside = Path(csv_path).with_name(source) if source else None
+    instead = f"zbopt evaluate {beside if beside.is_file() else source} --torch-csv " \
+        f"{csv_path}" if source else "the schedule or plan file it was exported from"
+    raise ZboptError(f"{csv_path} was exported for {shape} (its sidecar says so), but "
+                     f"{given} is {inst}: give an instance of the CSV's shape, or {instead}")
 
 
 def _csv_entries(loaded, instance, schedule) -> tuple[dict, str]:

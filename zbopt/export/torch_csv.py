@@ -202,15 +202,11 @@ def sidecar_split(csv_path: str | Path) -> tuple[list[int] | None, str]:
     is not layer counts) is refused in one line naming it: it may record a split, and the CSV
     judged on another would be judged on the wrong stage costs."""
     path = Path(csv_path)
-    if path.suffix.lower() != ".csv":
-        return None, ""
-    side = sidecar_path(path)  # after the suffix check: it refuses a name not ending in .csv
-    if not side.is_file():
-        return None, ""
-    doc = _read_sidecar(side, path)
-    partition = doc.get("partition")
+    doc = sidecar_document(path)
+    partition = doc.get("partition") if doc is not None else None
     if partition is None:
         return None, ""
+    side = sidecar_path(path)
     sizes = partition.get("sizes") if isinstance(partition, dict) else None
     if not (isinstance(sizes, list) and sizes):
         raise _bad_sidecar(side, path, "records a partition that is not {\"sizes\": [layers "
@@ -222,6 +218,36 @@ def sidecar_split(csv_path: str | Path) -> tuple[list[int] | None, str]:
                                            f"needed)")
     source = doc.get("exported_from")
     return sizes, source if isinstance(source, str) else ""
+
+
+def sidecar_document(csv_path: str | Path) -> dict | None:
+    """The sidecar of the CSV at `csv_path` as its JSON object; None when there is none (or the
+    name does not end in .csv); ZboptError (one line, naming it) when it does not read as one."""
+    path = Path(csv_path)
+    if path.suffix.lower() != ".csv":
+        return None
+    side = sidecar_path(path)  # after the suffix check: it refuses a name not ending in .csv
+    return _read_sidecar(side, path) if side.is_file() else None
+
+
+def sidecar_shape(csv_path: str | Path, instance: Instance) -> tuple[str, str]:
+    """What the CSV's sidecar says the CSV was made for ("the v placement, 8 stages on 4 ranks,
+    8 micro-batches") when that is not `instance`'s shape, and the name of the file it was
+    exported from ("" when not recorded); ("", "") when there is no sidecar, or it agrees, or
+    does not say."""
+    doc = sidecar_document(csv_path) or {}
+    source = doc.get("exported_from") if isinstance(doc.get("exported_from"), str) else ""
+    shape = (doc.get("placement"), doc.get("num_stages"), doc.get("num_ranks"),
+             doc.get("n_microbatches"))
+    placement, stages, ranks, microbatches = shape
+    if not (isinstance(placement, str) and all(isinstance(n, int) and not isinstance(n, bool)
+                                               for n in shape[1:])):
+        return "", ""
+    if shape == (instance.placement, instance.num_stages, instance.devices,
+                 instance.microbatches):
+        return "", ""
+    return (f"the {_brief(placement)} placement, {shown(stages)} stages on {shown(ranks)} "
+            f"ranks, {shown(microbatches)} micro-batches"), source
 
 
 def _bad_sidecar(side: Path, csv_path: Path, what: str) -> ZboptError:
