@@ -197,3 +197,9 @@ def test_a_csv_of_a_replaced_instance_points_to_its_schedule_file(tmp_path, caps
     assert "unit-p4-m8 is the contiguous placement, 4 stages" in line
     assert line.endswith(f"zbopt evaluate {schedule} --torch-csv {tmp_path / 'v.csv'}")
     assert main(["evaluate", str(schedule), "--torch-csv", str(tmp_path / "v.csv")]) == 0
+
+
+@pytest.mark.parametrize("caps, twice", [("1p,2p,1p", "1p"), ("5,5.0", "5")])
+def test_frontier_caps_listed_twice_are_refused(capsys, caps, twice):
+    line = refused(capsys, "frontier", "unit-p2-m4", "--caps", caps)
+    assert line == f"zbopt: error: --caps {caps}: cap(s) listed twice: {twice}: list each once"
