@@ -153,3 +153,11 @@ def test_profile_runs_decoders_with_rotary_per_layer_type_or_no_sdpa(tmp_path, c
     from zbopt.layers import load_model
     assert [x.name for x in load_model(out).expanded] == [
         "model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm+lm_head"]
+
+
+@pytest.mark.parametrize("mem", ["1e400", "0"])
+def test_profile_says_an_infinite_cap_is_not_finite(tmp_path, capsys, mem):
+    out = tmp_path / "m.toml"
+    err = refused(capsys, "profile", "--preset", "gpt2-tiny", "--mem", mem, "--out", out)
+    assert "the cap must be a positive finite number of bytes, or 'none' for no cap" in err
+    assert not out.exists()

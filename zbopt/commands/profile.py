@@ -79,7 +79,8 @@ def parse_bytes(text: str | None):
         raise ZboptError(f"--mem {brief(text)!r}: give bytes per device, e.g. 80e9, 80GB or 16GiB "
                          f"(a layered model's cap is absolute, not a multiple of p)")
     if not math.isfinite(value) or value <= 0:
-        raise ZboptError(f"--mem {brief(text)!r}: the cap must be a positive number of bytes")
+        raise ZboptError(f"--mem {brief(text)!r}: the cap must be a positive finite number of "
+                         f"bytes, or 'none' for no cap")
     return int(value) if value.is_integer() else value
 
 
