@@ -203,3 +203,17 @@ def test_a_csv_of_a_replaced_instance_points_to_its_schedule_file(tmp_path, caps
 def test_frontier_caps_listed_twice_are_refused(capsys, caps, twice):
     line = refused(capsys, "frontier", "unit-p2-m4", "--caps", caps)
     assert line == f"zbopt: error: --caps {caps}: cap(s) listed twice: {twice}: list each once"
+
+
+def test_time_ticks_of_a_long_schedule_stay_short_enough_not_to_overlap():
+    pytest.importorskip("matplotlib")
+    from zbopt.instance import Instance
+    from zbopt.registry import run
+    from zbopt.report.gantt import plot_schedule, plot_stacked
+
+    huge = Instance(devices=4, microbatches=8, t_f=1e12, t_b=2e12, t_w=1e12, comm=1e9)
+    timeline = run("zb-h1", huge).timeline
+    for figure in (plot_schedule(timeline), plot_stacked([timeline])):
+        figure.canvas.draw()
+        labels = [t.get_text() for t in figure.axes[-1].get_xticklabels() if t.get_text()]
+        assert "5T" in labels and max(map(len, labels)) <= 4, labels

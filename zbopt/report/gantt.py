@@ -117,6 +117,15 @@ def _fits(ax: Axes, width: float, text: str, fontsize: float) -> bool:
 
 # ----- pictures ---------------------------------------------------------------------------------
 
+def time_formatter(end: float):
+    """The time axis's tick labels up to `end`: 1,281,520 (numbers.number) while they stay short
+    enough not to run into each other on a chart's width, 5T, 10T past a billion (as the memory
+    axis writes its sizes)."""
+    if abs(end) >= 1e9:
+        return EngFormatter(sep="", places=None)
+    return FuncFormatter(lambda x, _: number(x))
+
+
 def _new_axes(width: float, height: float) -> Axes:
     figure = Figure(figsize=(width, height), dpi=110)
     return figure.add_subplot()
@@ -175,7 +184,7 @@ def plot_gantt(timeline: Timeline, ax: Axes | None = None, devices: Sequence[int
         ax.spines[side].set_visible(False)
     unit = timeline.instance.time_unit
     ax.set_xlabel(f"time ({unit})" if unit else "time")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: number(x)))
+    ax.xaxis.set_major_formatter(time_formatter(end))
     if legend:
         ax.legend(handles=legend_handles(timeline), loc="lower left", bbox_to_anchor=(0, 1.0),
                   ncol=6, fontsize=8, frameon=False)
@@ -208,7 +217,7 @@ def plot_memory(timeline: Timeline, device: int, ax: Axes | None = None,
             color=CAP_COLOUR if over else "#333333",
             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
     ax.set_xlim(0, end if end > 0 else 1)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: number(x)))
+    ax.xaxis.set_major_formatter(time_formatter(end))
     # headroom over the curve and the cap for the peak/cap label in the top right corner
     ax.set_ylim(0, top * 1.5 if top > 0 else 1)
     ax.set_yticks([0, top])
