@@ -392,3 +392,17 @@ def test_the_readme_python_example_runs_and_prints_what_it_says(capsys):
     assert heuristics["zb-greedy"][1:] == (float(greedy), float(bound))
     assert f"proven optimum ({optimum}, gap {gap})" in prose
     assert f"split `{sizes}`" in prose and float(plan_gap) <= 0.01
+
+
+def test_a_span_that_meets_its_bound_up_to_float_rounding_has_no_gap():
+    from zbopt.result import relative_gap
+    assert relative_gap(0.1 + 0.2, 0.3) == 0.0  # (0.1 + 0.2 - 0.3) / 0.3 is 1.9e-16 in floats
+    assert relative_gap(100.0, 99.99) == pytest.approx(1e-4)  # a real gap stays
+    # costs whose sums round differently along the span and along the bound (interleaved)
+    costs = [(0.2, 2.1, 3.0), (1.8, 1.2, 0.6), (1.6, 2.9, 2.3), (1.7, 2.6, 0.8), (1.6, 2.9, 1.8),
+             (1.4, 0.9, 1.7)]
+    model = LayeredModel(name="g", devices=2, microbatches=4, placement="interleaved", chunks=2,
+                         layers=tuple(Layer(f"l{i}", t_f=f, t_b=b, t_w=w)
+                                      for i, (f, b, w) in enumerate(costs)))
+    result = plan(model, time_limit=2)
+    assert result.result.status == "optimal" and result.result.gap == 0.0

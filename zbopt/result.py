@@ -20,10 +20,17 @@ STATUSES = ("optimal", "feasible", "heuristic", "infeasible", "not-applicable", 
 KINDS = ("handwritten", "heuristic", "solver")
 
 
+# a gap this small (relative) is the rounding of sums of float costs, not a distance from the
+# bound: zbopt.plan.search calls such a span optimal with the same tolerance
+GAP_TOLERANCE = 1e-9
+
+
 def relative_gap(value: float, bound: float) -> float:
     """(value - bound) / value: how far above a lower bound a span is, as a share of the span;
-    the one definition of a gap (Result.gap, sweep reports, the benchmarks' tables)."""
-    return (value - bound) / value
+    the one definition of a gap (Result.gap, sweep reports, the benchmarks' tables). Within
+    GAP_TOLERANCE of zero it is 0 (a span that meets its bound up to float rounding)."""
+    gap = (value - bound) / value
+    return 0.0 if abs(gap) <= GAP_TOLERANCE else gap
 
 
 def _plain_value(value: Any) -> Any:

@@ -71,7 +71,7 @@ from ..heuristics.policy_search import search as policy_search
 from ..instance import PLACEMENTS, Instance, within_cap
 from ..layers import LayeredModel, require_model
 from ..registry import get_method, methods, run
-from ..result import Result
+from ..result import GAP_TOLERANCE, Result
 from ..sizes import readable
 from ..solvers import AUTO
 from ..solvers.api import (
@@ -109,7 +109,7 @@ from .polish import polish
 from .window_bound import window_bound
 
 Progress = Callable[[dict], None]
-TOLERANCE = 1e-9
+TOLERANCE = GAP_TOLERANCE
 POLICY_SHARE = 0.4  # of the time left after the heuristics: greedy policies tuned per device
 POLISH_SHARE = 0.3  # of the time left after that, before the solver
 COLLISION_SHARE = 0.5  # of the time left after that: relaxation bounds of the open splits
