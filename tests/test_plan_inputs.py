@@ -111,3 +111,12 @@ def test_a_config_or_a_spec_is_named_with_the_command_that_takes_it(tmp_path, ca
     path.write_text(text)
     err = refused(capsys, argv[0], path, *argv[1:])
     assert f"{path} is {kind}, not {wanted}: " in err and remedy in err
+
+
+def test_a_missing_model_or_a_folder_is_called_a_layered_model(tmp_path, capsys):
+    err = refused(capsys, "plan", str(tmp_path / "nosuch.toml"))
+    assert f"layered model file {tmp_path / 'nosuch.toml'} not found" in err
+    err = refused(capsys, "plan", str(tmp_path))
+    assert "is a directory: give a layered model file (.toml or .json)" in err
+    err = refused(capsys, "solve", str(tmp_path))  # an instance's command still says instance
+    assert "is a directory: give an instance file (.toml or .json)" in err

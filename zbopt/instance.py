@@ -648,21 +648,21 @@ def too_long_integer(source: Any, err: ValueError) -> ZboptError:
     return ZboptError(f"{where}{what}: give every value as a finite number of sensible size")
 
 
-def read_table(path: str | Path) -> dict[str, Any]:
+def read_table(path: str | Path, what: str = "instance") -> dict[str, Any]:
     """The keys of a TOML or JSON file (.json is JSON, anything else TOML; a leading UTF-8
     byte-order mark is skipped); every problem with the file itself (missing, a directory, not
-    text, not parseable) raises ZboptError."""
+    text, not parseable) raises ZboptError, calling the file `what` ("an instance file")."""
     path = Path(path)
     if path.is_dir():
-        raise ZboptError(f"{path} is a directory: give an instance file (.toml or .json)")
+        raise ZboptError(f"{path} is a directory: give {article(what)} {what} file (.toml or .json)")
     if not path.is_file():
         hint = "; `zbopt instances` lists the shipped ones" if not path.suffix else ""
-        raise ZboptError(f"instance file {path} not found{hint}")
+        raise ZboptError(f"{what} file {path} not found{hint}")
     try:
         text = path.read_bytes().decode("utf-8-sig")  # some editors write a byte-order mark
     except UnicodeDecodeError as err:
         raise ZboptError(f"{path}: not a text file (byte {err.start} is not UTF-8): give a "
-                         f".toml or .json instance file") from None
+                         f".toml or .json {what} file") from None
     except OSError as err:
         raise ZboptError(f"cannot read {path}: {err.strerror}") from None
     kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
@@ -675,6 +675,11 @@ def read_table(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ZboptError(f"{path}: expected a table of keys, got {type(data).__name__}")
     return data
+
+
+def article(word: str) -> str:
+    """'an' before a vowel, else 'a'."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def refuse_other_inputs(data: dict[str, Any], source: str, wanted: str) -> None:

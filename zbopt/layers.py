@@ -449,7 +449,7 @@ def is_layered(data: dict[str, Any]) -> bool:
 def load_model(path: str | Path) -> LayeredModel:
     """Read a layered model file (.toml or .json), or a shipped one by name."""
     path = resolve_instance(path)
-    data = read_table(path)
+    data = read_table(path, "layered model")
     kind = data.get("format")
     if isinstance(kind, str) and kind.startswith("zbopt."):  # a file zbopt wrote, not a model
         schedule = kind.startswith("zbopt.schedule/")
