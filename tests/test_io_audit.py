@@ -217,3 +217,12 @@ def test_time_ticks_of_a_long_schedule_stay_short_enough_not_to_overlap():
         figure.canvas.draw()
         labels = [t.get_text() for t in figure.axes[-1].get_xticklabels() if t.get_text()]
         assert "5T" in labels and max(map(len, labels)) <= 4, labels
+
+
+@pytest.mark.parametrize("extra, fix", [
+    ([], "add --runtime torchtitan or drop --microbatch-size"),
+    (["--timed"], "--timed takes --rows (rows per micro-batch)")])
+def test_verify_torch_microbatch_size_needs_the_torchtitan_runtime(exported, capsys, extra, fix):
+    line = refused(capsys, "verify-torch", exported.with_name("s.json"), "--microbatch-size", "2",
+                   *extra)
+    assert line == f"zbopt: error: --microbatch-size is read only with --runtime torchtitan: {fix}"

@@ -141,6 +141,10 @@ def _check_flags(args, hidden: int) -> None:
     from ..export.torch_runtime import check_atol
     if hidden < 1 or (args.microbatch_size is not None and args.microbatch_size < 1):
         raise ZboptError("--hidden and --microbatch-size must be >= 1")
+    if args.microbatch_size is not None and args.runtime != "torchtitan":
+        fix = "--timed takes --rows (rows per micro-batch)" if args.timed else \
+            "add --runtime torchtitan or drop --microbatch-size"
+        raise ZboptError(f"--microbatch-size is read only with --runtime torchtitan: {fix}")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise ZboptError("--timeout must be a positive finite number of seconds")
     if args.timeout > MAX_TIMEOUT:  # torch's process-group timeout overflows far beyond it
