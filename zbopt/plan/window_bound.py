@@ -6,7 +6,7 @@ under its exact memory, with its neighbours reduced to delays and memory rules; 
 own passes also collide with the traffic it passes on, which no one-device relaxation sees. A
 window of neighbouring devices scheduled together does: on 8 Llama-shaped blocks at p = 4, m = 8
 and a tight cap, devices 1 and 2 together prove the split's optimum where every other bound left
-2.15% (docs/planning.md, results/plan.md).
+2.15% (docs/plan-search.md, results/plan.md).
 
 The relaxation. On a contiguous pipeline (one stage per device, passes never overlapping) take
 the devices e, e + 1, ..., h (a window of n >= 2) and assume, as the exact solvers do
@@ -52,7 +52,7 @@ LABELS = (1, 4, 16)  # labels per state of successive passes, while time is left
 # windows with a device holding more activations than this are left out: the states grow with
 # the product of what the devices hold, and such a device rarely sets the pace anyway
 MAX_HELD = 4
-# window sizes window_bound tries: on the splits measured (docs/planning.md) three devices gave
+# window sizes window_bound tries: on the splits measured (docs/plan-search.md) three devices gave
 # what the best pair of them gave, in ten to thirty times the time
 SIZES = (2,)
 # seconds one window may take at first: a pair at p=8, m=32 takes 0.1-1.5 s to its exact optimum
