@@ -18,7 +18,8 @@ _SPEC_HELP = """spec format (see sweeps/*.toml; top-level keys come before the t
   methods = "all"                          # or ["1f1b", "zb-h1", {name = ..., params = {}}]
                                            # (params: the keywords the method takes)
   job_timeout = 600                        # optional: seconds before a job is killed
-  [base]                                   # a base instance (table, or base = "file.toml")
+  [base]                                   # a base instance (table, or base = "file.toml"
+                                           # or a shipped name)
   devices = 4
   microbatches = 8
   [axes]                                   # any instance key; cartesian product over
@@ -41,7 +42,8 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", help="sweep spec (.toml)")
     parser.add_argument("--out", required=True, metavar="DIR",
-                        help="result folder, e.g. results/NAME (created if missing)")
+                        help="result folder, e.g. results/NAME (created if missing; one "
+                             "sweep at a time writes into it)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="parallel jobs: worker processes (default 1) or, with --executor "
                              "ray, tasks in flight (default: the cluster's CPUs)")

@@ -3,13 +3,15 @@
 A sweep runs jobs instance-major, so cheap family jobs finish first and a rate measured on them
 says nothing about the solver jobs still queued. `Eta` estimates each remaining job from jobs
 of the same method (label) that finished: their median wall time; a solver job is bounded by
-its time limit, which also stands in until one has finished. While some remaining method has
-neither, the ETA is shown as unknown rather than guessed.
+its time limit, which also stands in until one has finished; every estimate is bounded by
+the spec's job_timeout (a job is killed at it). While some remaining method has neither, the
+ETA is shown as unknown rather than guessed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import sys
 import time
@@ -25,7 +27,8 @@ PLAIN_EVERY = 5.0  # seconds between two progress lines when stderr is not a ter
 class Eta:
     """Remaining wall seconds of a sweep over `workers` parallel workers (None: unknown)."""
 
-    def __init__(self, jobs: Sequence[Job], workers: int) -> None:
+    def __init__(self, jobs: Sequence[Job], workers: int,
+                 job_timeout: Optional[float] = None) -> None:
         self.workers = max(1, workers)
         self.left: Counter[str] = Counter(job.method.label for job in jobs)
         self.limit: dict[str, float] = {}
@@ -33,6 +36,8 @@ class Eta:
             limit = dict(job.method.params).get("time_limit")
             if job.method.kind == "solver" and limit:
                 self.limit[job.method.label] = float(limit)
+        # no job runs past the timeout (its worker is killed): it bounds every estimate
+        self.timeout = math.inf if job_timeout is None else float(job_timeout)
         self.times: dict[str, list[float]] = defaultdict(list)
 
     def done(self, job: Job, runtime: Optional[float]) -> None:
@@ -43,11 +48,10 @@ class Eta:
     def expected(self, label: str) -> Optional[float]:
         """Wall seconds one more job of `label` is expected to take."""
         seen = self.times.get(label)
-        limit = self.limit.get(label)
+        limit = min(self.limit.get(label, math.inf), self.timeout)
         if seen:
-            typical = statistics.median(seen)
-            return min(typical, limit) if limit is not None else typical
-        return limit
+            return min(statistics.median(seen), limit)
+        return limit if label in self.limit else None
 
     def seconds(self) -> Optional[float]:
         total = 0.0
@@ -71,10 +75,11 @@ def describe(seconds: Optional[float]) -> str:
 
 
 @contextlib.contextmanager
-def progress_bar(enabled: bool, jobs: Sequence[Job], workers: int,
-                 name: str) -> Iterator[Callable[[Job, dict[str, Any]], None]]:
+def progress_bar(enabled: bool, jobs: Sequence[Job], workers: int, name: str,
+                 job_timeout: Optional[float] = None
+                 ) -> Iterator[Callable[[Job, dict[str, Any]], None]]:
     """Yields `advance(job, record)`; a bar with the honest ETA on stderr when enabled."""
-    eta = Eta(jobs, workers)
+    eta = Eta(jobs, workers, job_timeout)
     if not enabled or not jobs:
         yield lambda job, record: eta.done(job, record.get("runtime"))
         return

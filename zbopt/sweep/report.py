@@ -55,10 +55,12 @@ def instance_order(record: dict[str, Any]) -> tuple:
 
 
 def _natural(text: Any) -> tuple:
-    """"u-m10" after "u-m4": the digit runs of a name compared as numbers."""
+    """"u-m10" after "u-m4", "cap1p" before "cap1.5p": the numbers of a name (digit runs,
+    with a decimal part) compared as numbers."""
     import re
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
-                 for part in re.split(r"(\d+)", "" if text is None else str(text)) if part)
+    return tuple((0, float(part), "") if part[0].isdigit() else (1, 0, part)
+                 for part in re.split(r"(\d+(?:\.\d+)?)", "" if text is None else str(text))
+                 if part)
 
 
 def normalize(record: dict[str, Any]) -> dict[str, Any]:

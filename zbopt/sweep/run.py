@@ -7,6 +7,7 @@ killed), every finished job is already on disk, and a rerun continues where this
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from dataclasses import dataclass
@@ -70,38 +71,70 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int | None = 1, executor: 
     check_out_dir(out, force)
     store = ResultStore(out)
     all_jobs = spec.jobs()
-    check_same_spec(store, spec, all_jobs, force)
-    done = store.finished(include_errors=not retry_errors)
-    runner = make_executor(executor, jobs, address, job_fn, spec.job_timeout)
-    if report and out.is_dir():  # a report that cannot be written is refused before any job
-        from .report import check_report_targets
-        check_report_targets(out, hint=", choose another --out, or pass --no-report")
-    todo = [job for job in all_jobs if job.key not in done]
     flag = _StopFlag()
     ran = errors = 0
-    # Ctrl-C while Ray starts (seconds) stops the sweep once it has started, and Ray is shut
-    # down on the way out
-    with _sigint_sets(flag), contextlib.ExitStack() as session:
-        try:
-            session.enter_context(runner.session())
-        except ZboptError:
-            if not flag.stopped:
-                raise  # a start-up that fails after Ctrl-C (Ray got it too) is the interruption
-            return SweepSummary(len(all_jobs), len(all_jobs) - len(todo), 0, 0, True, out)
-        workers = runner.window()  # the ETA's parallelism: on Ray, the cluster's CPUs
-        out.mkdir(parents=True, exist_ok=True)
-        if spec_path is not None:
-            _keep_spec_copy(Path(spec_path), out)
-        with progress_bar(progress, todo, workers, spec.name) as advance:
-            for job, record in runner.run(todo, flag):
-                store.append(record)
-                ran += 1
-                errors += record.get("status") == "error"
-                advance(job, record)
-    if report and store.path.exists():  # stopped before a first result: nothing to report
-        from .report import write_report
-        write_report(out)
+    # the folder is this sweep's until its report is out (Ctrl-C while Ray starts stops the
+    # sweep once it has started, and Ray is shut down on the way out)
+    with contextlib.ExitStack() as held:
+        locked = out.is_dir() and held.enter_context(only_sweep(out))
+        check_same_spec(store, spec, all_jobs, force)
+        runner = make_executor(executor, jobs, address, job_fn, spec.job_timeout)
+        if report and out.is_dir():  # a report that cannot be written is refused before any job
+            from .report import check_report_targets
+            check_report_targets(out, hint=", choose another --out, or pass --no-report")
+        todo = _todo(store, all_jobs, retry_errors)
+        with _sigint_sets(flag), contextlib.ExitStack() as session:
+            try:
+                session.enter_context(runner.session())
+            except ZboptError:
+                if not flag.stopped:
+                    raise  # a start-up that fails after Ctrl-C (Ray got it too) is the interruption
+                return SweepSummary(len(all_jobs), len(all_jobs) - len(todo), 0, 0, True, out)
+            workers = runner.window()  # the ETA's parallelism: on Ray, the cluster's CPUs
+            out.mkdir(parents=True, exist_ok=True)
+            if not locked:  # a folder made now: another sweep may have made it too
+                held.enter_context(only_sweep(out))
+                todo = _todo(store, all_jobs, retry_errors)
+            if spec_path is not None:
+                _keep_spec_copy(Path(spec_path), out)
+            with progress_bar(progress, todo, workers, spec.name, spec.job_timeout) as advance:
+                for job, record in runner.run(todo, flag):
+                    store.append(record)
+                    ran += 1
+                    errors += record.get("status") == "error"
+                    advance(job, record)
+        if report and store.path.exists():  # stopped before a first result: nothing to report
+            from .report import write_report
+            write_report(out)
     return SweepSummary(len(all_jobs), len(all_jobs) - len(todo), ran, errors, flag.stopped, out)
+
+
+def _todo(store: ResultStore, jobs: list, retry_errors: bool) -> list:
+    """The jobs not finished in the store (errors too, with retry_errors)."""
+    done = store.finished(include_errors=not retry_errors)
+    return [job for job in jobs if job.key not in done]
+
+
+@contextlib.contextmanager
+def only_sweep(out: Path) -> Iterator[bool]:
+    """Hold the folder `out` (an advisory lock on it, gone with this process however it ends):
+    a second sweep into it meanwhile is refused, as it would run the jobs this one has not
+    finished yet and append them twice. Where there is no flock (Windows), nothing is held."""
+    try:
+        import fcntl
+    except ImportError:
+        yield True
+        return
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ZboptError(f"--out {out} is in use by another zbopt sweep: wait for it to "
+                             f"finish or choose another --out") from None
+        yield True
+    finally:
+        os.close(fd)
 
 
 def check_out_dir(out: Path, force: bool) -> None:

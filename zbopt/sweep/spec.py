@@ -59,7 +59,7 @@ from ..instance import (
     check_file_keys,
     finite,
     read_table,
-    resolve_instance,
+    shipped_instances,
     shown,
     too_long_integer,
 )
@@ -170,6 +170,12 @@ def _name_part(key: str, value: Any) -> str:
     return f"{short}{value}" if short else str(value)
 
 
+def no_cap(value: Any) -> bool:
+    """Whether a spec's memory_cap value means no cap ("none", "unlimited", any case): TOML
+    has no None."""
+    return isinstance(value, str) and value.strip().lower() in ("none", "unlimited")
+
+
 def instance_from_grid_point(data: Mapping[str, Any], source: str,
                              replace_model: bool = False) -> Instance:
     """An Instance from one grid point.
@@ -178,7 +184,7 @@ def instance_from_grid_point(data: Mapping[str, Any], source: str,
     are re-split for its placement, so every placement runs the same model.
     """
     data = dict(data)
-    if data.get("memory_cap") in ("none", "None", "unlimited"):
+    if no_cap(data.get("memory_cap")):
         data.pop("memory_cap")
     placement = data.get("placement", "contiguous")
     if not replace_model or placement == "contiguous":
@@ -213,11 +219,11 @@ def load_spec(path: str | Path) -> SweepSpec:
     except ValueError as err:  # Python refuses to read an integer of more than 4,300 digits
         raise too_long_integer(path, err) from None
     return parse_spec(data, base_dir=path.parent, source=str(path),
-                      default_name=path.stem)
+                      default_name=path.stem, spec_file=path)
 
 
 def parse_spec(data: Mapping[str, Any], base_dir: Path = Path("."), source: str = "spec",
-               default_name: str = "sweep") -> SweepSpec:
+               default_name: str = "sweep", spec_file: Path | None = None) -> SweepSpec:
     unknown = sorted(set(data) - set(SPEC_KEYS))
     if unknown:
         raise ZboptError(f"{source}: unknown key(s) {', '.join(unknown)}; a sweep spec takes "
@@ -236,7 +242,8 @@ def parse_spec(data: Mapping[str, Any], base_dir: Path = Path("."), source: str 
     if timeout is not None and (not _positive(timeout)):
         raise ZboptError(f"{source}: job_timeout must be a positive, finite number of seconds, "
                          f"got {shown(timeout)}")
-    instances = _instances(data, base_dir, source, len(methods))  # the grid last: the slow part
+    # the grid last: the slow part
+    instances = _instances(data, base_dir, source, len(methods), spec_file)
     return SweepSpec(name, tuple(instances), tuple(methods), timeout)
 
 
@@ -254,7 +261,7 @@ def _positive(x: Any) -> bool:
 
 
 def _instances(data: Mapping[str, Any], base_dir: Path, source: str,
-               methods: int = 1) -> list[Instance]:
+               methods: int = 1, spec_file: Path | None = None) -> list[Instance]:
     """Every base (the [base] table or file, then each instance file) expanded by the axes;
     refused before the expansion if the jobs (grid points x `methods`) exceed MAX_JOBS."""
     bases = []
@@ -267,17 +274,8 @@ def _instances(data: Mapping[str, Any], base_dir: Path, source: str,
         raise ZboptError(f"{source}: instances must be a list of file names or globs, "
                          f"got {files!r}")
     for pattern in files:
-        full = pattern if Path(pattern).is_absolute() else str(base_dir / pattern)
-        matches = sorted(glob.glob(full))
-        if not matches and not set("*?[/\\") & set(pattern):
-            # a shipped name (no folder, no wildcard) when no file of the spec's folder matches
-            shipped = resolve_instance(pattern)
-            matches = [str(shipped)] if shipped.is_file() else []
-        if not matches:
-            raise ZboptError(f"{source}: instances entry {pattern!r} matches no file "
-                             f"(paths are relative to the spec's folder {base_dir}) and names "
-                             f"no shipped instance (`zbopt instances`)")
-        bases += [_file_base(m) for m in matches]
+        matches = _named_files(pattern, base_dir, source, "instances entry", spec_file)
+        bases += [_file_base(m, f"{source}: instances entry {pattern!r}: ") for m in matches]
     axes = _axes(data.get("axes", {}), source)
     if not bases:
         raise ZboptError(f"{source}: no instances: give a [base] table (with [axes]) or "
@@ -298,20 +296,43 @@ def check_job_count(bases: int, axes: Mapping[str, list], methods: int, source: 
                          f"several specs")
 
 
-def _file_base(path: str | Path) -> dict[str, Any]:
-    """An instance file's keys, or a layered model's as written (split per grid point)."""
-    path = resolve_instance(path)  # as load_instance: a shipped instance by its name too
-    data = read_table(path)
-    if "layers" in data:
-        return data
-    check_file_keys(data, str(path))  # as load_instance does, without reading the file again
-    return Instance.from_dict(data, source=str(path)).to_dict()
+def _named_files(entry: str, base_dir: Path, source: str, what: str,
+                 spec_file: Path | None = None, wildcards: bool = True) -> list[str]:
+    """The files an `instances` entry (a glob) or the `base` path names, relative to the spec's
+    folder or, when none there matches and the entry has no folder or wildcard, the shipped
+    instance of that name (whatever the current folder). A glob never matches the spec
+    itself."""
+    full = entry if Path(entry).is_absolute() else str(base_dir / entry)
+    matches = sorted(glob.glob(full if wildcards else glob.escape(full)))
+    if wildcards and spec_file is not None and glob.escape(entry) != entry:
+        matches = [m for m in matches if not Path(m).resolve() == spec_file.resolve()]
+    if not matches and not set("*?[/\\") & set(entry):
+        shipped = shipped_instances().get(entry[:-5] if entry.endswith(".toml") else entry)
+        matches = [str(shipped)] if shipped is not None else []
+    if not matches:
+        raise ZboptError(f"{source}: {what} {entry!r} matches no file (paths are relative to "
+                         f"the spec's folder {base_dir}) and names no shipped instance "
+                         f"(`zbopt instances`)")
+    return matches
+
+
+def _file_base(path: str | Path, where: str = "") -> dict[str, Any]:
+    """An instance file's keys, or a layered model's as written (split per grid point);
+    `where` (the spec and its key) leads any error."""
+    try:
+        data = read_table(path)
+        if "layers" in data:
+            return data
+        check_file_keys(data, str(path))  # as load_instance does, without reading it again
+        return Instance.from_dict(data, source=str(path)).to_dict()
+    except ZboptError as err:
+        raise ZboptError(f"{where}{err}") from None
 
 
 def _base(base: Any, base_dir: Path, source: str) -> dict[str, Any]:
     if isinstance(base, str):
-        path = Path(base) if Path(base).is_absolute() else base_dir / base
-        return _file_base(path)
+        path, = _named_files(base, base_dir, source, "base", wildcards=False)
+        return _file_base(path, f"{source}: base {base!r}: ")
     if not isinstance(base, dict):
         raise ZboptError(f"{source}: base must be a table of instance keys or a file path, "
                          f"got {base!r}")
@@ -343,7 +364,7 @@ def _layered_grid(base: dict[str, Any], axes: dict[str, list], source: str) -> l
     for point in expand_grid(base, axes):
         where = f"{source}: {point['name'] or 'base'}"
         cap = _sized(point, where).pop("memory_cap", None)
-        if isinstance(cap, str) and cap.strip().lower() in ("none", "unlimited"):
+        if no_cap(cap):
             cap = None
         relative = isinstance(cap, str)
         model = LayeredModel.from_dict(point if relative or cap is None
@@ -366,6 +387,10 @@ def _grid(base: dict[str, Any], axes: dict[str, list], source: str) -> list[Inst
     out = []
     for point in expand_grid(base, axes):
         where = f"{source}: {point['name'] or 'base'}"
+        chunks = point.get("chunks")  # as an instance file's: 0 would silently mean 2 (or 1)
+        if isinstance(chunks, (int, float)) and not isinstance(chunks, bool) and chunks < 1:
+            raise ZboptError(f"{where}: chunks = {chunks} is not a chunk count: give chunks >= 2 "
+                             f"for placement 'interleaved', or drop the key")
         out.append(instance_from_grid_point(_sized(point, where), where,
                                             replace_model="placement" in axes))
     return out
@@ -411,8 +436,7 @@ def _families(entries: Any, source: str) -> list[MethodSpec]:
         if name not in registry:
             raise ZboptError(f"{source}: unknown method {name!r}: choose from "
                              f"{', '.join(sorted(registry))}")
-        cap = params.get("memory_cap")
-        if isinstance(cap, str) and cap.strip().lower() in ("none", "unlimited"):
+        if no_cap(params.get("memory_cap")):
             params = {**params, "memory_cap": None}  # TOML has no None: as the axes read it
         _check_params(registry[name], params, source)
         out.append(MethodSpec(name, "family", tuple(sorted(params.items()))))
