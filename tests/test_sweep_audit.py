@@ -115,3 +115,19 @@ def test_a_second_sweep_into_a_folder_in_use_is_refused(tmp_path, capsys):
     # once it is free, the folder is the next sweep's
     assert main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 0
     assert (out / "results.md").exists()
+
+
+def test_the_markdown_writes_a_per_device_cap_as_the_csv_does(tmp_path):
+    spec = write(tmp_path / "spec.toml", 'methods = ["1f1b"]\n' + BASE
+                 + '[axes]\nmemory_cap = [[8, 10]]\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 0
+    markdown = (out / "results.md").read_text()
+    assert "| u-cap8x10 | 2 | 4 | 8/10 |" in markdown and "cap=8/10)" in markdown
+    assert "[8, 10]" not in markdown
+    assert ",8/10," in (out / "results.csv").read_text()
+
+
+def test_a_report_of_no_records_says_so_in_a_sentence(tmp_path):
+    from zbopt.sweep.report import markdown_text
+    assert "0 jobs on 0 instances.\n" in markdown_text([])

@@ -222,8 +222,9 @@ def _pct(x: Optional[float]) -> str:
 
 
 def _cap(record: dict[str, Any]) -> str:
+    """The cap as the spec gave it, a per-device list as the CSV writes it (20000/25000)."""
     cap = record.get("cap_spec")
-    return "unlimited" if cap is None else str(cap)
+    return "unlimited" if cap is None else str(_plain(cap))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -238,9 +239,9 @@ def markdown_text(records: list[dict[str, Any]], title: str = "Sweep results",
     for r in records:
         statuses[str(r.get("status", "?"))] += 1
     groups = group_by_instance(records)
+    counts = ": " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) if records else ""
     out = [f"# {title}\n\n",
-           f"{len(records)} jobs on {len(groups)} instances: "
-           + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + ".\n\n",
+           f"{len(records)} jobs on {len(groups)} instances{counts}.\n\n",
            "Spans and bubble rates are from zbopt's evaluator; a schedule over the memory cap "
            "does not count as best. Best = shortest span within the cap on the instance's own "
            "placement; gap = (best span - best proven lower bound) / best span. A family that "
