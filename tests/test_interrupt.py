@@ -146,3 +146,47 @@ def _running(pid: str) -> bool:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:  # gone (and reaped)
         return False
+
+
+def _swallowed_ctrl_c():
+    """A Ctrl-C whose KeyboardInterrupt Python swallows, as it does in a garbage collector
+    callback ('Exception ignored in ...'): the handler zbopt installs runs, its raise is lost."""
+    from zbopt import signals
+    try:
+        signals._on_signal(signal.SIGINT, None)
+    except KeyboardInterrupt:
+        pass
+
+
+def test_a_swallowed_ctrl_c_still_writes_nothing_and_exits_130(tmp_path, monkeypatch, capsys):
+    from zbopt.cli import main
+    from zbopt.export import outputs
+    original = outputs.check_targets
+
+    def checked_then_interrupted(*args, **kwargs):
+        paths = original(*args, **kwargs)
+        _swallowed_ctrl_c()
+        return paths
+
+    monkeypatch.setattr(outputs, "check_targets", checked_then_interrupted)
+    out = tmp_path / "s.json"
+    assert main(["simulate", "zb-1.5b-p8-m24", "-s", "1f1b", "--out", str(out)]) == 130
+    assert "zbopt: interrupted" in capsys.readouterr().err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_swallowed_ctrl_c_is_not_an_exit_0(monkeypatch, capsys):
+    from zbopt.cli import main
+    from zbopt.commands import simulate
+    original = simulate.run_method
+
+    def run_then_interrupted(*args, **kwargs):
+        _swallowed_ctrl_c()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(simulate, "run_method", run_then_interrupted)
+    assert main(["simulate", "zb-1.5b-p8-m24", "-s", "1f1b", "--quiet"]) == 130
+    assert capsys.readouterr().err.strip().endswith("zbopt: interrupted")
+    # and the record does not outlive the command
+    monkeypatch.setattr(simulate, "run_method", original)
+    assert main(["simulate", "zb-1.5b-p8-m24", "-s", "1f1b", "--quiet"]) == 0

@@ -7,14 +7,12 @@ automatically. User errors (ZboptError, bad arguments) print one line and exit w
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
 import pkgutil
-import signal
 import sys
-import threading
 
+from . import signals
 from .errors import ZboptError
 
 
@@ -45,32 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be, so that every phase cleans up as it does for
-    Ctrl-C (a solver's child process is killed, a search stopped, nothing half written)."""
-
-
-def _terminate(signum, frame) -> None:
-    raise Terminated
-
-
-@contextlib.contextmanager
-def _sigterm_raises():
-    """In the main thread, while SIGTERM has its default action (which ends the process at
-    once, leaving e.g. a CBC child running): SIGTERM raises Terminated instead."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def main(argv: list[str] | None = None) -> int:
-    with _sigterm_raises():
+    with signals.handled():
         return _main(argv)
 
 
@@ -80,6 +54,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         code = args.func(args) or 0
+        signals.check()  # a Ctrl-C that Python swallowed (in a garbage collector callback)
         for note in take_notes():  # how the input was taken, once the command has run
             print(note, file=sys.stderr)
         return code
@@ -95,7 +70,7 @@ def _main(argv: list[str] | None) -> int:
         where = f" {err.filename}" if err.filename else ""
         print(f"zbopt: error: cannot access{where}: {err.strerror or err}", file=sys.stderr)
         return 2
-    except Terminated:
+    except signals.Terminated:
         print("zbopt: terminated", file=sys.stderr)
         return 143
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 
+from .. import signals
 from ..errors import ZboptError
 from ._common import add_instance_arguments, load, take_notes
 
@@ -107,6 +108,7 @@ def run(args) -> int:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl+C after its graceful shutdown
         pass
+    signals.consumed()  # Ctrl-C (or SIGTERM) is how a server stops: not an interrupted command
     print("zbopt serve: stopped", file=sys.stderr, flush=True)
     return 0
 

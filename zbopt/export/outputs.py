@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Union
 
+from .. import signals
 from ..errors import ZboptError
 
 Content = Union[str, bytes]
@@ -139,6 +140,7 @@ def write_all(contents: Mapping[str | Path, Content], force: bool = False,
                            encoding=None if binary else "utf-8") as stream:
                 os.fchmod(stream.fileno(), file_mode(path))
                 stream.write(content)
+        signals.check()  # a Ctrl-C that Python swallowed: nothing is put in place
         for temp, path in staged:
             target = path
             os.replace(temp, path)

@@ -83,12 +83,12 @@ class ComparePool:
 
 
 def _solve_child(channel, solver: str, instance: Instance, params: dict) -> None:
-    from ..cli import _sigterm_raises
+    from .. import signals
     from ..registry import run
     try:
         # SIGTERM (a cancel) and Ctrl-C stop the solve as they stop `zbopt solve`: a solver's
         # own child is killed; the process then ends without a word (the server knows why)
-        with _sigterm_raises():
+        with signals.handled():
             result = run(solver, instance,
                          progress=lambda info: channel.put(("progress", info)), **params)
         channel.put(("result", result))
