@@ -96,3 +96,9 @@ def test_console_script_in_a_real_process(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("zbopt: error:") and "t_w" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_unknown_argument_points_to_the_subcommand_help(capsys):
+    assert main(["instances", "extra"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "zbopt: error: unrecognized arguments: extra (see zbopt instances --help)"

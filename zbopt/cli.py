@@ -22,6 +22,14 @@ class _Parser(argparse.ArgumentParser):
             message += " (a value that starts with '-' goes after '=', e.g. --mem=-1)"
         raise ZboptError(f"{message} (see {self.prog} --help)")
 
+    def parse_args(self, args=None, namespace=None):
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:  # argparse would blame the top-level parser: point to the subcommand's help
+            where = f"{self.prog} {parsed.command}" if getattr(parsed, "command", None) \
+                else self.prog
+            raise ZboptError(f"unrecognized arguments: {' '.join(extra)} (see {where} --help)")
+        return parsed
+
 
 def version() -> str:
     from importlib.metadata import PackageNotFoundError
