@@ -93,3 +93,17 @@ def test_the_real_solver_never_returns_worse_than_the_given_schedule():
     assert not validate(instance, result.schedule)
     assert result.lower_bound <= result.span + 1e-9
 
+
+
+def test_without_a_warm_start_the_fallback_is_not_called_one():
+    from zbopt.instance import load_instance
+    instance = load_instance("zb-1.5b-p8-m24").with_cap("0.5p")
+    # CP-SAT unhinted finds nothing in a second here: the answer is the best registered schedule
+    result = api.solve(instance, solver="cpsat", time_limit=1, warm_start=False)
+    assert result.warm_start is None
+    assert "warm start (" not in result.message
+    if result.schedule.method != "solver-cpsat":
+        assert f"the best registered schedule ({result.schedule.method}; cpsat was given no " \
+               f"warm start)" in result.message
+    hinted = api.solve(instance, solver="cpsat", time_limit=1)
+    assert hinted.warm_start == hinted.best_heuristic

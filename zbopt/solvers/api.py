@@ -407,6 +407,11 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         bound_scaled = math.ceil(bound_value * scale - 1e-6)
     ignored = ""  # says why a caller's known bound was not used
     tell("warm start", bound=bound_value)
+    # what the answer is when the backend finds nothing better: the schedule it was hinted with,
+    # or (warm_start=False) the best registered one, which it was not given
+    def start(method) -> str:
+        return f"the warm start ({method})" if warm_start is not False else \
+            f"the best registered schedule ({method}; {solver} was given no warm start)"
     heuristic_name, heuristic_value, warm, hint = _warm_start(
         instance, objective, began + WARM_SHARE * time_limit)
     if given is not None:
@@ -487,18 +492,18 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                       objective_name=objective, params=params,
                       best_heuristic=heuristic_name, best_heuristic_objective=heuristic_value,
                       scale=scale, backend_status=backend_status,
-                      warm_start=warm.schedule.method)
+                      warm_start=warm.schedule.method if warm_start is not False else None)
 
     if prove_with_bounds and round(warm.objective(objective) * scale) <= bound_scaled:
         # the warm start already meets the lower bound: proven without a search
         return result(warm, bound_scaled,
-                      f"the warm start ({warm.schedule.method}) meets the {bound_name} bound")
+                      f"{start(warm.schedule.method)} meets the {bound_name} bound")
     backend = get_method(solver, "solver").backend
     search_time = deadline - reserve - time.perf_counter()
     if search_time < 0.1:
         return result(warm, bound_scaled, f"no time left for the {solver} search within the "
-                      f"{time_limit:g} s limit (warm start and bounds took it); returning the "
-                      f"warm start")
+                      f"{time_limit:g} s limit (warm start and bounds took it); returning "
+                      f"{start(warm.schedule.method)}")
     searched(None, None)
     raw = backend(BackendRequest(scaled, objective=objective, time_limit=search_time,
                                  threads=threads,
@@ -523,18 +528,18 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         if problems:
             failed = True
             message = f"the {solver} schedule failed validation ({problems[0]}); " \
-                      f"returning the warm start"
+                      f"returning {start(warm.schedule.method)}"
         else:
             timeline = evaluate(instance, schedule)
     if timeline is None or timeline.objective(objective) > warm.objective(objective):
         if raw.status == "infeasible":
-            message = (f"{solver} reported the model infeasible although the warm start "
-                       f"({warm.schedule.method}) is a valid schedule; returning it")
+            message = (f"{solver} reported the model infeasible although "
+                       f"{start(warm.schedule.method)} is a valid schedule; returning it")
         elif not failed:  # the backend's own words (its status) follow
             known = warm.schedule.method or "the best schedule known"
             said = (f"{solver} returned no schedule within the {time_limit:g} s limit; "
-                    f"returning the warm start ({known})") if raw.starts is None else \
-                (f"{solver} found nothing better than the warm start ({known}) within the "
+                    f"returning {start(known)}") if raw.starts is None else \
+                (f"{solver} found nothing better than {start(known)} within the "
                  f"{time_limit:g} s limit; returning it")
             message = "; ".join(x for x in (said, raw.message) if x)
         timeline = warm
