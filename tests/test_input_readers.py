@@ -144,3 +144,25 @@ def test_a_schedule_file_may_start_with_a_byte_order_mark(tmp_path, capsys):
     out = tmp_path / "s.csv"
     assert main(["export", str(path), "--torch-csv", str(out)]) == 0
     assert main(["evaluate", str(path), "--torch-csv", str(out)]) == 0
+
+
+@pytest.mark.parametrize("text", [
+    "devices = 2\nmicrobatches = 4\nt_f = 1\nt_b = 1\nt_w = 1\nm_b = 1\nm_w = 1\n",
+    '{"devices": 2, "microbatches": 4, "t_f": 1, "t_b": 1, "t_w": 1, "m_b": 1, "m_w": 1}',
+])
+def test_an_instance_from_a_named_pipe_is_read_once(tmp_path, capsys, text):
+    import os
+    import threading
+    fifo = tmp_path / "instance"  # no suffix, as /dev/stdin or <(...) has none: JSON by its "{"
+    os.mkfifo(fifo)
+    writes = []
+
+    def write():
+        with open(fifo, "w") as stream:  # blocks until zbopt opens it; a second read would hang
+            writes.append(stream.write(text))
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert main(["simulate", str(fifo), "-s", "1f1b", "--json"]) == 0
+    writer.join(5)
+    assert writes and json.loads(capsys.readouterr().out)["span"] == 15.0  # 1F1B, p=2, m=4

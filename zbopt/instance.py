@@ -649,13 +649,14 @@ def too_long_integer(source: Any, err: ValueError) -> ZboptError:
 
 
 def read_table(path: str | Path, what: str = "instance") -> dict[str, Any]:
-    """The keys of a TOML or JSON file (.json is JSON, anything else TOML; a leading UTF-8
-    byte-order mark is skipped); every problem with the file itself (missing, a directory, not
+    """The keys of a TOML or JSON file (.json is JSON, .toml TOML, any other name JSON when it
+    begins with "{" and TOML otherwise; a leading UTF-8 byte-order mark is skipped; a named pipe
+    is read once); every problem with the file itself (missing, a directory, not
     text, not parseable) raises ZboptError, calling the file `what` ("an instance file")."""
     path = Path(path)
     if path.is_dir():
         raise ZboptError(f"{path} is a directory: give {article(what)} {what} file (.toml or .json)")
-    if not path.is_file():
+    if not path.exists():  # a named pipe, /dev/stdin or <(...) is read like a file
         hint = "; `zbopt instances` lists the shipped ones" if not path.suffix else ""
         raise ZboptError(f"{what} file {path} not found{hint}")
     try:
@@ -665,7 +666,10 @@ def read_table(path: str | Path, what: str = "instance") -> dict[str, Any]:
                          f".toml or .json {what} file") from None
     except OSError as err:
         raise ZboptError(f"cannot read {path}: {err.strerror}") from None
-    kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
+    # a TOML document cannot begin with "{": without a .toml name (a pipe) that is JSON
+    suffix = path.suffix.lower()
+    kind = "JSON" if suffix == ".json" or (suffix != ".toml" and text.lstrip().startswith("{")) \
+        else "TOML"
     try:
         data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError) as err:

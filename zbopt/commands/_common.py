@@ -95,8 +95,8 @@ def load_input(args: argparse.Namespace):
     elif isinstance(data.get("format"), str) and data["format"].startswith("zbopt.schedule/"):
         from ..export.schedule_file import read_schedule_file, schedule_from_document
         # a schedule file is JSON: its document is read already (a TOML one is refused)
-        stored = schedule_from_document(data, str(path)) if path.suffix.lower() == ".json" \
-            else read_schedule_file(path)
+        stored = schedule_from_document(data, str(path)) \
+            if path.suffix.lower() == ".json" or not path.is_file() else read_schedule_file(path)
         instance = stored.instance
     else:
         check_file_keys(data, str(path))
