@@ -64,10 +64,11 @@ def test_an_instance_file_in_a_glob_that_is_not_one_names_the_entry(tmp_path, ca
 
 def test_no_cap_reads_alike_on_every_base_and_in_any_case(tmp_path):
     # a layered model's axis and a method's memory_cap took "NONE"; an instance's axis refused it
-    spec = write(tmp_path / "spec.toml", 'methods = ["1f1b"]\n' + BASE
-                 + '[axes]\nmemory_cap = ["NONE", " Unlimited", "1p"]\n')
-    caps = [i.memory_cap for i in load_spec(spec).instances]
-    assert caps[:2] == [None, None] and caps[2] is not None
+    for cap in ("NONE", " Unlimited"):
+        spec = write(tmp_path / "spec.toml", 'methods = ["1f1b"]\n' + BASE
+                     + f'[axes]\nmemory_cap = ["{cap}", "1p"]\n')
+        caps = [i.memory_cap for i in load_spec(spec).instances]
+        assert caps[0] is None and caps[1] is not None
 
 
 def test_the_eta_is_bounded_by_the_job_timeout():
@@ -131,3 +132,16 @@ def test_the_markdown_writes_a_per_device_cap_as_the_csv_does(tmp_path):
 def test_a_report_of_no_records_says_so_in_a_sentence(tmp_path):
     from zbopt.sweep.report import markdown_text
     assert "0 jobs on 0 instances.\n" in markdown_text([])
+
+
+@pytest.mark.parametrize("axis, said", [
+    ('memory_cap = ["none", "unlimited"]', "lists 'none' and 'unlimited', the same value"),
+    ('memory_cap = ["2p", "None", " NONE "]', "lists 'None' and ' NONE ', the same value"),
+    ("microbatches = [4, 8, 4.0]", "lists 4 and 4.0, the same value"),
+    ("microbatches = [4, 4]", "lists 4 twice"),
+])
+def test_an_axis_value_given_twice_is_refused_not_run_twice(tmp_path, capsys, axis, said):
+    spec = write(tmp_path / "spec.toml", 'methods = ["1f1b"]\n' + BASE + f"[axes]\n{axis}\n")
+    err = refused(capsys, "sweep", spec, "--out", tmp_path / "out", "--quiet")
+    assert f"{said}: list it once" in err
+    assert not (tmp_path / "out").exists()

@@ -710,6 +710,12 @@ def check_file_keys(data: dict[str, Any], source: str) -> None:
     if missing:
         raise ZboptError(f"{source}: missing cost key(s) {', '.join(missing)}: give each pass "
                          f"kind's time (a number, or one per stage); 0 if it costs nothing")
+    check_chunks(data, source)
+
+
+def check_chunks(data: dict[str, Any], source: str) -> None:
+    """A file's (or a sweep point's) `chunks` below 1, which the classes read as "as the
+    placement implies" (2 on interleaved, 1 otherwise), is refused: a file says a count."""
     chunks = data.get("chunks")
     if chunks is not None and _is_number(chunks) and chunks < 1:
         raise ZboptError(f"{source}: chunks = {chunks} is not a chunk count: give chunks >= 2 "

@@ -33,6 +33,7 @@ from .instance import (
     MAX_TOTAL,
     Instance,
     _is_number,
+    check_chunks,
     check_integers,
     check_keys,
     check_table,
@@ -407,10 +408,7 @@ class LayeredModel:
             raise ZboptError(f"{source}: a layered file takes its costs from [[layers]]; remove "
                              f"the per-stage key(s) {', '.join(stage_keys)}")
         check_keys(data, source, MODEL_KEYS)
-        chunks = data.get("chunks")  # 0 is the class's "as the placement implies", not a count
-        if _is_number(chunks) and chunks < 1:
-            raise ZboptError(f"{source}: chunks = {chunks} is not a chunk count: give chunks >= 2 "
-                             f"for placement 'interleaved', or drop the key")
+        check_chunks(data, source)
         layers = data.get("layers")
         if not isinstance(layers, list) or not layers:
             raise ZboptError(f"{source}: [[layers]] must be a non-empty array of tables")

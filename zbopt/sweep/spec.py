@@ -56,6 +56,7 @@ from ..errors import ZboptError, reason
 from ..instance import (
     FILE_KEYS,
     Instance,
+    check_chunks,
     check_file_keys,
     finite,
     read_table,
@@ -349,7 +350,32 @@ def _axes(axes: Any, source: str) -> dict[str, list]:
         if not isinstance(values, list) or not values:
             raise ZboptError(f"{source}: axis {key!r} must be a non-empty list of values, "
                              f"got {values!r}")
+        seen: dict[Any, Any] = {}
+        for value in values:  # two spellings of one value would run every job twice
+            meaning = _axis_value(key, value)
+            if meaning in seen:
+                same = seen[meaning]
+                what = f"{value!r} twice" if repr(same) == repr(value) else \
+                    f"{same!r} and {value!r}, the same value"
+                raise ZboptError(f"{source}: axis {key!r} lists {what}: list it once")
+            seen[meaning] = value
     return axes
+
+
+def _axis_value(key: str, value: Any) -> Any:
+    """What an axis value means, for telling two spellings of one apart: no cap, numbers as
+    floats (5 and 5.0), text in any case; lists value by value."""
+    if key == "memory_cap" and no_cap(value):
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return value.strip().lower()
+    if isinstance(value, list):
+        return tuple(_axis_value("", x) for x in value)
+    return repr(value)
 
 
 def _layered_grid(base: dict[str, Any], axes: dict[str, list], source: str) -> list[Instance]:
@@ -387,10 +413,7 @@ def _grid(base: dict[str, Any], axes: dict[str, list], source: str) -> list[Inst
     out = []
     for point in expand_grid(base, axes):
         where = f"{source}: {point['name'] or 'base'}"
-        chunks = point.get("chunks")  # as an instance file's: 0 would silently mean 2 (or 1)
-        if isinstance(chunks, (int, float)) and not isinstance(chunks, bool) and chunks < 1:
-            raise ZboptError(f"{where}: chunks = {chunks} is not a chunk count: give chunks >= 2 "
-                             f"for placement 'interleaved', or drop the key")
+        check_chunks(point, where)  # as an instance file's: 0 would silently mean 2 (or 1)
         out.append(instance_from_grid_point(_sized(point, where), where,
                                             replace_model="placement" in axes))
     return out
