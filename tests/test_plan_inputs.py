@@ -5,6 +5,7 @@ for an option; --chunks where it would change nothing (simulate, compare)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from cli_checks import refused
@@ -120,3 +121,12 @@ def test_a_missing_model_or_a_folder_is_called_a_layered_model(tmp_path, capsys)
     assert "is a directory: give a layered model file (.toml or .json)" in err
     err = refused(capsys, "solve", str(tmp_path))  # an instance's command still says instance
     assert "is a directory: give an instance file (.toml or .json)" in err
+
+
+def test_a_byte_size_on_a_model_without_a_byte_unit_names_no_per_stage_cap(tmp_path, capsys):
+    text = (Path(__file__).parents[1] / "instances" / "models" / "blocks16-p4.toml").read_text()
+    model = tmp_path / "model.toml"
+    model.write_text(text.replace('memory_unit = "MB"', 'memory_unit = "units"'))
+    err = refused(capsys, "plan", str(model), "--mem", "80GB")
+    assert "'80GB' is in bytes but the memory unit is 'units'" in err
+    assert "1p" not in err  # a layered model's cap is absolute: no multiple of p to suggest

@@ -43,18 +43,21 @@ def byte_unit(unit: str) -> Optional[float]:
     return bytes_with_unit("1" + unit) if unit.strip() else None
 
 
-def in_unit(text: str, unit: str) -> Optional[float]:
+def in_unit(text: str, unit: str, per_stage: bool = True) -> Optional[float]:
     """A size written with a byte unit, in the memory unit `unit` (an int where whole); None
-    when `text` is not such a size. ZboptError when it is one and `unit` names no byte size."""
+    when `text` is not such a size. ZboptError when it is one and `unit` names no byte size
+    (naming the "kp" caps a per-stage instance takes, unless `per_stage` is False: a layered
+    model's cap is absolute)."""
     size = bytes_with_unit(text)
     if size is None:
         return None
     per = byte_unit(unit)
     if per is None:
         named = f"is {unit!r}" if unit.strip() else "is not named"
+        also = " (a per-stage instance also takes a multiple of p such as '1p')" \
+            if per_stage else ""
         raise ZboptError(f"{text.strip()!r} is in bytes but the memory unit {named}: give the "
-                         f"cap as a plain number in the file's unit or 'none' (a per-stage "
-                         f"instance also takes a multiple of p such as '1p')")
+                         f"cap as a plain number in the file's unit or 'none'{also}")
     value = size / per
     return int(value) if value.is_integer() else value
 

@@ -45,14 +45,14 @@ def byte_count(text: str) -> float:
     return size
 
 
-def parse_cap(text: str, unit: str = "") -> Any:
+def parse_cap(text: str, unit: str = "", per_stage: bool = True) -> Any:
     """A --mem value: None for no cap, a positive finite number, or a "kp" string (Instance
     checks it). A size with a byte unit ("80GB") is converted to the memory unit `unit` when
     that names a byte size, and refused otherwise. Messages do not name the flag: callers
     prefix it ("--mem X: ...")."""
     if text.strip().lower() in ("none", "unlimited", "inf"):
         return None
-    value = in_unit(text, unit)
+    value = in_unit(text, unit, per_stage)
     if value is None:
         try:
             value = float(text)

@@ -78,7 +78,7 @@ def _cap(text: str, unit: str):
         raise ZboptError(f"--mem {brief(text)!r}: a cap between commas is empty: give a number "
                          f"for every device")
     try:
-        parts = [parse_cap(x.strip(), unit) for x in text.split(",")]
+        parts = [parse_cap(x.strip(), unit, per_stage=False) for x in text.split(",")]
     except ZboptError as err:
         raise ZboptError(f"--mem {brief(text)}: {err}") from None
     words = [x for x in parts if isinstance(x, str)]  # parse_cap's "kp" or what it cannot read
