@@ -16,7 +16,8 @@ from zbopt.schedule import evaluate
 
 
 def model(layers: int, devices: int, placement: str = "contiguous", chunks: int = 0) -> dict:
-    return {"devices": devices, "microbatches": 8, "placement": placement, "chunks": chunks,
+    return {"devices": devices, "microbatches": 8, "placement": placement,
+            **({"chunks": chunks} if chunks else {}),  # a file says a count or no key
             "time_unit": "us",
             "layers": [{"name": "layers", "t_f": 2, "t_b": 2, "t_w": 1, "count": layers}]}
 
