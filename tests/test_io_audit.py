@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -226,3 +227,19 @@ def test_verify_torch_microbatch_size_needs_the_torchtitan_runtime(exported, cap
     line = refused(capsys, "verify-torch", exported.with_name("s.json"), "--microbatch-size", "2",
                    *extra)
     assert line == f"zbopt: error: --microbatch-size is read only with --runtime torchtitan: {fix}"
+
+
+def test_a_single_rank_export_reads_in_the_singular(tmp_path, capsys):
+    from zbopt.report.numbers import counted
+    assert [counted(1, "rank"), counted(2, "micro-batch"), counted(1000, "stage")] == \
+        ["1 rank", "2 micro-batches", "1,000 stages"]
+    instance = tmp_path / "one.toml"
+    instance.write_text("devices = 1\nmicrobatches = 1\nt_f = 1\nt_b = 1\nt_w = 1\nm_b = 1\n"
+                        "m_w = 1\n")
+    schedule = tmp_path / "one.json"
+    assert main(["simulate", str(instance), "-s", "1f1b", "--out", str(schedule), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["export", str(schedule), "--torchtitan", str(tmp_path / "titan")]) == 0
+    out = capsys.readouterr().out + (tmp_path / "titan" / "torchtitan.toml").read_text()
+    assert "1 rank," in out and "1 micro-batch " in out and "1 model part," in out
+    assert not re.search(r"\b1 (ranks|micro-batches|stages|model parts)\b", out)

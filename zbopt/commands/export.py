@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ZboptError
+from ..report.numbers import counted
 from ._common import console, nonempty
 
 
@@ -122,8 +123,8 @@ def _titan_lines(export) -> list[str]:
     settings = export.settings
     names = ", ".join(str(p) for p in export.texts)
     lines = [f"wrote {names}",
-             f"torchtitan: {settings.degree} ranks, schedule {settings.schedule} + CSV, "
-             f"{settings.microbatches} micro-batches (local_batch_size "
+             f"torchtitan: {counted(settings.degree, 'rank')}, schedule {settings.schedule} + "
+             f"CSV, {counted(settings.microbatches, 'micro-batch')} (local_batch_size "
              f"{settings.local_batch_size} / microbatch_size {settings.microbatch_size})"
              + (f", keys checked against torchtitan {export.checked_against}"
                 if export.checked_against else ", keys not checked (torchtitan not installed)")]

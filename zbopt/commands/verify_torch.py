@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from ..report.numbers import counted
 from ._common import console, print_json, progress
 
 
@@ -198,9 +199,9 @@ def run(args) -> int:
     else:
         out = console()
         verdict = "[green]PASS[/]" if result.ok else "[red]FAIL[/]"
-        out.print(f"{verdict} {result.method or 'schedule'} ({result.runtime}): {result.ranks} "
-                  f"ranks, {result.num_stages} stages, {result.microbatches} micro-batches, "
-                  f"{result.seconds:.1f} s")
+        out.print(f"{verdict} {result.method or 'schedule'} ({result.runtime}): "
+                  f"{counted(result.ranks, 'rank')}, {counted(result.num_stages, 'stage')}, "
+                  f"{counted(result.microbatches, 'micro-batch')}, {result.seconds:.1f} s")
         if result.loss is not None:
             out.print(f"loss {result.loss:.12g} (reference {result.reference_loss:.12g}, max "
                       f"micro-batch error {result.max_loss_error:.3g}); max gradient error "

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from ..errors import ZboptError
 from ..instance import Instance
+from ..report.numbers import counted
 
 TORCHTITAN_PIN = "0.3.0"
 # section -> (config class in torchtitan.config, keys zbopt writes)
@@ -134,8 +135,9 @@ def settings_for(instance: Instance, csv_path: str | Path,
     if stage_layers is None:
         notes.append(
             f"the plan has no partition: set parallelism.module_fqns_per_model_part yourself "
-            f"({instance.num_stages} model parts, {instance.num_stages // instance.devices} per "
-            f"rank) or torchtitan splits the layers evenly by its own rule")
+            f"({counted(instance.num_stages, 'model part')}, "
+            f"{instance.num_stages // instance.devices} per rank) or torchtitan splits the layers "
+            f"evenly by its own rule")
     else:
         if len(stage_layers) != instance.num_stages:
             raise ZboptError(f"the plan's partition has {len(stage_layers)} stages but its "
@@ -324,8 +326,8 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int | None = No
                             source=loaded.meta.get("path"),
                             microbatch_size=settings.microbatch_size)
     header = [f"torchtitan job-config fragment for {schedule.method or 'a schedule'}: "
-              f"{instance.devices} ranks, {instance.num_stages} stages, "
-              f"{instance.microbatches} micro-batches (zbopt export --torchtitan)",
+              f"{counted(instance.devices, 'rank')}, {counted(instance.num_stages, 'stage')}, "
+              f"{counted(instance.microbatches, 'micro-batch')} (zbopt export --torchtitan)",
               f"keys of torchtitan {checked or TORCHTITAN_PIN}"
               + ("" if checked else " (not checked: torchtitan is not installed here)"),
               "the CSV path is relative to the directory torchtitan is started in"]

@@ -46,3 +46,13 @@ def gap_text(gap: float | None) -> str:
     if 0 < gap < 0.00005:
         return "<0.01%"
     return f"{gap if gap > 0 else 0.0:.2%}"
+
+
+def counted(n: int, word: str, plural: str = "") -> str:
+    """`n` and the noun it counts: "1 rank", "2 ranks", "1 micro-batch", "8 micro-batches"
+    (`plural` where adding "es" after ch, sh, s or x, else "s", is wrong)."""
+    if n == 1:
+        return f"1 {word}"
+    if not plural:
+        plural = word + ("es" if word.endswith(("ch", "sh", "s", "x")) else "s")
+    return f"{n:,} {plural}"
