@@ -155,12 +155,12 @@ def _check_shape(given: str, csv_path: str, instance) -> None:
     """A CSV that does not fit the instance `given` (a schedule made on a re-placed instance,
     evaluated under the file it was re-placed from): when its sidecar says what it was made for,
     that and the file to give instead, in one line."""
-    from ..export.torch_csv import sidecar_shape
+    from ..export.torch_csv import shape_text, sidecar_shape
     shape, source = sidecar_shape(csv_path, instance)
     if not shape:
         return
-    inst = (f"the {instance.placement} placement, {instance.num_stages} stages on "
-            f"{instance.devices} ranks, {instance.microbatches} micro-batches")
+    inst = shape_text(instance.placement, instance.num_stages, instance.devices,
+                      instance.microbatches)
     beside = Path(csv_path).with_name(source) if source else None
     instead = f"zbopt evaluate {beside if beside.is_file() else source} --torch-csv " \
         f"{csv_path}" if source else "the schedule or plan file it was exported from"

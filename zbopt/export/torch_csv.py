@@ -29,6 +29,7 @@ from typing import Any, Sequence
 from ..dag import Pass
 from ..errors import ZboptError, reason
 from ..instance import Instance, require_instance, shown, too_long_integer
+from ..report.numbers import counted
 from ..schedule import Item, Schedule, format_item, require_schedule, structure_problems
 
 # Lowest torch whose CSV runtime reads I (input grad) and B (full backward) unambiguously: the IR
@@ -246,8 +247,14 @@ def sidecar_shape(csv_path: str | Path, instance: Instance) -> tuple[str, str]:
     if shape == (instance.placement, instance.num_stages, instance.devices,
                  instance.microbatches):
         return "", ""
+    return shape_text(placement, stages, ranks, microbatches), source
+
+
+def shape_text(placement: str, stages: int, ranks: int, microbatches: int) -> str:
+    """"the v placement, 8 stages on 4 ranks, 8 micro-batches": a CSV's shape (as its sidecar
+    records it, or an instance's) in a message."""
     return (f"the {_brief(placement)} placement, {shown(stages)} stages on {shown(ranks)} "
-            f"ranks, {shown(microbatches)} micro-batches"), source
+            f"ranks, {shown(microbatches)} micro-batches")
 
 
 def _bad_sidecar(side: Path, csv_path: Path, what: str) -> ZboptError:
@@ -372,9 +379,8 @@ def parse_torch_csv(text: str, instance: Instance, source: str = "CSV",
                          f"actions: remove the header; the CSV has one row per rank and no "
                          f"header")
     if len(rows) != instance.devices:
-        rows_text = "1 row" if len(rows) == 1 else f"{len(rows)} rows"
-        raise ZboptError(f"{source}: {rows_text} but the instance has {instance.devices} "
-                         f"devices: one row per rank is needed")
+        raise ZboptError(f"{source}: {counted(len(rows), 'row')} but the instance has "
+                         f"{instance.devices} devices: one row per rank is needed")
     orders: list[list[Item]] = []
     for rank, row in enumerate(rows):
         order: list[Item] = []

@@ -316,11 +316,11 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int | None = No
                             if microbatch_size is not None else profiled or 1)
     if profiled is not None and microbatch_size is None:
         settings = dataclasses.replace(settings, notes=settings.notes + (
-            f"micro-batches of {_rows(profiled)}, the size the plan was profiled at "
+            f"micro-batches of {counted(profiled, 'row')}, the size the plan was profiled at "
             f"(--microbatch-size sets another)",))
     elif profiled is not None and microbatch_size != profiled:
         settings = dataclasses.replace(settings, notes=settings.notes + (
-            f"micro-batches of {_rows(microbatch_size)} (--microbatch-size), but the plan's costs "
+            f"micro-batches of {counted(microbatch_size, 'row')} (--microbatch-size), but the plan's costs "
             f"were profiled at {profiled}: its times and memory are not those of this run",))
     texts = torch_csv_texts(csv_path, instance, schedule, partition=loaded.meta.get("partition"),
                             source=loaded.meta.get("path"),
@@ -333,10 +333,6 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int | None = No
               "the CSV path is relative to the directory torchtitan is started in"]
     texts[directory / TOML_NAME] = toml_text(settings, header)
     return TitanExport(directory, settings, texts, checked)
-
-
-def _rows(n: int) -> str:
-    return f"{n} row" if n == 1 else f"{n} rows"
 
 
 def write_titan_export(export: TitanExport, force: bool = False,
