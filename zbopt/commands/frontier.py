@@ -63,10 +63,10 @@ def run(args) -> int:
     instance = load(args)
     args.solver = solver_for(args.solver, instance)
     caps = parse_caps(args.caps, instance.memory_unit)
-    twice = sorted({str(c) for c in caps if caps.count(c) > 1})
+    from ..sweep.spec import listed_twice
+    twice = listed_twice(caps, "cap(s)")
     if twice:  # each would be solved again, as compare refuses a method listed twice
-        raise ZboptError(f"--caps {brief(args.caps)}: cap(s) listed twice: {', '.join(twice)}: "
-                         f"list each once")
+        raise ZboptError(f"--caps {brief(args.caps)}: {twice}")
     capped_instances(instance, caps)  # every cap checked before any solving
     name = file_stem(instance.name or "instance")  # the file sets it: no path out of --out
     targets = {}

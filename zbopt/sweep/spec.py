@@ -248,11 +248,11 @@ def parse_spec(data: Mapping[str, Any], base_dir: Path = Path("."), source: str 
     return SweepSpec(name, tuple(instances), tuple(methods), timeout)
 
 
-def listed_twice(names: list[str]) -> str:
-    """"method(s) listed twice: a, b: list each once" for the names `names` repeats, "" if none
-    (the sweep spec and `compare --methods` say it alike)."""
-    duplicates = sorted({x for x in names if names.count(x) > 1})
-    return f"method(s) listed twice: {', '.join(duplicates)}: list each once" if duplicates \
+def listed_twice(names: list, what: str = "method(s)") -> str:
+    """"method(s) listed twice: a, b: list each once" for the values `names` repeats (as text),
+    "" if none (the sweep spec, `compare --methods` and `frontier --caps` say it alike)."""
+    duplicates = sorted({str(x) for x in names if names.count(x) > 1})
+    return f"{what} listed twice: {', '.join(duplicates)}: list each once" if duplicates \
         else ""
 
 
