@@ -90,12 +90,16 @@ def test_the_eta_is_bounded_by_the_job_timeout():
     assert Eta(solver, workers=1).seconds() == pytest.approx(4 * 30)  # no timeout: the limit
 
 
-def test_the_report_lists_caps_in_numeric_order(tmp_path):
-    spec = write(tmp_path / "spec.toml", 'methods = ["1f1b"]\n' + BASE
-                 + '[axes]\nmemory_cap = ["2p", "1.5p", "1p"]\n')
+def report_over(tmp_path, axes: str) -> str:
+    """results.md of a 1F1B sweep of BASE over `axes` (TOML lines of the [axes] table)."""
+    spec = write(tmp_path / "spec.toml", 'methods = ["1f1b"]\n' + BASE + f"[axes]\n{axes}\n")
     out = tmp_path / "out"
     assert main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 0
-    markdown = (out / "results.md").read_text()
+    return (out / "results.md").read_text()
+
+
+def test_the_report_lists_caps_in_numeric_order(tmp_path):
+    markdown = report_over(tmp_path, 'memory_cap = ["2p", "1.5p", "1p"]')
     where = [markdown.index(f"| u-cap{cap} |") for cap in ("1p", "1.5p", "2p")]
     assert where == sorted(where)
 
@@ -119,14 +123,10 @@ def test_a_second_sweep_into_a_folder_in_use_is_refused(tmp_path, capsys):
 
 
 def test_the_markdown_writes_a_per_device_cap_as_the_csv_does(tmp_path):
-    spec = write(tmp_path / "spec.toml", 'methods = ["1f1b"]\n' + BASE
-                 + '[axes]\nmemory_cap = [[8, 10]]\n')
-    out = tmp_path / "out"
-    assert main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 0
-    markdown = (out / "results.md").read_text()
+    markdown = report_over(tmp_path, "memory_cap = [[8, 10]]")
     assert "| u-cap8x10 | 2 | 4 | 8/10 |" in markdown and "cap=8/10)" in markdown
     assert "[8, 10]" not in markdown
-    assert ",8/10," in (out / "results.csv").read_text()
+    assert ",8/10," in (tmp_path / "out" / "results.csv").read_text()
 
 
 def test_a_report_of_no_records_says_so_in_a_sentence(tmp_path):
