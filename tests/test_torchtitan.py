@@ -161,6 +161,20 @@ def test_partition_that_does_not_match_the_schedule_is_refused(tmp_path, capsys)
     assert not (tmp_path / "tt").exists()
 
 
+def test_one_device_is_refused_before_anything_is_written_or_started(tmp_path, capsys):
+    # torchtitan pipelines only from 2 ranks up: at degree 1 the schedule would not run, and
+    # verify-torch ended in a torchtitan traceback about a missing 'pp' mesh after seconds
+    path = plan_file(tmp_path, method="1f1b", model={**MODEL, "devices": 1}, sizes=(6,))
+    for args, instead in ((["export", str(path), "--torchtitan", str(tmp_path / "tt")],
+                           "zbopt export --torch-csv"),
+                          (["verify-torch", str(path), "--runtime", "torchtitan"],
+                           "zbopt verify-torch --runtime torch")):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "2 ranks" in err and "1 device," in err and instead in err
+    assert not (tmp_path / "tt").exists()
+
+
 # ----- runtime proofs (real processes) ---------------------------------------------------------
 
 

@@ -36,7 +36,7 @@ from .torch_runtime import (
     check_atol,
     compare_with,
 )
-from .torchtitan import TOML_NAME, read_fragment, require_torchtitan, titan_export
+from .torchtitan import TOML_NAME, check_pipelined, read_fragment, require_torchtitan, titan_export
 
 NOT_RUN_PARALLELIZE = ("torchtitan's parallelize function (FSDP, tensor parallel, torch.compile, "
                        "activation checkpointing) is replaced by the identity: it targets CUDA "
@@ -203,6 +203,7 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
 
     check_atol(atol, "atol")
     instance = loaded.instance
+    check_pipelined(instance.devices, "verify-torch --runtime torch")
     check_world(instance.devices)
     _require_torch()
     require_torchtitan()

@@ -28,12 +28,13 @@ from typing import Any
 
 from ..errors import ZboptError, reason
 from ..instance import Instance
+from ..report.numbers import counted
 from ..schedule import Schedule
 from .torch_csv import csv_text, torch_check, torch_rows
 
 DEFAULT_ATOL = 1e-6
 # what this runtime runs in place of the plan's model, said with every result
-STAND_IN = ("the model is zbopt's float64 stand-in ({stages} stages, each a Linear + tanh of width "
+STAND_IN = ("the model is zbopt's float64 stand-in ({stages}, each a Linear + tanh of width "
             "{hidden}), not the plan's model: this checks that torch runs the order and computes "
             "the loss and gradients of one process (--runtime torchtitan runs a shipped preset's "
             "own model when the plan was profiled from one)")
@@ -456,7 +457,8 @@ def verify_many(runs: list[tuple[Instance, Schedule]], atol: float = DEFAULT_ATO
         for k, ((inst, sched), job) in enumerate(zip(runs, jobs)):
             common = dict(method=sched.method, ranks=world, num_stages=inst.num_stages,
                           microbatches=inst.microbatches, atol=atol, seconds=seconds,
-                          notes=(STAND_IN.format(stages=inst.num_stages, hidden=hidden),))
+                          notes=(STAND_IN.format(stages=counted(inst.num_stages, "stage"),
+                                                 hidden=hidden),))
             files = [Path(workdir) / f"job{k}-rank{r}.pt" for r in range(world)]
             if not all(f.exists() for f in files):
                 results.append(VerifyResult(False, loss=None, reference_loss=None,

@@ -123,10 +123,22 @@ def _what_to_do(fqn: str) -> str:
             f"{_WITHOUT_TORCHTITAN}")
 
 
+def check_pipelined(devices: int, instead: str = "export --torch-csv") -> None:
+    """ZboptError on one rank: torchtitan pipelines only from two ranks up (pipeline parallel
+    degree 1 turns pipelining off, so neither its schedule nor a CSV would run). `instead`:
+    the command that runs the schedule in PyTorch without torchtitan."""
+    if devices < 2:
+        raise ZboptError(f"the schedule runs on {counted(devices, 'device')}, and torchtitan "
+                         f"pipelines only from 2 ranks up (pipeline_parallel_degree 1 turns "
+                         f"pipelining off, so the schedule would not run): solve or plan for 2 "
+                         f"or more devices, or use `zbopt {instead}`")
+
+
 def settings_for(instance: Instance, csv_path: str | Path,
                  stage_layers: Sequence[Sequence[str]] | None = None,
                  microbatch_size: int = 1) -> TitanSettings:
     """The settings of `instance`'s schedule in `csv_path`; stage_layers[k]: layer names of stage k."""
+    check_pipelined(instance.devices)
     if microbatch_size < 1:
         raise ZboptError(f"--microbatch-size must be >= 1, got {microbatch_size}")
     name = schedule_class(instance)
