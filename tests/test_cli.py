@@ -102,3 +102,16 @@ def test_an_unknown_argument_points_to_the_subcommand_help(capsys):
     assert main(["instances", "extra"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "zbopt: error: unrecognized arguments: extra (see zbopt instances --help)"
+
+
+@pytest.mark.parametrize("command", ["solve", "plan", "compare", "frontier"])
+def test_more_threads_than_cpus_is_taken_with_a_note(capsys, monkeypatch, command):
+    # CP-SAT with 1,000 threads on 2 CPUs held 2.4 GB and ran past its limit: say so, once
+    import os
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    extra = {"solve": [], "plan": ["blocks16-p4", "--time-limit", "1"],
+             "compare": ["--methods", "zb-h1"], "frontier": ["--caps", "1p", "--time-limit", "1"]}
+    for threads, notes in (("3", 1), ("2", 0)):
+        code, out, err = run(capsys, command, *extra[command], "--threads", threads, "--quiet")
+        assert code == 0, err
+        assert err.count("--threads 3 is more than the 2 CPUs") == notes, err

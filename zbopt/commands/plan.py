@@ -22,6 +22,7 @@ from ._common import (
     parse_cap,
     positive_int,
     print_json,
+    solver_threads,
 )
 
 
@@ -50,7 +51,7 @@ def register(sub) -> None:
     parser.add_argument("--solver", default="auto",
                         help="exact solver: auto (default: cpsat-lns on splits of 750 passes or "
                              "more, else cpsat) or a name `zbopt methods` lists")
-    parser.add_argument("--threads", type=positive_int, default=2, help="solver threads (default 2)")
+    parser.add_argument("--threads", type=solver_threads, default=2, help="solver threads (default 2)")
     parser.add_argument("--max-partitions", type=int, default=2000,
                         help="most splits listed for scheduling (default 2000)")
     parser.add_argument("--out", metavar="FILE.json", help="write the plan file (a schedule "

@@ -16,11 +16,11 @@ from ._common import (
     fmt,
     load_with_schedule,
     own_inputs,
-    positive_int,
     positive_seconds,
     print_json,
     progress,
     solver_for,
+    solver_threads,
 )
 
 
@@ -32,7 +32,7 @@ def register(sub) -> None:
                         help="span (default, the Zero Bubble paper's cost) or makespan")
     parser.add_argument("--time-limit", type=positive_seconds, default=60.0, metavar="S",
                         help="solver time limit in seconds (default 60)")
-    parser.add_argument("--threads", type=positive_int, default=2, help="solver threads (default 2)")
+    parser.add_argument("--threads", type=solver_threads, default=2, help="solver threads (default 2)")
     parser.add_argument("--no-warm-start", action="store_true",
                         help="do not hint the solver with the best known schedule (by default "
                              "the best registered method's, or a schedule or plan file's own "
