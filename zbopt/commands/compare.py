@@ -63,7 +63,7 @@ def add_method_arguments(parser) -> None:
                         help=f"with --solve, the {SOLVER_HELP}")
     parser.add_argument("--objective", default="span", choices=("span", "makespan"))
     parser.add_argument("--time-limit", type=positive_seconds, default=60.0, help="solver seconds")
-    parser.add_argument("--threads", type=solver_threads, default=2, help="solver threads")
+    parser.add_argument("--threads", type=solver_threads, default=2, help="solver threads (default 2)")
     parser.add_argument("--jobs", type=positive_int, default=None,
                         help="worker processes for the methods of a large instance (default: 2, "
                              "or 1 on a single core); the rows do not depend on it")

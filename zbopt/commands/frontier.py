@@ -39,7 +39,7 @@ def register(sub) -> None:
     parser.add_argument("--solver", default="auto", help=SOLVER_HELP)
     parser.add_argument("--time-limit", type=positive_seconds, default=30.0,
                         help="solver seconds per cap")
-    parser.add_argument("--threads", type=solver_threads, default=1, help="solver threads")
+    parser.add_argument("--threads", type=solver_threads, default=1, help="solver threads (default 1)")
     parser.add_argument("-o", "--out", metavar="DIR",
                         help="write NAME-frontier.{md,json,png} to DIR")
     parser.add_argument("--force", action="store_true", help="overwrite files in DIR")
