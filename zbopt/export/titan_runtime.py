@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZboptError
+from ..report.numbers import counted
 from .torch_runtime import (
     DEFAULT_ATOL,
     VerifyResult,
@@ -183,8 +184,9 @@ def max_processes() -> int:
 def check_world(devices: int) -> None:
     limit = max_processes()
     if devices > limit:
-        raise ZboptError(f"the plan has {devices} devices but this machine can start at most "
-                         f"{limit} processes for a run: verify a plan with fewer devices")
+        raise ZboptError(f"the plan has {counted(devices, 'device')} but this machine can start "
+                         f"at most {counted(limit, 'process')} for a run: verify a plan with "
+                         f"fewer devices")
 
 
 def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hidden: int = 8,
