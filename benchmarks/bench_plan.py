@@ -49,6 +49,10 @@ Parts:
 - limits:    (only when named in --only) plan() on the p=8 estimated models' tight and mid caps
              (--filter as for estimated) at each time limit of --limits: how the certified gap
              of the joint problem falls with the time given, the span and the bound apart
+- short:     (only when named in --only) plan() over every placement against contiguous alone
+             (the peer) at the short limits of --short-limits (5, 10 and 20 s), --reps pairs
+             each, on the p=8 estimated models' tight and mid caps and Llama-3-8B at sequence
+             4096 under 80 GB (--filter as for estimated)
 Caps: c_min is the least cap any split admits (static memory plus one micro-batch's activations,
 from the segment DP), c_1f1b what 1F1B needs on the even split (static plus p-d micro-batches on
 device d); "tight" = c_min + 25% of the difference, "mid" = c_min + 60%, "1f1b" = c_1f1b,
@@ -59,8 +63,9 @@ except the solvers part.
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
                                           solvers,vfloor,ifloor,dfloor,lfloor,guided,guided16,
-                                          others,headroom,limits]
+                                          others,headroom,limits,short]
                                   [--time-limit S] [--caps tight,mid] [--solvers A,B] [--reps N] [--limits S,S,...]
+                                  [--short-limits S,S,...]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
                                   [--out results/plan.md]
 Sections of the parts not run are kept from the previous results/plan.md, and so are the
@@ -81,6 +86,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 from unittest import mock
 
@@ -913,12 +919,57 @@ def part_lfloor(args) -> list[str]:
     return lines
 
 
+def part_short(args) -> list[str]:
+    """plan() over every placement against contiguous alone (the peer, run just before it) at
+    the short limits of --short-limits, --reps pairs each, on the p=8 estimated models at the
+    tight and mid caps (--filter as for estimated): what asking for every placement costs when
+    the time is short."""
+    from zbopt.plan.search import PLACEMENTS
+    lines = [f"plan() on contiguous alone (the peer) and over every placement "
+             f"({', '.join(PLACEMENTS)}), one right after the other, {args.reps} pairs at each "
+             f"limit, 2 threads, on the p=8 estimated models at the tight and mid caps and on "
+             f"Llama-3-8B at sequence 4096 with 80 GB a device. Spans in "
+             f"us; the ratio is the plan over every placement against the peer (below 1: "
+             f"shorter).", "",
+             "| model | cap | limit s | contiguous alone | every placement | placement chosen | "
+             "ratio |", _rule("|" * 8)]
+    ratios = defaultdict(list)
+    # and what `zbopt estimate config.json --mem 80GB` gives for Llama-3-8B (sequence 4096)
+    user = estimate_model(DecoderShape(**LLAMA3_8B, vocab=128256, gated_mlp=True,
+                                       model_type="llama"), 1, 4096, Accelerator(), devices=8,
+                          microbatches=32, name="llama-32L-v128k-s4096")
+    for model, caps in [(estimated(LLAMA3_8B, vocab, 8, 32), None) for vocab in (32000, 128256)] \
+            + [(user, {"80 GB": 80e9})]:
+        if args.filter and args.filter not in model.name:
+            continue
+        levels = caps or {name: cap_levels(model)[name] for name in ("tight", "mid")}
+        for cap_name, cap in levels.items():
+            capped = model.with_settings(memory_cap=cap)
+            for limit in args.short_limits:
+                for _ in range(args.reps):
+                    print(f"[bench_plan] short {model.name} {cap_name} {limit:g} s",
+                          file=sys.stderr, flush=True)
+                    alone = plan(capped, ("contiguous",), time_limit=limit)
+                    every = plan(capped, PLACEMENTS, time_limit=limit)
+                    ratio = every.result.span / alone.result.span
+                    ratios[limit].append(ratio)
+                    lines.append(f"| {model.name} | {cap_name} | {limit:g} | "
+                                 f"{_fmt(alone.result.span)} | {_fmt(every.result.span)} | "
+                                 f"{every.split.placement} | {ratio:.4f} |")
+                    print(lines[-1], file=sys.stderr, flush=True)
+    lines.append("")
+    for limit, values in sorted(ratios.items()):
+        lines.append(f"- {limit:g} s: ratio median {statistics.median(values):.4f}, min "
+                     f"{min(values):.4f}, max {max(values):.4f} over {len(values)} pairs")
+    return lines
+
+
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
          "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
          "dfloor": part_dfloor, "lfloor": part_lfloor, "guided": part_guided,
          "guided16": part_guided16, "others": part_others, "headroom": part_headroom,
-         "limits": part_limits}
+         "limits": part_limits, "short": part_short}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -943,7 +994,7 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, "
                              f"solvers, vfloor, ifloor, dfloor, lfloor, guided, guided16, others, "
-                             f"headroom, limits only when named)")
+                             f"headroom, limits, short only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)
@@ -958,6 +1009,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=2, help="runs per solver in the solvers part")
     parser.add_argument("--limits", type=_limits, default="30,60,120,300",
                         help="plan() time limits (seconds, comma-separated) in the limits part")
+    parser.add_argument("--short-limits", type=_limits, default="5,10,20",
+                        help="plan() time limits (seconds, comma-separated) in the short part")
     parser.add_argument("--out", default=str(ROOT / "results" / "plan.md"))
     args = parser.parse_args()
     out = Path(args.out)

@@ -409,6 +409,28 @@ def test_affords_expects_a_split_to_take_the_most_one_took():
     assert search.expected("v") == pytest.approx(100.0 / model.devices * v_parts)
 
 
+
+def test_past_its_share_a_placement_still_schedules_its_first_and_last_start():
+    """A placement whose share has run out still schedules the even split and the split of
+    least bound (the first and last of its starts) while the search's deadline allows, but no
+    other start: with the even split alone, a 5 s plan over every placement ended before the
+    contiguous split of least bound and was 8% longer."""
+    model = load_model(EXAMPLE)
+    search = plan_search._Search(model, 60, None, "auto", 1)
+    starts = search.starts("contiguous")
+    assert len(starts) == len(plan_search.BASELINES) + 1 and len(set(starts)) == len(starts)
+    search.schedule_starts("contiguous", starts, plan_search.time.perf_counter() - 1.0,
+                           every=False)
+    scheduled = {sizes for (pl, sizes) in search.cache if pl == "contiguous"}
+    assert scheduled == {starts[0], starts[-1]}
+    assert search.cache[("contiguous", starts[-1])].result is not None
+    # and none past the search's own deadline
+    late = plan_search._Search(model, 60, None, "auto", 1)
+    late.deadline = plan_search.time.perf_counter() - 1.0
+    late.split_seconds["contiguous"] = 1.0
+    late.schedule_starts("contiguous", starts, late.deadline, every=False)
+    assert not late.cache
+
 # ----- item: load_floor's CP-SAT model is built only where it can be set up in its time ----------
 
 def _deep(layers: int, placement: str = "interleaved", cap=200000) -> LayeredModel:
