@@ -234,12 +234,28 @@ def test_a_single_rank_export_reads_in_the_singular(tmp_path, capsys):
     assert [counted(1, "rank"), counted(2, "micro-batch"), counted(1000, "stage")] == \
         ["1 rank", "2 micro-batches", "1,000 stages"]
     instance = tmp_path / "one.toml"
-    instance.write_text("devices = 1\nmicrobatches = 1\nt_f = 1\nt_b = 1\nt_w = 1\nm_b = 1\n"
+    instance.write_text("devices = 2\nmicrobatches = 1\nt_f = 1\nt_b = 1\nt_w = 1\nm_b = 1\n"
                         "m_w = 1\n")
     schedule = tmp_path / "one.json"
     assert main(["simulate", str(instance), "-s", "1f1b", "--out", str(schedule), "--quiet"]) == 0
     capsys.readouterr()
     assert main(["export", str(schedule), "--torchtitan", str(tmp_path / "titan")]) == 0
     out = capsys.readouterr().out + (tmp_path / "titan" / "torchtitan.toml").read_text()
-    assert "1 rank," in out and "1 micro-batch " in out and "1 model part," in out
+    assert "2 ranks," in out and "1 micro-batch " in out and "2 model parts," in out
     assert not re.search(r"\b1 (ranks|micro-batches|stages|model parts)\b", out)
+
+
+def test_a_single_rank_csv_is_exported_and_its_sidecar_says_torchtitan_does_not_run_it(
+        tmp_path, capsys):
+    # torchtitan refuses one rank (export --torchtitan, verify-torch --runtime torchtitan), but
+    # the CSV runs in PyTorch's own runtime: its sidecar keeps a note in place of the keys
+    instance = tmp_path / "one.toml"
+    instance.write_text("devices = 1\nmicrobatches = 2\nt_f = 1\nt_b = 1\nt_w = 1\n")
+    schedule = tmp_path / "one.json"
+    assert main(["simulate", str(instance), "-s", "1f1b", "--out", str(schedule), "--quiet"]) == 0
+    assert main(["export", str(schedule), "--torch-csv", str(tmp_path / "one.csv")]) == 0
+    side = json.loads((tmp_path / "one.csv.json").read_text())
+    assert side["num_ranks"] == 1 and list(side["torchtitan"]) == ["note"]
+    assert "only from 2 ranks" in side["torchtitan"]["note"]
+    assert main(["export", str(schedule), "--torchtitan", str(tmp_path / "titan")]) == 2
+    assert "only from 2 ranks" in capsys.readouterr().err
