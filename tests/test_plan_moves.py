@@ -93,6 +93,43 @@ def test_descend_leaves_a_split_that_does_not_fit_for_one_that_does():
     assert descend(guide, start, time.perf_counter() - 1) is None  # no time: still lacking
 
 
+def test_descend_records_its_path_one_transfer_and_a_lower_guide_a_step():
+    model = _llama(8, 128256, 3, 6, 20_656_779_264)
+    guide = Guide(model)
+    start = (2, 2, 2, 2, 1, 1)
+    path = []
+    reached = descend(guide, start, time.perf_counter() + 60, path)
+    assert path and path[-1] == reached
+    for before, after in zip([start] + path, path):
+        assert after in set(transfers(before)) and guide(after) < guide(before)
+
+
+def test_guided_starts_give_the_splits_passed_before_the_one_reached_after_them():
+    """The guide is a bound: on V at the 32k vocabulary's tight cap (32 blocks, p = 8, m = 32)
+    its walk from the even split passes 2-2-...-2-4 (span 3,412,804 us) for 1-2-...-2-5, whose
+    bound is 0.05% lower and whose span is 11% longer; the passed split is a start too, after
+    every split reached."""
+    from zbopt.plan.search import PASSED, _Search
+    shape = DecoderShape(hidden=4096, heads=32, kv_heads=8, layers=32, ffn=14336, vocab=32000,
+                         gated_mlp=True, model_type="llama")
+    model = estimate_model(shape, 1, 2048, Accelerator(), devices=8, microbatches=32)
+    model = model.with_settings(memory_cap=26_797_490_176)  # bench_plan's tight cap
+    search = _Search(model, 600, None, "auto", 1)
+    starts = search.starts("v")
+    out = search.guided_starts("v", starts, time.perf_counter() + 120)
+    guide = search.guide("v")
+    reached, passed = set(), []
+    for start in {s for s in starts if s is not None}:
+        path = []
+        end = descend(guide, start, time.perf_counter() + 120, path)
+        reached.add(end)
+        passed += [s for s in path[-1 - PASSED:-1] if guide(s)[0] == 0 and s not in starts]
+    assert set(out) == (reached - set(starts)) | set(passed)
+    assert all(out.index(r) < out.index(q) for r in reached - set(passed) for q in passed
+               if r in out)
+    assert (2,) * 15 + (4,) in passed and (1,) + (2,) * 14 + (5,) in reached
+
+
 @pytest.mark.parametrize("blocks,vocab,cap", [(8, 128256, 20_656_779_264),
                                               (10, 32000, 20_221_276_160),
                                               (7, 128256, 20_208_660_480)])

@@ -119,10 +119,12 @@ class Guide:
             return math.inf, math.inf
 
 
-def descend(guide: Guide, start: Sequence[int], deadline: float) -> Optional[Sizes]:
+def descend(guide: Guide, start: Sequence[int], deadline: float,
+            path: Optional[list] = None) -> Optional[Sizes]:
     """From `start`, the best transfer while it lowers the guide (past MANY moves, the first of
     the guide's shortlist that does), until none does or `deadline` (perf_counter) passes; the
-    split reached, or None when it still does not fit."""
+    split reached, or None when it still does not fit. `path`: a list the splits passed through
+    (after `start`, the split reached last) are appended to."""
     current = tuple(start)
     value = guide(current)
     while time.perf_counter() < deadline:
@@ -140,4 +142,6 @@ def descend(guide: Guide, start: Sequence[int], deadline: float) -> Optional[Siz
         if best is None or not best_value < value:
             break
         current, value = best, best_value
+        if path is not None:
+            path.append(current)
     return current if value[0] == 0 and math.isfinite(value[1]) else None
