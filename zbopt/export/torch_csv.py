@@ -292,10 +292,9 @@ def torchtitan_keys(instance: Instance, csv_path: str | Path,
                     microbatch_size: int = 1) -> dict[str, Any]:
     """The torchtitan job-config keys (command-line form) that run this CSV; on one rank only a
     note, as torchtitan does not pipeline there (zbopt.export.torchtitan.check_pipelined)."""
-    from .torchtitan import settings_for
-    if instance.devices < 2:
-        return {"note": "torchtitan pipelines only from 2 ranks up (pipeline_parallel_degree 1 "
-                        "turns pipelining off): no keys run this CSV there"}
+    from .torchtitan import NOT_PIPELINED, PIPELINED_FROM, settings_for
+    if instance.devices < PIPELINED_FROM:
+        return {"note": f"{NOT_PIPELINED}: no keys run this CSV there"}
     settings = settings_for(instance, csv_path, stage_layers=None,
                             microbatch_size=microbatch_size)
     keys: dict[str, Any] = settings.dotted()

@@ -123,15 +123,19 @@ def _what_to_do(fqn: str) -> str:
             f"{_WITHOUT_TORCHTITAN}")
 
 
+# torchtitan pipelines only from this many ranks up (ParallelDims.pp_enabled is pp > 1)
+PIPELINED_FROM = 2
+NOT_PIPELINED = (f"torchtitan pipelines only from {PIPELINED_FROM} ranks up "
+                 f"(pipeline_parallel_degree 1 turns pipelining off)")
+
+
 def check_pipelined(devices: int, instead: str = "export --torch-csv") -> None:
-    """ZboptError on one rank: torchtitan pipelines only from two ranks up (pipeline parallel
-    degree 1 turns pipelining off, so neither its schedule nor a CSV would run). `instead`:
-    the command that runs the schedule in PyTorch without torchtitan."""
-    if devices < 2:
-        raise ZboptError(f"the schedule runs on {counted(devices, 'device')}, and torchtitan "
-                         f"pipelines only from 2 ranks up (pipeline_parallel_degree 1 turns "
-                         f"pipelining off, so the schedule would not run): solve or plan for 2 "
-                         f"or more devices, or use `zbopt {instead}`")
+    """ZboptError on one rank (NOT_PIPELINED: neither its schedule nor a CSV would run there).
+    `instead`: the command that runs the schedule in PyTorch without torchtitan."""
+    if devices < PIPELINED_FROM:
+        raise ZboptError(f"the schedule runs on {counted(devices, 'device')}, and "
+                         f"{NOT_PIPELINED}, so the schedule would not run: solve or plan for "
+                         f"{PIPELINED_FROM} or more devices, or use `zbopt {instead}`")
 
 
 def settings_for(instance: Instance, csv_path: str | Path,
