@@ -138,9 +138,10 @@ class DecoderShape:
         return 2.0 * self.block_matrix_params()
 
 
-def shape_from_config(path: str | Path) -> DecoderShape:
-    """The decoder shape of a transformers config (read locally, nothing downloaded)."""
-    config = read_config(path)
+def shape_from_config(path: str | Path, note=None) -> DecoderShape:
+    """The decoder shape of a transformers config (read locally, nothing downloaded); `note` as
+    zbopt.hf_config.read_config's."""
+    config = read_config(path, note)
     kind = config.model_type
     hidden, heads = config.hidden_size, config.num_attention_heads
     layers, vocab = config.num_hidden_layers, config.vocab_size

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 from .errors import ZboptError, reason
 from .instance import too_long_integer
@@ -23,6 +23,9 @@ POSITIVE = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_si
 OPTIONAL = ("intermediate_size", "n_inner", "num_key_value_heads", "head_dim")
 # the same sizes under gpt2's own names, as a config.json may spell them
 ALIASES = ("n_embd", "n_head", "n_layer", "n_positions")
+# sizes a file that leaves them out gets from transformers' defaults for its model_type (a
+# llama config without them describes LLaMA-7B), which `note` names
+DEFAULTED = (*POSITIVE, "intermediate_size")
 
 
 def require_transformers() -> None:
@@ -41,8 +44,10 @@ def innermost_reason(err: BaseException) -> str:
     return reason(err)
 
 
-def read_config(path: str | Path) -> Any:
-    """The transformers config of a decoder-only model (see the module doc)."""
+def read_config(path: str | Path, note: Optional[Callable[[str], None]] = None) -> Any:
+    """The transformers config of a decoder-only model (see the module doc). `note`, when
+    given, is called with one line naming the sizes of DEFAULTED the file leaves to
+    transformers' defaults, if any."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
@@ -88,7 +93,22 @@ def read_config(path: str | Path) -> Any:
         value = getattr(config, key, None)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ZboptError(f"{path}: {key} must be a positive integer, got {value!r}")
+    if note is not None:
+        unset = defaulted_sizes(settings, config)
+        if unset:
+            note(f"zbopt: note: {path} sets no " + ", ".join(f"{k} (so {v:,})" for k, v in unset)
+                 + f": transformers' {kind} defaults; set them if the model differs")
     return config
+
+
+def defaulted_sizes(settings: dict, config: Any) -> list[tuple[str, int]]:
+    """The sizes of DEFAULTED that `settings` (a config file's keys) does not set, under
+    either spelling (config.attribute_map: gpt2's n_embd for hidden_size), with the value
+    transformers gave them; a size the model derives (None) is not listed."""
+    aliases = getattr(config, "attribute_map", {}) or {}
+    return [(key, getattr(config, key)) for key in DEFAULTED
+            if key not in settings and aliases.get(key) not in settings
+            and getattr(config, key, None) is not None]
 
 
 def _refuse_wrapped(config, path: Path, kind: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import byte_count, check_output, nonempty, positive_int, print_json
+from ._common import byte_count, check_output, defer_note, nonempty, positive_int, print_json
 
 
 def register(sub) -> None:
@@ -59,7 +59,7 @@ def run(args) -> int:
         check_output(args.out, args.force, (".toml", ".json"), "layered model", inputs)
     accelerator = Accelerator(peak_flops=args.peak_flops, efficiency=args.efficiency,
                               hbm_bytes=args.hbm_bytes, link_bandwidth=args.link_bandwidth)
-    shape = shape_from_config(config)
+    shape = shape_from_config(config, defer_note)
     if args.devices > shape.layers + 2:  # the model's own message would not name the flag
         raise ZboptError(f"--devices {args.devices}: the model has {shape.layers + 2} layers "
                          f"({shape.layers} blocks, the embedding and the output layer) and every "

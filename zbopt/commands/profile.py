@@ -15,6 +15,7 @@ from ._common import (
     brief,
     check_output,
     console,
+    defer_note,
     fmt,
     nonempty,
     print_json,
@@ -124,7 +125,7 @@ def build(args, dtype, device):
     if args.preset:
         return preset_model(args.preset, args.microbatch_size, args.seq_len, dtype, device, args.naming)
     if args.hf_config is not None:
-        config = read_config(args.hf_config)
+        config = read_config(args.hf_config, defer_note)
         return hf_model(config, args.microbatch_size, args.seq_len, dtype, device,
                         naming=args.naming or "hf", name=escaped(Path(args.hf_config).stem),
                         source=args.hf_config)

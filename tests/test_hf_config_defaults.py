@@ -1,0 +1,62 @@
+"""A transformers config that leaves out a model size gets transformers' default for its
+model_type (a llama config without num_hidden_layers has 32 of them): estimate and profile say
+so in one note on stderr, naming each size left out and the value it took."""
+
+import json
+
+import pytest
+
+from zbopt.cli import main
+from zbopt.hf_config import read_config
+
+pytest.importorskip("transformers")
+
+FULL = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "intermediate_size": 64, "vocab_size": 64}
+
+
+def _write(tmp_path, settings) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(settings))
+    return str(path)
+
+
+def _notes(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "note:" in line]
+
+
+def test_estimate_names_each_size_left_to_the_defaults(tmp_path, capsys):
+    settings = {k: v for k, v in FULL.items() if k not in ("num_hidden_layers", "vocab_size")}
+    path = _write(tmp_path, settings)
+    assert main(["estimate", path, "--devices", "2", "--microbatches", "4", "--json"]) == 0
+    out, err = capsys.readouterr()
+    layers = json.loads(out)["layers"]
+    assert sum(layer.get("count", 1) for layer in layers) == 32 + 2  # as the note says
+    notes = _notes(err)
+    assert len(notes) == 1
+    assert "num_hidden_layers (so 32)" in notes[0] and "vocab_size (so 32,000)" in notes[0]
+    assert "llama" in notes[0] and path in notes[0]
+    assert "hidden_size" not in notes[0] and "intermediate_size" not in notes[0]
+
+
+def test_a_config_setting_every_size_gets_no_note(tmp_path, capsys):
+    assert main(["estimate", _write(tmp_path, FULL), "--devices", "2", "--microbatches", "4"]) == 0
+    assert _notes(capsys.readouterr().err) == []
+
+
+def test_gpt2_names_count_as_set(tmp_path):
+    said = []
+    read_config(_write(tmp_path, {"model_type": "gpt2", "n_embd": 64, "n_head": 4,
+                                  "vocab_size": 100}), said.append)
+    assert len(said) == 1
+    assert "num_hidden_layers (so 12)" in said[0]  # n_layer left out
+    assert "hidden_size" not in said[0] and "num_attention_heads" not in said[0]
+
+
+def test_profile_gives_the_note_too(tmp_path, capsys):
+    settings = {k: v for k, v in FULL.items() if k != "intermediate_size"}
+    path = _write(tmp_path, settings)
+    assert main(["profile", "--hf-config", path, "--seq-len", "8", "--warmup", "0",
+                 "--repeat", "1", "--json"]) == 0
+    notes = _notes(capsys.readouterr().err)
+    assert len(notes) == 1 and "intermediate_size (so 11,008)" in notes[0]
