@@ -110,8 +110,17 @@ def test_more_threads_than_cpus_is_taken_with_a_note(capsys, monkeypatch, comman
     import os
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     extra = {"solve": [], "plan": ["blocks16-p4", "--time-limit", "1"],
-             "compare": ["--methods", "zb-h1"], "frontier": ["--caps", "1p", "--time-limit", "1"]}
+             "compare": ["--methods", "zb-h1", "--solve", "--time-limit", "1"],
+             "frontier": ["--caps", "1p", "--time-limit", "1"]}
     for threads, notes in (("3", 1), ("2", 0)):
         code, out, err = run(capsys, command, *extra[command], "--threads", threads, "--quiet")
         assert code == 0, err
         assert err.count("--threads 3 is more than the 2 CPUs") == notes, err
+
+
+def test_compare_without_solve_runs_no_solver_and_gives_no_threads_note(capsys, monkeypatch):
+    import os
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    code, out, err = run(capsys, "compare", "--methods", "zb-h1", "--threads", "3", "--quiet")
+    assert code == 0, err
+    assert "--threads" not in err

@@ -202,13 +202,18 @@ def solver_threads(text: str) -> int:
     10` with 1,000 threads on 2 CPUs: 2.4 GB and 16.5 s, and a longer schedule than with 2
     threads, 0.25 GB and 10.6 s; one run each)."""
     value = positive_int(text)
+    note_threads(value)
+    return value
+
+
+def note_threads(value: int) -> None:
+    """solver_threads' note, for a command whose solver runs only on a flag (compare --solve)."""
     import os
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if cpus and value > cpus:
         defer_note(f"zbopt: note: --threads {value} is more than the {cpus} CPUs this process may "
                    f"run on: threads beyond them only share the CPUs (--threads {cpus} or fewer is "
                    f"usually as fast)")
-    return value
 
 
 def chunk_count(text: str) -> int:

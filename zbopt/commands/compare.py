@@ -19,13 +19,13 @@ from ._common import (
     console,
     fmt,
     load_with_schedule,
+    note_threads,
     positive_int,
     positive_seconds,
     print_json,
     progress,
     refuse_directories,
     solver_for,
-    solver_threads,
 )
 
 
@@ -63,7 +63,8 @@ def add_method_arguments(parser) -> None:
                         help=f"with --solve, the {SOLVER_HELP}")
     parser.add_argument("--objective", default="span", choices=("span", "makespan"))
     parser.add_argument("--time-limit", type=positive_seconds, default=60.0, help="solver seconds")
-    parser.add_argument("--threads", type=solver_threads, default=2, help="solver threads (default 2)")
+    parser.add_argument("--threads", type=positive_int, default=2,
+                        help="with --solve, the solver's threads (default 2)")
     parser.add_argument("--jobs", type=positive_int, default=None,
                         help="worker processes for the methods of a large instance (default: 2, "
                              "or 1 on a single core); the rows do not depend on it")
@@ -127,10 +128,12 @@ def rows_for(instance, args, report=None, stored=None) -> list:
 
 def check_solvable(instance, args) -> None:
     """With --solve, an instance too large for --time-limit is refused before the methods run,
-    as `zbopt solve` refuses it (solvers.api.check_size), not after them."""
+    as `zbopt solve` refuses it (solvers.api.check_size), not after them; and --threads above
+    the CPUs gets solver_threads' note (without --solve no solver runs: no note)."""
     if args.solve:
         from ..solvers.api import check_size
         check_size(instance, args.time_limit)
+        note_threads(args.threads)
 
 
 def file_row_name(path: str, stored) -> str:
