@@ -24,7 +24,7 @@ def test_no_method_applies_says_why_not_the_cap(capsys):
 def test_a_placement_listed_twice_is_refused(capsys):
     err = refused(capsys, "plan", "blocks16-p4", "--placements", "v,contiguous,v",
                   "--time-limit", "1", "--quiet")
-    assert err == "zbopt: error: --placements 'v,contiguous,v': v listed twice: list each once"
+    assert err == "zbopt: error: --placements 'v,contiguous,v': placement(s) listed twice: v: list each once"
 
 
 def test_every_placement_too_fine_for_the_layers_is_named_at_once(capsys):

@@ -142,10 +142,10 @@ def _placements(args, model) -> tuple[str, ...]:
     if not names or bad:
         raise ZboptError(f"--placements {args.placements!r}: use a comma-separated list of "
                          f"{', '.join(PLACEMENTS)}, or 'all'")
-    twice = sorted({x for x in names if names.count(x) > 1})
+    from ..sweep.spec import listed_twice
+    twice = listed_twice(list(names), "placement(s)")
     if twice:  # as compare --methods refuses a method named twice
-        raise ZboptError(f"--placements {args.placements!r}: {', '.join(twice)} listed twice: "
-                         f"list each once")
+        raise ZboptError(f"--placements {args.placements!r}: {twice}")
     unfit = []  # every placement that cannot hold the layers, named at once
     for name in names:
         try:
