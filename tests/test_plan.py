@@ -731,6 +731,28 @@ def test_a_plan_says_which_other_placement_could_be_shorter(capsys):
     assert data["other_placements"] is None and data["span"] == pytest.approx(216400)
 
 
+def test_a_placement_whose_short_search_had_no_time_says_so():
+    # at p = 32 (128 layers) a V split took its 3.7 s share before its moves were ranked at
+    # once: the line then said nothing of the search, as if it had found nothing
+    from types import SimpleNamespace
+
+    from zbopt.commands.plan import _others
+    verdicts = {"v": {"lower_bound": 80.0, "fits": True, "may_be_shorter": True},
+                "interleaved": {"lower_bound": 90.0, "fits": True, "may_be_shorter": True,
+                                "found": None, "shorter": False}}
+    result = SimpleNamespace(other_placements=lambda: verdicts,
+                             result=SimpleNamespace(span=100.0,
+                                                    instance=SimpleNamespace(time_unit="us")),
+                             split=SimpleNamespace(placement="contiguous"))
+    lines = _others(result)
+    v = next(x for x in lines if x.strip().startswith("v:"))
+    assert "not ruled out (its bound 80 us is 20.0% below this span; its short search had no " \
+           "time to schedule a split (a longer --time-limit gives it more))" in v
+    interleaved = next(x for x in lines if x.strip().startswith("interleaved:"))
+    assert "a short search found no schedule that fits" in interleaved
+    assert "no time" not in interleaved
+
+
 def test_placements_all_plans_over_every_placement_that_holds_the_layers(capsys):
     # blocks16-p4: DualPipe's 216,400 is the least over the four placements (proven)
     assert main(["plan", str(EXAMPLE), "--quiet", "--time-limit", "20", "--json",

@@ -211,6 +211,38 @@ def test_split_bound_is_the_paired_floor_split_by_split():
         SplitBound(llama.with_settings(placement="contiguous"))
 
 
+def test_split_bound_of_many_splits_at_once_is_each_ones():
+    """Guide.shortlist weighs every move of a split with SplitBound.many (numpy over all of
+    them: at p = 32 a split has about 4,000 moves): the same value as one call per split, also
+    where a split cannot hold its memory (inf) and on caps that leave none out."""
+    rng = random.Random(17)
+    checked = unfit = 0
+    for blocks, vocab, devices, cap in ((8, 128256, 3, 20_656_779_264),
+                                        (10, 32000, 3, 20_221_276_160), (12, 32000, 4, None),
+                                        (14, 128256, 4, 14_000_000_000)):
+        for name in ("v", "interleaved"):
+            model = _llama(blocks, vocab, devices, 2 * devices, cap).with_settings(placement=name)
+            bound = SplitBound(model)
+            splits = rng.sample(list(_partitions(model.num_layers, model.num_stages)), 40)
+            values = bound.many(splits)
+            assert values == [bound(sizes) for sizes in splits]
+            checked += len(splits)
+            unfit += sum(math.isinf(v) for v in values)
+    assert checked == 320 and 0 < unfit < checked
+    assert SplitBound(_llama(8, 32000, 3, 6, None)).many([]) == []
+
+
+def test_the_shortlist_ranks_the_moves_by_the_split_bound():
+    model = _llama(72, 32000, 16, 32, 30_000_000_000)
+    guide, bound = Guide(model), SplitBound(model)
+    start = tuple([2] * 22 + [3] * 10)
+    moves = list(transfers(start))
+    assert len(moves) > moves_module.MANY
+    shortlist = guide.shortlist(moves)
+    ranked = sorted(moves, key=bound)
+    assert shortlist == ranked[:moves_module.SHORTLIST]
+
+
 def _merged(model: LayeredModel, sizes) -> LayeredModel:
     """The model with each stage of `sizes` one layer (sums of its layers' costs and memory)."""
     layers, start = [], 0

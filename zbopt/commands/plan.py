@@ -278,7 +278,8 @@ def _others(result) -> list[str]:
                              f"{'-'.join(map(str, found['sizes']))} ({found['method']}, found in "
                              f"a short search); {both}")
                 continue
-            tried = "" if "found" not in verdict else \
+            tried = "; its short search had no time to schedule a split (a longer " \
+                "--time-limit gives it more)" if "found" not in verdict else \
                 "; a short search found no schedule that fits" if found is None else \
                 f"; a short search found {fmt(found['span'])}{unit}, not shorter"
             lines.append(f"  {name}: not ruled out (its bound {fmt(floor)}{unit} is "

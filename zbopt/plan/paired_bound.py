@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -220,6 +220,21 @@ class SplitBound:
         return max(float(self.costs.device(d, (cuts[one], cuts[one + 1], one_hops),
                                            (cuts[two], cuts[two + 1], two_hops)))
                    for d, ((one, one_hops), (two, two_hops)) in enumerate(self.held))
+
+    def many(self, splits: Sequence[Sequence[int]]) -> list[float]:
+        """The bound of each partition of `splits`, as __call__ gives it, each device's bound
+        over all of them at once (numpy): at p = 32 a split has about 4,000 moves, and one call
+        a move took 1.2 ms, five seconds a step of zbopt.plan.moves.descend."""
+        if not len(splits):
+            return []
+        cuts = np.zeros((len(splits), len(splits[0]) + 1), dtype=np.int64)
+        cuts[:, 1:] = np.cumsum(np.asarray(splits, dtype=np.int64), axis=1)
+        values = np.full(len(splits), -math.inf)
+        for d, ((one, one_hops), (two, two_hops)) in enumerate(self.held):
+            values = np.maximum(values, self.costs.device(
+                d, (cuts[:, one], cuts[:, one + 1], one_hops),
+                (cuts[:, two], cuts[:, two + 1], two_hops)))
+        return [float(v) for v in values]
 
 
 def _outside_in(n: int, levels: int, after: np.ndarray, middle, cost) -> float:
