@@ -63,7 +63,7 @@ except the solvers part.
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
                                           solvers,vfloor,ifloor,dfloor,lfloor,guided,guided16,
-                                          others,headroom,limits,short]
+                                          others,headroom,limits,short,p32]
                                   [--time-limit S] [--caps tight,mid] [--solvers A,B] [--reps N] [--limits S,S,...]
                                   [--short-limits S,S,...]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
@@ -964,12 +964,83 @@ def part_short(args) -> list[str]:
     return lines
 
 
+LLAMA31_405B = dict(hidden=16384, heads=128, kv_heads=8, layers=126, ffn=53248)
+
+
+def part_p32(args) -> list[str]:
+    """plan() with others=True (as `zbopt plan` runs a file without --placements) on a Llama 3.1
+    405B-shaped model (126 blocks and a 128k vocabulary: 128 layers) at p=32, m=64, its tight and
+    mid caps, twice one after the other: the peer ranks the walk's moves one SplitBound call per
+    move (as before SplitBound.many), then as zbopt does, all of a split's moves at once."""
+    import zbopt.plan.moves as moves_module
+    from zbopt.plan.moves import Guide, transfers
+    from zbopt.plan.paired_bound import SplitBound
+    from zbopt.plan.search import placed
+
+    def one_by_one(self, moves):
+        if self.quick is None or len(moves) <= moves_module.MANY:
+            return None
+        for sizes in moves:
+            if sizes not in self.quick_cache:
+                self.quick_cache[sizes] = self.quick(sizes)
+        return sorted(moves, key=self.quick_cache.__getitem__)[:moves_module.SHORTLIST]
+
+    model = estimated(LLAMA31_405B, 128256, 32, 64)
+    caps = cap_levels(model)
+    placements = ("v", "interleaved", "dualpipe")
+    lines = [f"`plan(model, time_limit={args.time_limit:g}, others=True)` on {model.name} "
+             f"(Llama 3.1 405B's shape, estimated as in part estimated) at p=32, m=64, on the "
+             f"contiguous placement with the short searches on the others (15% of the time). "
+             f"Peer: the walk's moves ranked one SplitBound call per move; now: all at once "
+             f"(SplitBound.many). Per placement the short search's schedule and, in brackets, "
+             f"how much shorter than the plan (- ruled out by its bound, no time: no split "
+             f"scheduled in its share, none: none fitted). Spans in us.", "",
+             "| cap | cap GB | ranking | plan span | gap | " + " | ".join(placements) + " |",
+             _rule("|" * (6 + len(placements)))]
+    for cap_name in ("tight", "mid"):
+        capped = model.with_settings(memory_cap=caps[cap_name])
+        for label in ("one call per move", "all at once"):
+            print(f"[bench_plan] p32 {cap_name} {label}", file=sys.stderr, flush=True)
+            patch = mock.patch.object(Guide, "shortlist", one_by_one) \
+                if label == "one call per move" else contextlib.nullcontext()
+            with patch:
+                result = plan(capped, time_limit=args.time_limit, others=True)
+            cells = [_fmt(result.result.span), _pct(result.result.gap)]
+            verdicts = result.other_placements()
+            for placement in placements:
+                verdict = verdicts.get(placement, {})
+                if "found" not in verdict:
+                    cells.append("-" if not verdict.get("may_be_shorter") else "no time")
+                elif verdict["found"] is None:
+                    cells.append("none")
+                else:
+                    span = verdict["found"]["span"]
+                    cells.append(f"{_fmt(span)} "
+                                 f"({_pct((result.result.span - span) / result.result.span)})")
+            lines.append(f"| {cap_name} | {caps[cap_name] / 1e9:.0f} | {label} | "
+                         + " | ".join(cells) + " |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    v = placed(model.with_settings(memory_cap=caps["tight"]), "v")
+    bound = SplitBound(v)
+    moves = list(transfers(even_split(v)))
+    began = time.perf_counter()
+    one = [bound(sizes) for sizes in moves]
+    middle = time.perf_counter()
+    many = bound.many(moves)
+    end = time.perf_counter()
+    assert one == many
+    lines += ["", f"Ranking the {len(moves):,} moves of V's even split (tight cap): "
+                  f"{middle - began:.2f} s one call per move, {end - middle:.3f} s at once "
+                  f"(the same values)."]
+    return lines
+
+
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
          "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
          "dfloor": part_dfloor, "lfloor": part_lfloor, "guided": part_guided,
          "guided16": part_guided16, "others": part_others, "headroom": part_headroom,
-         "limits": part_limits, "short": part_short}
+         "limits": part_limits, "short": part_short, "p32": part_p32}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -994,7 +1065,7 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, "
                              f"solvers, vfloor, ifloor, dfloor, lfloor, guided, guided16, others, "
-                             f"headroom, limits, short only when named)")
+                             f"headroom, limits, short, p32 only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)
