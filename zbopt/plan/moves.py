@@ -17,8 +17,8 @@ device's memory area and round trips), so that scheduling, a second a split, sta
 bound is least. At p = 16 a split of V or interleaved has about a thousand moves and the guide
 costs 10 to 30 ms: weighing every move cost a descent step half a minute. Past MANY moves, on
 those two placements the walk weighs only the SHORTLIST moves that zbopt.plan.paired_bound's
-per-split bound ranks first (all of a split's moves at once: 20 ms for the 4,000 of a 128-layer
-model at p = 32, where one call a move took 3 s, longer than a short search's share of a plan),
+per-split bound ranks first (all of a split's moves at once: 17 ms for the 3,969 of a 128-layer
+V model at p = 32, where one call a move took 3.3 s, more than a short search's share of a plan),
 and descends by the first of them that lowers the guide (part guided16: V 0.3% and 5.9% shorter
 than weighing every move, interleaved 5.4% shorter on the 32k model and 3.8% longer on the 128k
 one).

@@ -224,7 +224,8 @@ class SplitBound:
     def many(self, splits: Sequence[Sequence[int]]) -> list[float]:
         """The bound of each partition of `splits`, as __call__ gives it, each device's bound
         over all of them at once (numpy): at p = 32 a split has about 4,000 moves, and one call
-        a move took 1.2 ms, five seconds a step of zbopt.plan.moves.descend."""
+        a move took 0.8 ms, 3.3 s a step of zbopt.plan.moves.descend, where this takes 17 ms
+        (results/plan.md, part p32)."""
         if not len(splits):
             return []
         cuts = np.zeros((len(splits), len(splits[0]) + 1), dtype=np.int64)
