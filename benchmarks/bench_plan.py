@@ -63,7 +63,7 @@ except the solvers part.
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
                                           solvers,vfloor,ifloor,dfloor,lfloor,guided,guided16,
-                                          others,headroom,limits,short,p32]
+                                          others,headroom,limits,short,p32,p32v]
                                   [--time-limit S] [--caps tight,mid] [--solvers A,B] [--reps N] [--limits S,S,...]
                                   [--short-limits S,S,...]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
@@ -1035,12 +1035,42 @@ def part_p32(args) -> list[str]:
     return lines
 
 
+def part_p32v(args) -> list[str]:
+    """plan(model, ("v",)) on part p32's model at its tight and mid caps, twice one after the
+    other: the peer keeps V's bound programme within BUDGET (PLANNED_FLOOR_SHARE = 0: past it
+    the load over p or CP-SAT's largest device load stands in), then as zbopt does, the
+    programme with up to PLANNED_FLOOR_SHARE of the placement's time."""
+    import zbopt.plan.search as search_module
+    model = estimated(LLAMA31_405B, 128256, 32, 64)
+    caps = cap_levels(model)
+    lines = [f"`plan(model, (\"v\",), time_limit={args.time_limit:g})` on {model.name} at p=32, "
+             f"m=64 (part p32's model). Peer: V's bound programme within BUDGET alone; now: "
+             f"with up to {search_module.PLANNED_FLOOR_SHARE:.0%} of the placement's time. "
+             f"Spans and bounds in us.", "",
+             "| cap | programme | span | bound (all splits) | certified gap | splits scheduled |",
+             _rule("|" * 7)]
+    for cap_name in ("tight", "mid"):
+        capped = model.with_settings(memory_cap=caps[cap_name])
+        for label in ("within BUDGET", "with its share"):
+            print(f"[bench_plan] p32v {cap_name} {label}", file=sys.stderr, flush=True)
+            patch = mock.patch.object(search_module, "PLANNED_FLOOR_SHARE", 0.0) \
+                if label == "within BUDGET" else contextlib.nullcontext()
+            with patch:
+                result = plan(capped, ("v",), time_limit=args.time_limit)
+            lines.append(f"| {cap_name} | {label} | {_fmt(result.result.span)} | "
+                         f"{_fmt(result.result.lower_bound)} | {_pct(result.result.gap)} | "
+                         f"{result.partitions_scheduled} |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    return lines
+
+
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
          "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
          "dfloor": part_dfloor, "lfloor": part_lfloor, "guided": part_guided,
          "guided16": part_guided16, "others": part_others, "headroom": part_headroom,
-         "limits": part_limits, "short": part_short, "p32": part_p32}
+         "limits": part_limits, "short": part_short, "p32": part_p32,
+         "p32v": part_p32v}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -1065,7 +1095,7 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, "
                              f"solvers, vfloor, ifloor, dfloor, lfloor, guided, guided16, others, "
-                             f"headroom, limits, short, p32 only when named)")
+                             f"headroom, limits, short, p32, p32v only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)

@@ -6,6 +6,7 @@ import json
 import math
 import random
 import shutil
+import time
 
 import pytest
 from test_plan import EXAMPLE, _partitions, _random_model
@@ -238,6 +239,34 @@ def test_a_paired_floor_past_its_deadline_is_the_load_over_p():
         assert placement_floor(on, deadline=0.0) == pytest.approx(
             plan_search._total_load(on) / model.devices)
     assert placement_floor(placed(model, "v")) == pytest.approx(224000)  # with the time
+
+
+def test_the_planned_v_placement_runs_its_programme_past_the_budget_within_its_share(
+        monkeypatch):
+    # at p = 32 on 128 layers V's programme is 5x BUDGET and takes 6 s: the placement a plan
+    # plans over may spend PLANNED_FLOOR_SHARE of its time on it (V_SECONDS for BUDGET), a
+    # placement only bounded for the others' lines may not; here BUDGET is scaled down alike
+    from zbopt.plan.paired_bound import v_floor
+    model = placed(load_model(EXAMPLE), "v")
+    operations = model.devices * model.num_layers ** 4 / 4
+    exact = v_floor(model, budget=operations)
+    load = plan_search._total_load(model) / model.devices
+    assert exact > load * (1 + 1e-6)
+    small = operations / 4  # the programme is 4x the budget
+    monkeypatch.setattr(plan_search, "BUDGET", small)
+    # CP-SAT's largest device load (the fallback past the budget) meets it here too: left out
+    monkeypatch.setattr(plan_search, "load_floor", lambda model, seconds: None)
+    # with 100 s left, 30 s of V's pace covers 30 / V_SECONDS budgets: it runs, past `budget`
+    deadline = time.perf_counter() + 100
+    assert placement_floor(model, budget=small, deadline=deadline, planned=True) == \
+        pytest.approx(exact)
+    assert placement_floor(model, budget=small, deadline=deadline) == pytest.approx(load)
+    # its share too short for four budgets (V_SECONDS each): the load over p, as before
+    assert placement_floor(model, budget=small, deadline=time.perf_counter() + 1.0,
+                           planned=True) == pytest.approx(load)
+    # a programme that outlives its deadline gives nothing (the floor falls back)
+    assert v_floor(model, budget=operations, deadline=time.perf_counter() - 1) is None
+    assert v_floor(model, budget=operations, deadline=time.perf_counter() + 100) == exact
 
 
 # ----- item: the cap messages --------------------------------------------------------------------

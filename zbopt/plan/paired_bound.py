@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from typing import Optional, Sequence
 
 import numpy as np
@@ -114,10 +115,11 @@ def least_shortfall(model: LayeredModel, time_limit: float = SHORTFALL_SECONDS
     return short[device], device, sizes, status == cp_model.OPTIMAL
 
 
-def v_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
+def v_floor(model: LayeredModel, budget: float = BUDGET,
+            deadline: Optional[float] = None) -> Optional[float]:
     """The least over V partitions that fit the cap of the largest device bound (see the module
     doc); inf when no partition fits the cap; None when the programme is larger than `budget`
-    element operations."""
+    element operations, or when `deadline` (perf_counter) passes before it ends."""
     n, p = model.num_layers, model.devices
     if 2 * p > n or p * n ** 4 / 4 > budget:
         return None
@@ -127,7 +129,8 @@ def v_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
     # device d: stage d's path runs 2p-2-d hops each way (p-1 and p share a device), 2p-1-d's d;
     # the devices after d need 2(p-1-d) layers between its two segments
     return _outside_in(n, p, after, lambda d: 2 * (p - 1 - d),
-                       lambda d, i, a, b, j: costs.device(d, (i, a, 2 * p - 2 - d), (b, j, d)))
+                       lambda d, i, a, b, j: costs.device(d, (i, a, 2 * p - 2 - d), (b, j, d)),
+                       deadline)
 
 
 def interleaved_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
@@ -238,12 +241,16 @@ class SplitBound:
         return [float(v) for v in values]
 
 
-def _outside_in(n: int, levels: int, after: np.ndarray, middle, cost) -> float:
+def _outside_in(n: int, levels: int, after: np.ndarray, middle, cost,
+                deadline: Optional[float] = None) -> Optional[float]:
     """The programme from the outside in: level l (from the last) takes layers [i, a) after the
     l outer segments on the left and [b, j) before the l on the right, leaving [a, b) with at
     least middle(l) layers for the levels inside, whose least bound from (a, b) is `after`;
-    cost(l, i, a, b, j) is level l's bound, the ends a, b and j as broadcasting arrays."""
+    cost(l, i, a, b, j) is level l's bound, the ends a, b and j as broadcasting arrays. None
+    when `deadline` (perf_counter) passes before the last level."""
     for level in range(levels - 1, -1, -1):
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
         gap = middle(level)
         now = np.full((n + 1, n + 1), math.inf)
         for i in range(level, n - level - 1):

@@ -874,7 +874,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         else:
             if placement in PAIRED:  # up to seconds on large models: say what runs
                 search.tell("bounds")
-            floor = placement_floor(placed, deadline=budget_end)
+            floor = placement_floor(placed, deadline=budget_end, planned=True)
         if math.isinf(floor):  # proven: no split fits, so no schedule on it to look for
             bounds[placement] = floor
             continue
@@ -1064,6 +1064,13 @@ LOAD_FLOOR_SECONDS = 2.0
 # the slowest of the paired programmes at BUDGET (dualpipe on 102 layers at p = 16: 7 s): with a
 # deadline, their budget is BUDGET times the seconds left over this
 BUDGET_SECONDS = 7.0
+# V's programme at BUDGET (82 layers at p = 16: 1.8e8 operations in 0.7 s; 128 layers at p = 32:
+# 2.1e9 in 6 s): on the placement planned over it may take PLANNED_FLOOR_SHARE of the placement's
+# time at that pace, past BUDGET (results/plan.md, part p32v: at p = 32 on a Llama 3.1 405B
+# shape, 60 s plans, V's bound over all partitions 25% higher at the tight cap, certified gap
+# 46.91% -> 33.63%, the same at the mid cap, where the cap does not bind it; the same spans)
+V_SECONDS = 1.6
+PLANNED_FLOOR_SHARE = 0.3
 # below this CP-SAT is not started (load_floor itself declines a model too large to set up in
 # the time it is given: zbopt.plan.load_floor.affordable)
 MIN_LOAD_FLOOR_SECONDS = 0.01
@@ -1091,7 +1098,7 @@ def placed(model: LayeredModel, placement: str) -> LayeredModel:
 
 
 def placement_floor(model: LayeredModel, budget: float = BUDGET,
-                    deadline: Optional[float] = None) -> float:
+                    deadline: Optional[float] = None, planned: bool = False) -> float:
     """A lower bound on the span of every schedule of single passes of every partition on the
     model's placement (inf: no partition fits the cap): the segment programme's least bound on
     contiguous (with a `deadline`, where its table can be made by then; else the least largest
@@ -1100,14 +1107,30 @@ def placement_floor(model: LayeredModel, budget: float = BUDGET,
     operations; with a `deadline`, no more than BUDGET_SECONDS for BUDGET allows in the time
     left), else by zbopt.plan.load_floor's least largest device load (LOAD_FLOOR_SECONDS at the
     full budget, in proportion below it, not past the deadline, and not started where its
-    model cannot be set up in that time, zbopt.plan.load_floor.affordable)."""
+    model cannot be set up in that time, zbopt.plan.load_floor.affordable).
+    planned (the placement plan() plans over, `deadline` the end of its share): V's programme
+    may also take up to PLANNED_FLOOR_SHARE of the time left, at its own pace (V_SECONDS for
+    BUDGET), past `budget`, and is stopped there if it runs slower."""
     if model.placement == "contiguous":
         return _contiguous_floor(model, deadline)[0]
+    programme_deadline = None
     if deadline is not None:  # the programme's budget and CP-SAT's time, in the time left
-        budget = min(budget, BUDGET * max(0.0, deadline - time.perf_counter()) / BUDGET_SECONDS)
+        left = max(0.0, deadline - time.perf_counter())
+        budget = min(budget, BUDGET * left / BUDGET_SECONDS)
+        if planned and model.placement == "v":
+            share = PLANNED_FLOOR_SHARE * left
+            if BUDGET * share / V_SECONDS > budget:
+                budget, programme_deadline = BUDGET * share / V_SECONDS, \
+                    time.perf_counter() + share
     floor = _total_load(model) / model.devices
     paired = PAIRED.get(model.placement)
-    value = paired(model, budget) if paired is not None else None
+    if paired is None:
+        value = None
+    elif programme_deadline is not None:
+        value = paired(model, budget, deadline=programme_deadline)
+    else:
+        value = paired(model, budget)
+    budget = min(budget, BUDGET)  # CP-SAT's time as before past the programme's own budget
     seconds = LOAD_FLOOR_SECONDS * budget / BUDGET
     if deadline is not None:
         seconds = min(seconds, deadline - time.perf_counter())
