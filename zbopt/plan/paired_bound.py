@@ -133,16 +133,20 @@ def v_floor(model: LayeredModel, budget: float = BUDGET,
                        deadline)
 
 
-def interleaved_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
+def interleaved_floor(model: LayeredModel, budget: float = BUDGET,
+                      deadline: Optional[float] = None) -> Optional[float]:
     """The least over interleaved partitions (two chunks) that fit the cap of the largest device
-    bound (see the module doc); inf when none fits; None for other chunk counts, one device, or
-    when the programme is larger than `budget` element operations."""
+    bound (see the module doc); inf when none fits; None for other chunk counts, one device,
+    when the programme is larger than `budget` element operations, or when `deadline`
+    (perf_counter) passes before it ends."""
     n, p = model.num_layers, model.devices
     if model.num_stages != 2 * p or p < 2 or 2 * p > n or p * n ** 5 / 30 > budget:
         return None
     costs = _Costs(model)
     best = math.inf
     for start in range(p, n - p + 1):  # the second chunk's first layer
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
         # after[a, b - start]: the devices after d from stage d+1 at layer a and p+d+1 at b
         after = np.full((start + 1, n - start + 1), math.inf)
         after[start, n - start] = 0.0
@@ -166,10 +170,11 @@ def interleaved_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[f
     return best
 
 
-def dualpipe_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[float]:
+def dualpipe_floor(model: LayeredModel, budget: float = BUDGET,
+                   deadline: Optional[float] = None) -> Optional[float]:
     """The least over dualpipe partitions that fit the cap of the largest device bound (see the
-    module doc); inf when none fits; None with one device or when the programme is larger than
-    `budget` element operations."""
+    module doc); inf when none fits; None with one device, when the programme is larger than
+    `budget` element operations, or when `deadline` (perf_counter) passes before it ends."""
     n, p, m = model.num_layers, model.devices, model.microbatches
     if p < 2 or p > n or p * n ** 4 / 4 > budget:
         return None
@@ -191,7 +196,7 @@ def dualpipe_floor(model: LayeredModel, budget: float = BUDGET) -> Optional[floa
         return np.maximum(*(costs.device(e, (i, a, p - 1 - q), (b, j, q), runs=half,
                                          together=False) for e in (q, p - 1 - q)))
     # the parts between q and p-1-q need p-2q-2 layers
-    return _outside_in(n, p // 2, after, lambda q: p - 2 * q - 2, pair)
+    return _outside_in(n, p // 2, after, lambda q: p - 2 * q - 2, pair, deadline)
 
 
 class SplitBound:

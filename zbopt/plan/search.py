@@ -1113,24 +1113,17 @@ def placement_floor(model: LayeredModel, budget: float = BUDGET,
     BUDGET), past `budget`, and is stopped there if it runs slower."""
     if model.placement == "contiguous":
         return _contiguous_floor(model, deadline)[0]
-    programme_deadline = None
+    programme_budget, programme_deadline = budget, None
     if deadline is not None:  # the programme's budget and CP-SAT's time, in the time left
         left = max(0.0, deadline - time.perf_counter())
-        budget = min(budget, BUDGET * left / BUDGET_SECONDS)
-        if planned and model.placement == "v":
-            share = PLANNED_FLOOR_SHARE * left
-            if BUDGET * share / V_SECONDS > budget:
-                budget, programme_deadline = BUDGET * share / V_SECONDS, \
-                    time.perf_counter() + share
+        budget = programme_budget = min(budget, BUDGET * left / BUDGET_SECONDS)
+        share = PLANNED_FLOOR_SHARE * left
+        if planned and model.placement == "v" and BUDGET * share / V_SECONDS > budget:
+            programme_budget = BUDGET * share / V_SECONDS
+            programme_deadline = time.perf_counter() + share
     floor = _total_load(model) / model.devices
     paired = PAIRED.get(model.placement)
-    if paired is None:
-        value = None
-    elif programme_deadline is not None:
-        value = paired(model, budget, deadline=programme_deadline)
-    else:
-        value = paired(model, budget)
-    budget = min(budget, BUDGET)  # CP-SAT's time as before past the programme's own budget
+    value = paired(model, programme_budget, programme_deadline) if paired is not None else None
     seconds = LOAD_FLOOR_SECONDS * budget / BUDGET
     if deadline is not None:
         seconds = min(seconds, deadline - time.perf_counter())
