@@ -34,6 +34,15 @@ CONFIGS = {
                  "use_parallel_residual": True, "tie_word_embeddings": False},
     "phi": {"model_type": "phi", **SMALL, "partial_rotary_factor": 0.5, "hidden_act": "gelu_new"},
     "phi-qk-norm": {"model_type": "phi", **SMALL, "qk_layernorm": True},
+    "phi3": {"model_type": "phi3", **SMALL, "num_key_value_heads": 2, "pad_token_id": 0},
+    "gemma3_text": {"model_type": "gemma3_text", **SMALL, "num_key_value_heads": 2, "head_dim": 64,
+                    "hidden_activation": "gelu_pytorch_tanh"},
+    "olmo2": {"model_type": "olmo2", **SMALL, "num_key_value_heads": 2},
+    "olmo2-biases": {"model_type": "olmo2", **SMALL, "attention_bias": True},
+    "cohere": {"model_type": "cohere", **SMALL, "num_key_value_heads": 2, "use_qk_norm": True},
+    "cohere-no-qk-norm": {"model_type": "cohere", **SMALL},
+    "starcoder2": {"model_type": "starcoder2", **SMALL, "num_key_value_heads": 2},
+    "starcoder2-no-bias": {"model_type": "starcoder2", **SMALL, "use_bias": False},
 }
 
 

@@ -54,7 +54,8 @@ class BlockKind:
     qkv_bias: bool | str = "attention_bias"
     out_bias: bool | str = "attention_bias"
     mlp_bias: bool | str = False
-    qk_norm: bool | str = False  # a norm of width head_dim on q and one on k
+    qk_norm: bool | str = False  # a norm on q and one on k
+    qk_norm_full: bool = False  # those norms span all heads (q's and k's widths), not one head
     grouped_kv: bool = True  # k and v have num_key_value_heads heads
     head_bias: bool = False  # the output projection has a bias
 
@@ -70,6 +71,12 @@ BLOCKS = {
     "qwen3": BlockKind(gated=True, qk_norm=True),
     "gemma": BlockKind(gated=True),
     "gemma2": BlockKind(gated=True, norms=4),
+    "gemma3_text": BlockKind(gated=True, norms=4, qk_norm=True),
+    "phi3": BlockKind(gated=True, qkv_bias=False, out_bias=False),  # q, k, v and gate, up fused
+    "olmo2": BlockKind(gated=True, qk_norm=True, qk_norm_full=True),
+    "cohere": BlockKind(gated=True, norms=1, qk_norm="use_qk_norm", qk_norm_full=True),
+    "starcoder2": BlockKind(gated=False, norm_bias=True, qkv_bias="use_bias", out_bias="use_bias",
+                            mlp_bias="use_bias"),
     "gpt2": _LEARNED,
     "gpt_neox": BlockKind(gated=False, norm_bias=True, mlp_bias=True, grouped_kv=False),
     "phi": BlockKind(gated=False, norms=1, norm_bias=True, qkv_bias=True, out_bias=True,
@@ -189,7 +196,7 @@ def _vectors(block: BlockKind, config, hidden: int, q: int, kv: int, ffn: int, w
     vectors = block.norms * norm * hidden
     vectors += (q + 2 * kv) * on(block.qkv_bias) + hidden * on(block.out_bias)
     vectors += ((2 if block.gated else 1) * ffn + hidden) * on(block.mlp_bias)
-    vectors += 2 * norm * width * on(block.qk_norm)
+    vectors += norm * (q + kv if block.qk_norm_full else 2 * width) * on(block.qk_norm)
     return vectors, norm * hidden + vocab * block.head_bias
 
 
