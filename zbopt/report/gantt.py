@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from matplotlib.axes import Axes
-from matplotlib.collections import PatchCollection
+from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter, FuncFormatter
 
 from ..errors import ZboptError
@@ -95,10 +95,11 @@ def pass_boxes(timeline: Timeline) -> list[dict]:
     return boxes
 
 
-def _pixels(ax: Axes, width: float) -> float:
-    """How many pixels `width` time units take at the axes' current scale."""
+def _pixel_scale(ax: Axes) -> float:
+    """Pixels per time unit at the axes' current scale (look it up once per chart: asking the
+    axes its limits per box is most of a dense chart's drawing time)."""
     x0, x1 = ax.get_xlim()
-    return width * ax.bbox.width / max(x1 - x0, 1e-12)
+    return ax.bbox.width / max(x1 - x0, 1e-12)
 
 
 def edge_width(pixels: float, dpi: float) -> float:
@@ -110,9 +111,9 @@ def edge_width(pixels: float, dpi: float) -> float:
     return min(0.4, 0.1 * pixels * 72 / dpi)
 
 
-def _fits(ax: Axes, width: float, text: str, fontsize: float) -> bool:
-    """Whether `text` fits inside a block `width` time units wide."""
-    return _pixels(ax, width) >= (len(text) * 0.62 + 0.4) * fontsize * ax.figure.dpi / 72
+def _fits(pixels: float, text: str, fontsize: float, dpi: float) -> bool:
+    """Whether `text` fits inside a block `pixels` wide."""
+    return pixels >= (len(text) * 0.62 + 0.4) * fontsize * dpi / 72
 
 
 # ----- pictures ---------------------------------------------------------------------------------
@@ -124,6 +125,12 @@ def time_formatter(end: float):
     if abs(end) >= 1e9:
         return EngFormatter(sep="", places=None)
     return FuncFormatter(lambda x, _: number(x))
+
+
+def _corners(x0: float, x1: float, y0: float, y1: float) -> tuple:
+    """A box's four corners, as a PolyCollection takes them (cheaper than a Rectangle patch each:
+    a dense chart has tens of thousands)."""
+    return ((x0, y0), (x0, y1), (x1, y1), (x1, y0))
 
 
 def _new_axes(width: float, height: float) -> Axes:
@@ -150,30 +157,35 @@ def plot_gantt(timeline: Timeline, ax: Axes | None = None, devices: Sequence[int
             color=IDLE_COLOUR, linewidth=0)
     boxes = [b for b in (pass_boxes(timeline) if boxes is None else boxes)
              if b["device"] in row_of]
-    patches, colours, edges = [], [], []
+    scale, dpi = _pixel_scale(ax), ax.figure.dpi
+    colour_of: dict[tuple[int, str], str] = {}
+    corners, colours, edges = [], [], []
     for b in boxes:
         band_height = height / b["bands"]
         y = row_of[b["device"]] - height / 2 + b["band"] * band_height
-        patches.append(Rectangle((b["x0"], y), b["x1"] - b["x0"], band_height))
-        colours.append(pass_colour(timeline, b["stage"], b["kind"]))
-        edges.append(edge_width(_pixels(ax, b["x1"] - b["x0"]), ax.figure.dpi))
-    ax.add_collection(PatchCollection(patches, facecolors=colours, edgecolors="white",
-                                      linewidths=edges))
+        corners.append(_corners(b["x0"], b["x1"], y, y + band_height))
+        key = (b["stage"], b["kind"])
+        if key not in colour_of:
+            colour_of[key] = pass_colour(timeline, *key)
+        colours.append(colour_of[key])
+        edges.append(edge_width((b["x1"] - b["x0"]) * scale, dpi))
+    ax.add_collection(PolyCollection(corners, facecolors=colours, edgecolors="white",
+                                     linewidths=edges))
     outlines = []
     for d in rows:
         for item, (t0, t1) in zip(timeline.schedule.orders[d], timeline.item_times[d]):
             # at a coarse scale outlines would paint everything black: only where they read
-            if len(item) > 1 and _pixels(ax, t1 - t0) >= 14:
-                outlines.append(Rectangle((t0, row_of[d] - height / 2), t1 - t0, height))
+            if len(item) > 1 and (t1 - t0) * scale >= 14:
+                outlines.append(_corners(t0, t1, row_of[d] - height / 2, row_of[d] + height / 2))
     if outlines:
-        ax.add_collection(PatchCollection(outlines, facecolors="none", edgecolors="#222222",
-                                          linewidths=0.9))
+        ax.add_collection(PolyCollection(outlines, facecolors="none", edgecolors="#222222",
+                                         linewidths=0.9))
     if labels and boxes:
         row_pixels = ax.bbox.height / max(len(rows), 1)
         for b in boxes:
-            fontsize = min(8.0, row_pixels * 72 / ax.figure.dpi * 0.55 / b["bands"])
+            fontsize = min(8.0, row_pixels * 72 / dpi * 0.55 / b["bands"])
             text = str(b["mb"])
-            if fontsize >= 4 and _fits(ax, b["x1"] - b["x0"], text, fontsize):
+            if fontsize >= 4 and _fits((b["x1"] - b["x0"]) * scale, text, fontsize, dpi):
                 y = row_of[b["device"]] - height / 2 + (b["band"] + 0.5) * height / b["bands"]
                 ax.text((b["x0"] + b["x1"]) / 2, y, text, ha="center", va="center",
                         fontsize=fontsize, color=label_colour(timeline, b["stage"], b["kind"]),
@@ -266,11 +278,13 @@ def plot_schedule(timeline: Timeline) -> Figure:
                                left=0.08, right=0.98, top=1 - header / height,
                                bottom=footer / height)
     first = None
-    boxes = pass_boxes(timeline)
+    boxes_of: list[list[dict]] = [[] for _ in range(p)]
+    for box in pass_boxes(timeline):
+        boxes_of[box["device"]].append(box)
     for d in range(p):
         gantt_ax = figure.add_subplot(grid[2 * d], sharex=first)
         first = first or gantt_ax
-        plot_gantt(timeline, gantt_ax, devices=[d], boxes=boxes)
+        plot_gantt(timeline, gantt_ax, devices=[d], boxes=boxes_of[d])
         memory_ax = figure.add_subplot(grid[2 * d + 1], sharex=first)
         plot_memory(timeline, d, memory_ax, xmax=timeline.makespan)
         gantt_ax.set_xlabel("")
