@@ -4,13 +4,16 @@ Usage: python benchmarks/bench_report.py [--repeats N] [--peer REV]
 Cases: the shipped paper instance (p=8, m=24, every registered method), a larger
 zb-h1 schedule (p=16, m=128, 6,144 passes) for one chart, and p=32, m=64 charts (one schedule,
 four methods stacked). The default instance's report must stay at most 1 MB with every chart in
-it. With --peer, the same cases are timed again in the same run with zbopt/report as it was at
-commit REV (benchmarks/peer.py), one case after the other, and the table gives the ratio.
+it. The report cases with jobs=2 draw their charts in two processes (zbopt.report.gantt.drawn), a
+peer from before that option in one. With --peer, the same cases are timed again in the same
+run with zbopt/report as it was at commit REV (benchmarks/peer.py), after this tree's, and the
+table gives the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import io
 import json
 import os
@@ -26,6 +29,9 @@ from zbopt.compare import compare, run_method
 from zbopt.instance import Instance, default_instance_path, load_instance
 from zbopt.report.gantt import plot_schedule, plot_stacked
 from zbopt.report.html import render_report
+
+# the charts in two processes (a peer from before --jobs draws them in one)
+JOBS = {"jobs": 2} if "jobs" in inspect.signature(render_report).parameters else {}
 
 
 def timed(fn, repeats: int) -> tuple[float, float, float, object]:
@@ -51,7 +57,8 @@ def cases(paper, rows) -> list:
                                          memory_cap="1p")).timeline
     p32 = Instance(devices=32, microbatches=64, t_f=18522, t_b=18086, t_w=9337, comm=601,
                    m_b=201216, m_w=73728, memory_cap="1p")
-    wide = [run_method(name, p32).timeline for name in ("1f1b", "zb-h1", "zb-h2", "zb-greedy")]
+    wide_rows = [run_method(name, p32) for name in ("1f1b", "zb-h1", "zb-h2", "zb-greedy")]
+    wide = [r.timeline for r in wide_rows]
     return [
         (f"plot_schedule + PNG, paper p=8 m=24, zb-h1 ({paper.num_passes} passes)",
          lambda: png(plot_schedule(zbh1))),
@@ -67,6 +74,12 @@ def cases(paper, rows) -> list:
          lambda: png(plot_schedule(wide[1]))),
         (f"plot_stacked + PNG, p=32 m=64, {len(wide)} methods",
          lambda: png(plot_stacked(wide))),
+        (f"render_report, paper p=8 m=24, {len(timelines)} methods, jobs=2",
+         lambda: len(render_report(paper, rows, **JOBS).encode())),
+        (f"render_report, p=32 m=64, {len(wide)} methods, jobs=1",
+         lambda: len(render_report(p32, wide_rows).encode())),
+        (f"render_report, p=32 m=64, {len(wide)} methods, jobs=2",
+         lambda: len(render_report(p32, wide_rows, **JOBS).encode())),
     ]
 
 

@@ -1,22 +1,18 @@
 """Run every applicable method on an instance, each judged by evaluate(), as Results.
 
 With `jobs` > 1 the methods of a large instance run in that many processes: this one and
-forked workers (which share its imports and hash seed and compute exactly what it would); the
-rows come back in the order the methods were named.
+forked workers (zbopt.forked: they compute exactly what it would); the rows come back in the
+order the methods were named.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import pickle
-import signal
-import sys
-from queue import Empty
 from typing import Callable, Iterable, Optional
 
 from .bounds import check_objective
 from .errors import ZboptError
+from .forked import can_fork, run_forked
 from .instance import Instance, require_instance
 from .registry import methods, run
 from .result import Result
@@ -72,7 +68,7 @@ def compare(instance: Instance, methods_: Iterable[str] | None = None, chunks: i
                 and registry[name].placement == "interleaved" and registry[name].kind != "solver":
             target = instance.with_placement("interleaved", chunks)
         tasks.append((name, target, objective))
-    if jobs > 1 and len(tasks) > 1 and instance.num_passes >= PARALLEL_FROM and _can_fork() \
+    if jobs > 1 and len(tasks) > 1 and instance.num_passes >= PARALLEL_FROM and can_fork() \
             and all(registry[name].kind != "solver" for name in names):
         return _in_workers(tasks, _two_ended(tasks, registry), jobs, progress)
     rows = []
@@ -81,10 +77,6 @@ def compare(instance: Instance, methods_: Iterable[str] | None = None, chunks: i
             progress(f"compare: {name} ({i + 1}/{len(tasks)})")
         rows.append(run(name, target, objective=objective))
     return rows
-
-
-def _can_fork() -> bool:
-    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
 
 
 def _two_ended(tasks: list[tuple[str, Instance, str]], registry) -> list[int]:
@@ -109,114 +101,27 @@ def _two_ended(tasks: list[tuple[str, Instance, str]], registry) -> list[int]:
     return [i for g in [ranked[0]] + ranked[2:] for i in g] + ranked[1][::-1]
 
 
-def _run_task(task: tuple[int, str, Instance, str]) -> tuple[int, Result]:
-    i, name, target, objective = task
-    return i, run(name, target, objective=objective)
-
-
-def _ignore_interrupt() -> None:
-    # Ctrl-C is the parent's to handle: it stops the workers, with SIGTERM, whose default
-    # action ends a worker at once (a forked worker inherits the command's own SIGTERM handler)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _in_workers(tasks: list[tuple[str, Instance, str]], order: list[int], jobs: int,
                 progress: Optional[Callable[[str], None]]) -> list[Result]:
-    """This process and jobs - 1 forked workers take the tasks of `order`, this process from
-    the front, the first worker from the back, others from the front too. Only the workers'
-    rows travel (pickled), and this process never waits idle while tasks are left."""
+    """The tasks of `order` shared with jobs - 1 forked workers (zbopt.forked.run_forked)."""
     rows: list[Optional[Result]] = [None] * len(tasks)
-    sys.stdout.flush()  # a forked worker must not write this process's buffered output again
-    sys.stderr.flush()
-    context = multiprocessing.get_context("fork")
-    lock = context.Lock()
-    ends = context.Array("i", [0, len(order)], lock=False)  # next at the front, past the back
-    queue = context.Queue()
-    workers = [context.Process(target=_worker, daemon=True,
-                               args=(tasks, order, ends, lock, queue, w == 0))
-               for w in range(min(jobs, len(tasks)) - 1)]
-    done = 0
+    finished = 0
 
-    def finished(i: int, row: Result) -> None:
-        nonlocal done
+    def done(i: int, row: Result) -> None:
+        nonlocal finished
         rows[i] = row
-        done += 1
+        finished += 1
         if progress is not None:
-            progress(f"compare: {done}/{len(tasks)} methods done ({row.method}: {row.runtime:.1f} s)")
+            progress(f"compare: {finished}/{len(tasks)} methods done ({row.method}: "
+                     f"{row.runtime:.1f} s)")
 
-    running = len(workers)
-
-    def collect(wait: bool) -> None:
-        nonlocal running
-        while running:
-            try:
-                message = queue.get(timeout=0.2) if wait else queue.get_nowait()
-            except Empty:
-                if not wait:
-                    return
-                if not any(w.is_alive() for w in workers) and queue.empty():
-                    raise RuntimeError("a compare worker process stopped without its rows") from None
-                continue
-            if message is None:
-                running -= 1
-            elif message[2] is not None:
-                raise message[2]
-            else:
-                finished(message[0], message[1])
-
-    try:
-        for worker in workers:
-            worker.start()
+    def started(processes: int) -> None:
         if progress is not None:
-            progress(f"compare: {len(tasks)} methods in {len(workers) + 1} processes")
-        while (k := _take(ends, lock, back=False)) is not None:
-            i = order[k]
-            finished(i, _run_task((i, *tasks[i]))[1])
-            collect(wait=False)
-        collect(wait=True)
-        for worker in workers:
-            worker.join()
-    finally:
-        for worker in workers:  # after an error or an interrupt, stops the workers at once
-            if worker.is_alive():
-                worker.terminate()
-                worker.join()
+            progress(f"compare: {len(tasks)} methods in {processes} processes")
+
+    run_forked(order, lambda i: run(tasks[i][0], tasks[i][1], objective=tasks[i][2]), jobs, done,
+               started)
     return rows  # type: ignore[return-value]
-
-
-def _take(ends, lock, back: bool) -> Optional[int]:
-    """The position in the order of the next task to run (None: none left)."""
-    with lock:
-        if ends[0] >= ends[1]:
-            return None
-        if back:
-            ends[1] -= 1
-            return ends[1]
-        ends[0] += 1
-        return ends[0] - 1
-
-
-def _worker(tasks, order, ends, lock, queue, back: bool) -> None:
-    _ignore_interrupt()
-    try:
-        while (k := _take(ends, lock, back)) is not None:
-            i = order[k]
-            try:
-                queue.put(_run_task((i, *tasks[i])) + (None,))
-            except Exception as err:  # this process's failure, told to the parent as it is
-                queue.put((i, None, _picklable(err)))
-                return
-    finally:
-        queue.put(None)
-
-
-def _picklable(err: Exception) -> Exception:
-    try:
-        pickle.loads(pickle.dumps(err))
-        return err
-    except Exception:
-        return RuntimeError(f"{type(err).__name__}: {err}")
 
 
 def best_of(results: Iterable[Result], objective: str = "span",

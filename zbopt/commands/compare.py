@@ -66,8 +66,9 @@ def add_method_arguments(parser) -> None:
     parser.add_argument("--threads", type=positive_int, default=2,
                         help="with --solve, the solver's threads (default 2)")
     parser.add_argument("--jobs", type=positive_int, default=None,
-                        help="worker processes for the methods of a large instance (default: 2, "
-                             "or 1 on a single core); the rows do not depend on it")
+                        help="worker processes for the methods of a large instance and for "
+                             "its charts (default: 2, or 1 on a single core); the rows and "
+                             "charts do not depend on it")
 
 
 class _SolverGiven(argparse.Action):
@@ -107,12 +108,18 @@ def method_names(args) -> list[str]:
     return names
 
 
+def jobs_of(args) -> int:
+    """--jobs, or its default: 2 processes, 1 on a single core."""
+    from ..compare import available_cores
+    return args.jobs if args.jobs is not None else min(2, available_cores())
+
+
 def rows_for(instance, args, report=None, stored=None) -> list:
     """The Results `compare` shows: the schedule of the schedule or plan file given as the
     instance (`stored`, its ScheduleFile), every schedule method (or --methods), and with
     --solve the solver's (compare and report share this). `report` is a Progress for stderr."""
-    from ..compare import available_cores, compare
-    jobs = args.jobs if args.jobs is not None else min(2, available_cores())
+    from ..compare import compare
+    jobs = jobs_of(args)
     names = method_names(args)
     check_chunks(args.chunks, instance, names)
     rows = [] if stored is None else [file_row(instance, stored, args.instance, args.objective)]
@@ -216,7 +223,8 @@ def run(args) -> int:
             timelines = [_named(r) for r in rows if r.applies]
             refuse_directories(compare_plot_paths(timelines, plot_dir))  # the names as written
             write_compare_plots(timelines, plot_dir, force=args.force,
-                                progress=lambda text: report.update(f"compare: {text}"))
+                                progress=lambda text: report.update(f"compare: {text}"),
+                                jobs=jobs_of(args))
     if args.json:
         print_json([r.to_dict() for r in rows])
         return 0

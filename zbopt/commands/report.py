@@ -13,7 +13,7 @@ from ._common import (
     progress,
     solver_for,
 )
-from .compare import add_method_arguments, check_solvable, method_names, rows_for
+from .compare import add_method_arguments, check_solvable, jobs_of, method_names, rows_for
 
 
 def register(sub) -> None:
@@ -39,6 +39,6 @@ def run(args) -> int:
         # the same rows as `zbopt compare`: a schedule or plan file's own schedule first
         rows = rows_for(instance, args, report, stored)
         write_report(out, instance, rows, force=args.force,
-                     progress=lambda text: report.update(f"report: {text}"))
+                     progress=lambda text: report.update(f"report: {text}"), jobs=jobs_of(args))
     print(f"wrote {out}")
     return 0

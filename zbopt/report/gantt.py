@@ -328,6 +328,42 @@ def plot_stacked(timelines: Sequence[Timeline]) -> Figure:
     return figure
 
 
+# ----- drawing many charts ----------------------------------------------------------------------
+
+# Below this many passes over all of a command's charts, drawing them takes a few seconds and
+# forking workers would not pay.
+CHARTS_PARALLEL_FROM = 5_000
+
+
+def drawn(count: int, draw: Callable[[int], object], name: Callable[[int], str],
+          tell: Callable[[str], None], jobs: int = 1, passes: int = 0,
+          first: int = 0) -> list:
+    """draw(i) for every chart i < count, each told by `tell` (they take seconds each). With
+    jobs > 1 and `passes` (over all the charts) at least CHARTS_PARALLEL_FROM, the charts are
+    drawn in that many processes (zbopt.forked), chart `first` (the largest) first; the
+    results are the same."""
+    from ..forked import can_fork, run_forked
+    if jobs > 1 and count > 1 and passes >= CHARTS_PARALLEL_FROM and can_fork():
+        out: list = [None] * count
+        finished = 0
+
+        def done(i: int, value: object) -> None:
+            nonlocal finished
+            out[i] = value
+            finished += 1
+            tell(f"chart {finished}/{count} drawn: {name(i)}")
+
+        order = [first] + [i for i in range(count) if i != first]
+        run_forked(order, draw, jobs, done,
+                   lambda processes: tell(f"{count} charts in {processes} processes"))
+        return out
+    out = []
+    for i in range(count):
+        tell(f"chart {i + 1}/{count}: {name(i)}")
+        out.append(draw(i))
+    return out
+
+
 # ----- files ------------------------------------------------------------------------------------
 
 def slug(name: str) -> str:
@@ -392,12 +428,14 @@ def check_plot_dir(outdir: str | Path, names: Sequence[str], force: bool = False
 
 def write_compare_plots(timelines: Iterable[Timeline], outdir: str | Path,
                         force: bool = False,
-                        progress: Callable[[str], None] | None = None) -> list[Path]:
+                        progress: Callable[[str], None] | None = None,
+                        jobs: int = 1) -> list[Path]:
     """One PNG per method (Gantt + memory per device) and one stacked figure (PNG and SVG),
     all written or none (the directory is created if its parent exists).
 
     Refuses, before drawing anything, when one of the files exists (unless force).
-    `progress(text)` hears of each chart as it is drawn (they take seconds each)."""
+    `progress(text)` hears of each chart as it is drawn (they take seconds each); `jobs`
+    processes draw them (drawn())."""
     from ..export.outputs import check_targets, write_all
     timelines = list(timelines)
     if not timelines:
@@ -411,13 +449,18 @@ def write_compare_plots(timelines: Iterable[Timeline], outdir: str | Path,
         raise ZboptError(f"{existing[0]} exists: choose another directory or pass --force "
                          f"to overwrite the charts in it")
     check_targets(paths, force, new_dirs=[outdir])
-    tell = progress or (lambda text: None)
-    charts = {}
-    for i, (timeline, path) in enumerate(zip(timelines, paths)):
-        tell(f"chart {i + 1}/{len(timelines) + 1}: {timeline.schedule.method}")
-        charts[path] = figure_bytes(plot_schedule(timeline), ".png")
-    tell(f"chart {len(timelines) + 1}/{len(timelines) + 1}: all methods stacked")
-    stacked = plot_stacked(timelines)
-    for path in paths[len(timelines):]:
-        charts[path] = figure_bytes(stacked, path.suffix)
-    return write_all(charts, force, new_dirs=[outdir])
+    n = len(timelines)
+
+    def draw(i: int) -> list[bytes]:
+        if i < n:
+            return [figure_bytes(plot_schedule(timelines[i]), ".png")]
+        stacked = plot_stacked(timelines)
+        return [figure_bytes(stacked, path.suffix) for path in paths[n:]]
+
+    def name(i: int) -> str:
+        return timelines[i].schedule.method if i < n else "all methods stacked"
+
+    pictures = drawn(n + 1, draw, name, progress or (lambda text: None), jobs,
+                     sum(t.instance.num_passes for t in timelines) * 2, first=n)
+    data = [b for chart in pictures for b in chart]
+    return write_all(dict(zip(paths, data)), force, new_dirs=[outdir])

@@ -24,6 +24,7 @@ from .gantt import (
     IDLE_COLOUR,
     KIND_COLOURS,
     KIND_NAMES,
+    drawn,
     is_overlapped,
     label_colour,
     pass_colour,
@@ -235,9 +236,11 @@ def _legend() -> str:
 
 
 def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
-                  charts: bool = True, progress: Callable[[str], None] | None = None) -> str:
+                  charts: bool = True, progress: Callable[[str], None] | None = None,
+                  jobs: int = 1) -> str:
     """The whole report as one HTML string (see the module doc); `progress(text)` hears of
-    each chart as it is drawn (they take seconds each)."""
+    each chart as it is drawn (they take seconds each); `jobs` processes draw them (see
+    zbopt.report.gantt.drawn: the same page either way)."""
     tell = progress or (lambda text: None)
     objective = objective_of(rows)
     applied = sorted((r for r in rows if r.applies), key=order_key(objective))
@@ -275,15 +278,18 @@ def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
                          f'</h3><div class="zb-timeline" data-timeline="{i}">'
                          f'<div class="zb-status"></div></div>')
         if charts:
+            pngs = drawn(len(timelines) + 1, lambda i: _png(
+                plot_stacked(timelines) if i == 0 else plot_schedule(timelines[i - 1])),
+                lambda i: "all methods stacked" if i == 0 else timelines[i - 1].schedule.method,
+                tell, jobs, 2 * sum(t.instance.num_passes for t in timelines))
             parts += ["<h2>Charts</h2>", "<h3>All methods on one time axis</h3>",
                       f'<img class="chart" alt="all methods stacked" '
-                      f'src="data:image/png;base64,{_stacked(timelines, tell)}">']
-            for i, t in enumerate(timelines):
-                tell(f"chart {i + 2}/{len(timelines) + 1}: {t.schedule.method}")
+                      f'src="data:image/png;base64,{pngs[0]}">']
+            for t, png in zip(timelines, pngs[1:]):
                 parts.append(f"<details><summary>{_e(t.schedule.method)}: Gantt chart and "
                              f"memory per device</summary><img class=\"chart\" alt=\""
                              f"{_e(t.schedule.method)}\" src=\"data:image/png;base64,"
-                             f"{_png(plot_schedule(t))}\"></details>")
+                             f"{png}\"></details>")
     else:
         parts.append('<p class="over">No method applies to this instance.</p>')
     parts += ['<div id="zb-tooltip" role="tooltip"></div>',
@@ -292,17 +298,12 @@ def render_report(instance: Instance, rows: Sequence[Result], title: str = "",
     return "\n".join(parts)
 
 
-def _stacked(timelines: Sequence[Timeline], tell: Callable[[str], None]) -> str:
-    tell(f"chart 1/{len(timelines) + 1}: all methods stacked")
-    return _png(plot_stacked(timelines))
-
-
 def write_report(path: str | Path, instance: Instance, rows: Sequence[Result],
                  force: bool = False, title: str = "",
-                 progress: Callable[[str], None] | None = None) -> Path:
+                 progress: Callable[[str], None] | None = None, jobs: int = 1) -> Path:
     """Write render_report() to `path`, whole or not at all; never overwrites an existing file
     without force. The target is checked before the charts are drawn."""
     from ..export.outputs import check_targets, write_file
     check_targets([path], force)
-    text = render_report(instance, rows, title, progress=progress)
+    text = render_report(instance, rows, title, progress=progress, jobs=jobs)
     return write_file(path, text, force)
