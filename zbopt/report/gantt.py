@@ -330,8 +330,8 @@ def plot_stacked(timelines: Sequence[Timeline]) -> Figure:
 
 # ----- drawing many charts ----------------------------------------------------------------------
 
-# Below this many passes over all of a command's charts, drawing them takes a few seconds and
-# forking workers would not pay.
+# Below this many passes between all of a command's charts they are drawn here: a second or
+# two of drawing, not worth starting workers for.
 CHARTS_PARALLEL_FROM = 5_000
 
 
