@@ -18,8 +18,9 @@ gated, with gate_proj, up_proj and down_proj, or not, whatever the activation; i
 norms); a model type not in BLOCKS is refused rather than guessed.
 Everything is multiplied by s x b tokens; times are in microseconds, memory in bytes.
 Layer names follow the module names of torchtitan's decoder models (the pinned release):
-"tok_embeddings", "layers.<i>", "norm+lm_head". Dense decoders only: a mixture-of-experts config
-is refused (its experts' parameters and routed FLOPs are not modelled).
+"tok_embeddings", "layers.<i>", "norm+lm_head". The routed MLPs of the mixtures of experts in
+zbopt.estimate_moe.MOE_TYPES (and deepseek_v3's latent attention) are costed by that module; a
+config with experts of another model type is refused.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from .errors import ZboptError
+from .estimate_moe import MOE_TYPES, Experts, LatentAttention, experts_from_config, latent_from_config
 from .hf_config import read_config
 from .instance import TooLarge
 from .layers import MAX_LAYERS, Layer, LayeredModel
@@ -77,6 +80,11 @@ BLOCKS = {
     "cohere": BlockKind(gated=True, norms=1, qk_norm="use_qk_norm", qk_norm_full=True),
     "starcoder2": BlockKind(gated=False, norm_bias=True, qkv_bias="use_bias", out_bias="use_bias",
                             mlp_bias="use_bias"),
+    # mixtures of experts (zbopt.estimate_moe): their attention and dense MLP here
+    "mixtral": BlockKind(gated=True),
+    "qwen2_moe": BlockKind(gated=True, qkv_bias=True, out_bias=False),
+    "qwen3_moe": BlockKind(gated=True, qk_norm=True),
+    "deepseek_v3": BlockKind(gated=True, qkv_bias=False, out_bias=False),  # latent attention
     "gpt2": _LEARNED,
     "gpt_neox": BlockKind(gated=False, norm_bias=True, mlp_bias=True, grouped_kv=False),
     "phi": BlockKind(gated=False, norms=1, norm_bias=True, qkv_bias=True, out_bias=True,
@@ -120,34 +128,63 @@ class DecoderShape:
     head_dim: int = 0  # the config's head_dim, 0: hidden / heads
     block_vectors: int = -1  # a block's bias and norm parameters; -1: two RMSNorms (2h)
     head_vectors: int = -1  # the final norm's and output bias's parameters; -1: an RMSNorm (h)
+    experts: Optional[Experts] = None  # a mixture of experts' routed MLP
+    latent: Optional[LatentAttention] = None  # DeepSeek's attention instead of q, k, v, o
 
     def head_width(self) -> int:
         return self.head_dim or self.hidden // self.heads
 
-    def block_matrix_params(self) -> int:
-        """The weights of a block's matmuls: q, k, v, o and the MLP."""
+    def attention_params(self) -> int:
+        """The weights of a block's attention matmuls."""
+        if self.latent is not None:
+            return self.latent.matrix_params(self.hidden, self.heads)
         q = self.head_width() * self.heads
         kv = self.head_width() * self.kv_heads
-        attention = self.hidden * (q + 2 * kv) + q * self.hidden
-        return attention + (3 if self.gated_mlp else 2) * self.hidden * self.ffn
+        return self.hidden * (q + 2 * kv) + q * self.hidden
 
-    def block_params(self) -> int:
+    def block_matrix_params(self) -> int:
+        """The weights of a dense block's matmuls: the attention's and the MLP."""
+        return self.attention_params() + (3 if self.gated_mlp else 2) * self.hidden * self.ffn
+
+    def block_params(self, routed: bool = False) -> int:
+        """A block's parameters: a dense block, or (`routed`) one with the routed MLP."""
         vectors = 2 * self.hidden if self.block_vectors < 0 else self.block_vectors
-        return self.block_matrix_params() + vectors
+        if not routed:
+            return self.block_matrix_params() + vectors
+        return self.attention_params() + self.experts.mlp_params(self.hidden) + vectors
+
+    def block_static_params(self, routed: bool = False) -> float:
+        """What one device holds of a block: a routed block's experts are shared out between
+        the expert-parallel devices."""
+        params = self.block_params(routed)
+        if routed:
+            experts = self.experts
+            params -= experts.routed_params(self.hidden) * (1 - 1 / experts.parallel)
+        return params
+
+    def attention_flops(self, sequence: int) -> float:
+        """Forward FLOPs per token of the attention scores and weighted sum."""
+        if self.latent is not None:
+            return self.latent.score_flops(self.heads, sequence)
+        return 4.0 * sequence * self.head_width() * self.heads
 
     def head_params(self) -> int:
         """The final norm and the output layer."""
         vectors = self.hidden if self.head_vectors < 0 else self.head_vectors
         return self.vocab * self.hidden + vectors
 
-    def block_matmul_flops(self) -> float:
-        """Forward matmul FLOPs per token (2 per weight, biases and norms ignored)."""
-        return 2.0 * self.block_matrix_params()
+    def block_matmul_flops(self, routed: bool = False) -> float:
+        """Forward matmul FLOPs per token (2 per weight a token meets, biases and norms
+        ignored): a routed block's active experts only."""
+        if not routed:
+            return 2.0 * self.block_matrix_params()
+        return 2.0 * (self.attention_params() + self.experts.active_params(self.hidden))
 
 
-def shape_from_config(path: str | Path, note=None) -> DecoderShape:
+def shape_from_config(path: str | Path, note=None, expert_parallel: int = 1) -> DecoderShape:
     """The decoder shape of a transformers config (read locally, nothing downloaded); `note` as
-    zbopt.hf_config.read_config's."""
+    zbopt.hf_config.read_config's; `expert_parallel` devices share a stage's routed experts
+    (a mixture of experts only)."""
     config = read_config(path, note)
     kind = config.model_type
     hidden, heads = config.hidden_size, config.num_attention_heads
@@ -158,11 +195,11 @@ def shape_from_config(path: str | Path, note=None) -> DecoderShape:
     head_dim = getattr(config, "head_dim", None) or 0
     experts = {key: getattr(config, key, None) for key in EXPERT_KEYS}
     experts = {key: n for key, n in experts.items() if isinstance(n, int) and n > 1}
-    if experts:
+    if experts and kind not in MOE_TYPES:
         key, n = next(iter(experts.items()))
-        raise ZboptError(f"{path}: {key} = {n}: estimate models dense decoders only, not a "
-                         f"mixture of experts; write the layers' costs by hand "
-                         f"(docs/formats.md) or profile them")
+        raise ZboptError(f"{path}: {key} = {n}: estimate models the mixtures of experts of "
+                         f"{', '.join(MOE_TYPES)}, not {kind!r}'s; write the layers' costs by "
+                         f"hand (docs/formats.md) or profile them")
     block = BLOCKS.get(kind)
     if block is None:
         raise ZboptError(f"{path}: estimate knows the blocks of {', '.join(BLOCKS)}, not "
@@ -182,10 +219,17 @@ def shape_from_config(path: str | Path, note=None) -> DecoderShape:
     width = head_dim or hidden // heads
     block_vectors, head_vectors = _vectors(block, config, hidden, heads * width,
                                            int(kv_heads) * width, int(ffn), width, vocab)
+    routed = experts_from_config(config, str(path), expert_parallel)
+    if routed is None and expert_parallel > 1:
+        raise ZboptError(f"--expert-parallel {expert_parallel}: {path} is a dense {kind} "
+                         f"model, without experts to share out; leave the flag out")
+    latent = latent_from_config(config, str(path))
+    if latent is not None:
+        block_vectors += latent.vector_params(hidden)
     return DecoderShape(hidden=hidden, heads=heads, kv_heads=int(kv_heads), layers=layers,
                         ffn=int(ffn), vocab=vocab, gated_mlp=block.gated, positions=int(positions),
                         model_type=kind, head_dim=int(head_dim), block_vectors=block_vectors,
-                        head_vectors=head_vectors)
+                        head_vectors=head_vectors, experts=routed, latent=latent)
 
 
 def _vectors(block: BlockKind, config, hidden: int, q: int, kv: int, ffn: int, width: int,
@@ -208,7 +252,8 @@ def block_activation_bytes(hidden: int, heads: int, sequence: int) -> tuple[floa
 
 def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, accelerator: Accelerator,
                     optimizer_bytes: float = OPTIMIZER_BYTES) -> tuple[Layer, ...]:
-    """The layers (embedding, the blocks as one counted layer, norm + output) with their costs."""
+    """The layers (embedding, the blocks, norm + output) with their costs: alike blocks as one
+    counted layer, a mixture of experts' dense and routed blocks each as its own."""
     if not isinstance(microbatch, int) or microbatch < 1:
         raise ZboptError(f"micro-batch size must be a positive integer, got {microbatch!r}")
     if not isinstance(sequence, int) or sequence < 1:
@@ -222,18 +267,32 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
     def us(flops_per_token: float) -> float:
         return _round(flops_per_token * tokens / rate)
 
-    matmul = shape.block_matmul_flops()
-    attention = 4.0 * sequence * shape.head_width() * shape.heads
-    m_b, m_w = block_activation_bytes(h, shape.heads, sequence)
+    attention = shape.attention_flops(sequence)
+    dense_b, dense_w = block_activation_bytes(h, shape.heads, sequence)
+
+    def block(routed: bool) -> dict:
+        matmul = shape.block_matmul_flops(routed)
+        m_b, m_w = dense_b, dense_w
+        if routed:  # the paper's MLP part (19h, 20h) replaced by the routed MLP's
+            moe_b, moe_w = shape.experts.activation_bytes(h)
+            m_b, m_w = m_b - 19.0 * h + moe_b, m_w - 20.0 * h + moe_w
+        return dict(t_f=us(matmul + attention), t_b=us(matmul + 2 * attention), t_w=us(matmul),
+                    m_b=m_b * tokens, m_w=m_w * tokens,
+                    static=float(shape.block_static_params(routed) * optimizer_bytes))
+
+    kinds = shape.experts.sparse if shape.experts is not None else (False,) * shape.layers
+    if len(set(kinds)) < 2:  # alike: one counted layer (expanded to layers.0, layers.1, ...)
+        blocks = [("layers", shape.layers, block(kinds[0] if kinds else False))]
+    else:  # dense and routed blocks: each its own layer, named as the model's
+        figures = {routed: block(routed) for routed in (False, True)}
+        blocks = [(f"layers.{i}", 1, figures[routed]) for i, routed in enumerate(kinds)]
     embedding_params = (vocab + shape.positions) * h
     output_params = shape.head_params()
     figures = (
         ("tok_embeddings", 1, dict(t_f=0.0, t_b=0.0, t_w=us(2.0 * h), m_b=8.0 * tokens,
                                    m_w=8.0 * tokens,
                                    static=float(embedding_params * optimizer_bytes))),
-        ("layers", shape.layers, dict(t_f=us(matmul + attention), t_b=us(matmul + 2 * attention),
-                                      t_w=us(matmul), m_b=m_b * tokens, m_w=m_w * tokens,
-                                      static=float(shape.block_params() * optimizer_bytes))),
+        *blocks,
         ("norm+lm_head", 1, dict(t_f=us(2.0 * h * vocab), t_b=us(2.0 * h * vocab),
                                  t_w=us(2.0 * h * vocab), m_b=(4.0 * h + 4.0 * vocab) * tokens,
                                  m_w=2.0 * h * tokens,

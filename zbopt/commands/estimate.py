@@ -34,6 +34,9 @@ def register(sub) -> None:
     parser.add_argument("--optimizer-bytes", type=float, default=16,
                         help="static bytes per parameter: weights, gradients, optimizer state "
                              "(default 16, mixed-precision Adam)")
+    parser.add_argument("--expert-parallel", type=positive_int, default=1, metavar="N",
+                        help="a mixture of experts: N devices share each stage's routed experts, "
+                             "each holding 1/N of them (default 1; the all-to-all is not timed)")
     parser.add_argument("--name", default="", help="model name in the file")
     parser.add_argument("--out", metavar="FILE", help="write the layered model (.toml or .json)")
     parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -59,7 +62,7 @@ def run(args) -> int:
         check_output(args.out, args.force, (".toml", ".json"), "layered model", inputs)
     accelerator = Accelerator(peak_flops=args.peak_flops, efficiency=args.efficiency,
                               hbm_bytes=args.hbm_bytes, link_bandwidth=args.link_bandwidth)
-    shape = shape_from_config(config, defer_note)
+    shape = shape_from_config(config, defer_note, args.expert_parallel)
     if args.devices > shape.layers + 2:  # the model's own message would not name the flag
         raise ZboptError(f"--devices {args.devices}: the model has {shape.layers + 2} layers "
                          f"({shape.layers} blocks, the embedding and the output layer) and every "
