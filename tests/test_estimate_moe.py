@@ -145,3 +145,37 @@ def test_an_expert_parallel_degree_that_cannot_apply_is_refused(tmp_path, capsys
     line = refused(capsys, "estimate", _write(tmp_path, data), "--expert-parallel", flag,
                    "--out", out)
     assert fragment in line and not out.exists()
+
+
+# published configs' sizes and their models' published totals (parameters, active per token)
+PUBLISHED = {
+    "DeepSeek-V3": ({"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+                     "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+                     "num_attention_heads": 128, "num_key_value_heads": 128,
+                     "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8,
+                     "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                     "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+                     "vocab_size": 129280, "n_group": 8, "topk_group": 4}, 671e9, 37e9),
+    "Mixtral-8x7B": ({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+                      "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                      "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000},
+                     46.7e9, 12.9e9),
+    "Qwen3-30B-A3B": ({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+                       "moe_intermediate_size": 768, "num_hidden_layers": 48,
+                       "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+                       "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,
+                       "tie_word_embeddings": False}, 30.5e9, 3.3e9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_models_come_to_their_published_sizes(tmp_path, name):
+    data, total, active = PUBLISHED[name]
+    shape = shape_from_config(_write(tmp_path, data))
+    routed = shape.experts.sparse
+    counted = sum(shape.block_params(r) for r in routed) + shape.head_params() \
+        + shape.vocab * shape.hidden
+    used = sum(shape.block_matmul_flops(r) for r in routed) / 2 + shape.head_params() \
+        + shape.vocab * shape.hidden
+    assert counted == pytest.approx(total, rel=0.003)
+    assert used == pytest.approx(active, rel=0.03)
