@@ -96,17 +96,23 @@ def test_time_follows_the_active_experts_and_memory_all_of_them(tmp_path):
     assert wider.block_params(True) == one.block_params(True)
 
 
-def test_expert_parallel_devices_share_out_the_routed_experts_only(tmp_path):
+def test_expert_parallel_devices_share_out_the_routed_experts_and_wait_for_all_to_alls(tmp_path):
     path = _write(tmp_path, CONFIGS["deepseek_v3"])
-    whole = estimate_layers(shape_from_config(path), 1, 64, Accelerator(), optimizer_bytes=1)
-    shared = estimate_layers(shape_from_config(path, expert_parallel=4), 1, 64, Accelerator(),
+    accelerator = Accelerator(expert_bandwidth=50e9)
+    whole = estimate_layers(shape_from_config(path), 1, 64, accelerator, optimizer_bytes=1)
+    shared = estimate_layers(shape_from_config(path, expert_parallel=4), 1, 64, accelerator,
                              optimizer_bytes=1)
     shape = shape_from_config(path)
     routed = shape.experts.routed_params(shape.hidden)
+    # F and B: dispatch and combine, each the 2 active experts' bf16 copies of 64 tokens of
+    # width 128, the 3/4 of them bound for the other devices, at 50 GB/s
+    exchange = 2 * (2 * 128 * 2 * 3 / 4) * 64 / 50e9 * 1e6
     assert shared[1] == whole[1]  # layers.0: dense
     for a, b in zip(whole[2:-1], shared[2:-1]):
         assert a.static - b.static == routed * 3 / 4
-        assert (a.t_f, a.t_b, a.t_w, a.m_b, a.m_w) == (b.t_f, b.t_b, b.t_w, b.m_b, b.m_w)
+        assert b.t_f - a.t_f == pytest.approx(exchange, abs=2e-3)
+        assert b.t_b - a.t_b == pytest.approx(exchange, abs=2e-3)
+        assert (a.t_w, a.m_b, a.m_w) == (b.t_w, b.m_b, b.m_w)
 
 
 def test_a_routed_blocks_activations_replace_the_papers_mlp_part(tmp_path):
@@ -179,3 +185,12 @@ def test_published_models_come_to_their_published_sizes(tmp_path, name):
         + shape.vocab * shape.hidden
     assert counted == pytest.approx(total, rel=0.003)
     assert used == pytest.approx(active, rel=0.03)
+
+
+def test_an_expert_bandwidth_without_expert_parallel_is_refused(tmp_path, capsys):
+    line = refused(capsys, "estimate", _write(tmp_path, CONFIGS["mixtral"]),
+                   "--expert-bandwidth", "50e9")
+    assert "give --expert-parallel N too" in line
+    line = refused(capsys, "estimate", _write(tmp_path, CONFIGS["mixtral"]),
+                   "--expert-parallel", "2", "--expert-bandwidth", "-1")
+    assert "expert-bandwidth must be a positive number" in line

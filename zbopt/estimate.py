@@ -100,10 +100,13 @@ class Accelerator:
     efficiency: float = 0.5  # fraction of the peak the kernels reach
     hbm_bytes: float | None = None  # memory per device: the plan's cap
     link_bandwidth: float = 100e9  # bytes/s between neighbouring stages
+    expert_bandwidth: float | None = None  # bytes/s of a device's all-to-all (None: the link's)
 
     def __post_init__(self) -> None:
-        for key in ("peak_flops", "efficiency", "link_bandwidth"):
+        for key in ("peak_flops", "efficiency", "link_bandwidth", "expert_bandwidth"):
             value = getattr(self, key)
+            if key == "expert_bandwidth" and value is None:
+                continue
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ZboptError(f"{key.replace('_', '-')} must be a positive number, got {value!r}")
         if self.efficiency > 1:
@@ -244,16 +247,22 @@ def _vectors(block: BlockKind, config, hidden: int, q: int, kv: int, ffn: int, w
     return vectors, norm * hidden + vocab * block.head_bias
 
 
-def block_activation_bytes(hidden: int, heads: int, sequence: int) -> tuple[float, float]:
+def block_activation_bytes(hidden: int, heads: int, sequence: int,
+                           flash: bool = False) -> tuple[float, float]:
     """(m_b, m_w) per token of one transformer block, in bytes: the Zero Bubble paper's
-    34h + 5as and 32h."""
-    return 34.0 * hidden + 5.0 * heads * sequence, 32.0 * hidden
+    34h + 5as and 32h; with a flash-attention kernel, which keeps no s x s score matrix (the
+    5as: softmax output, dropout mask and output) but one fp32 log-sum-exp per head, 34h + 4a."""
+    attention = 4.0 * heads if flash else 5.0 * heads * sequence
+    return 34.0 * hidden + attention, 32.0 * hidden
 
 
 def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, accelerator: Accelerator,
-                    optimizer_bytes: float = OPTIMIZER_BYTES) -> tuple[Layer, ...]:
+                    optimizer_bytes: float = OPTIMIZER_BYTES,
+                    flash: bool = False) -> tuple[Layer, ...]:
     """The layers (embedding, the blocks, norm + output) with their costs: alike blocks as one
-    counted layer, a mixture of experts' dense and routed blocks each as its own."""
+    counted layer, a mixture of experts' dense and routed blocks each as its own. `flash`: the
+    attention kernel recomputes the scores in the backward instead of keeping them (activations
+    as block_activation_bytes says, B's attention FLOPs 2.5A instead of 2A)."""
     if not isinstance(microbatch, int) or microbatch < 1:
         raise ZboptError(f"micro-batch size must be a positive integer, got {microbatch!r}")
     if not isinstance(sequence, int) or sequence < 1:
@@ -268,17 +277,27 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
         return _round(flops_per_token * tokens / rate)
 
     attention = shape.attention_flops(sequence)
-    dense_b, dense_w = block_activation_bytes(h, shape.heads, sequence)
+    backward = 2.5 if flash else 2.0  # B's attention FLOPs per forward's A
+    dense_b, dense_w = block_activation_bytes(h, shape.heads, sequence, flash)
 
     def block(routed: bool) -> dict:
         matmul = shape.block_matmul_flops(routed)
         m_b, m_w = dense_b, dense_w
+        exchange = 0.0
         if routed:  # the paper's MLP part (19h, 20h) replaced by the routed MLP's
             moe_b, moe_w = shape.experts.activation_bytes(h)
             m_b, m_w = m_b - 19.0 * h + moe_b, m_w - 20.0 * h + moe_w
-        return dict(t_f=us(matmul + attention), t_b=us(matmul + 2 * attention), t_w=us(matmul),
+            exchange = all_to_all
+        return dict(t_f=_round(us(matmul + attention) + exchange),
+                    t_b=_round(us(matmul + backward * attention) + exchange), t_w=us(matmul),
                     m_b=m_b * tokens, m_w=m_w * tokens,
                     static=float(shape.block_static_params(routed) * optimizer_bytes))
+
+    all_to_all = 0.0  # us per pass of a routed block: dispatch and combine, F and B alike
+    if shape.experts is not None and shape.experts.parallel > 1:
+        bandwidth = accelerator.expert_bandwidth or accelerator.link_bandwidth
+        all_to_all = _round(2 * shape.experts.exchanged_bytes(h, ACTIVATION_BYTES) * tokens
+                            / bandwidth * 1e6)
 
     kinds = shape.experts.sparse if shape.experts is not None else (False,) * shape.layers
     if len(set(kinds)) < 2:  # alike: one counted layer (expanded to layers.0, layers.1, ...)
@@ -331,10 +350,11 @@ def _round(x: float) -> float:
 
 def estimate_model(shape: DecoderShape, microbatch: int, sequence: int, accelerator: Accelerator,
                    devices: int, microbatches: int, optimizer_bytes: float = OPTIMIZER_BYTES,
-                   placement: str = "contiguous", name: str = "") -> LayeredModel:
+                   placement: str = "contiguous", name: str = "",
+                   flash: bool = False) -> LayeredModel:
     """A layered model ready for `plan`: the layers, the comm time of one activation between
     stages, and the accelerator's memory as the cap."""
-    layers = estimate_layers(shape, microbatch, sequence, accelerator, optimizer_bytes)
+    layers = estimate_layers(shape, microbatch, sequence, accelerator, optimizer_bytes, flash)
     comm = _round(ACTIVATION_BYTES * shape.hidden * microbatch * sequence
                   / accelerator.link_bandwidth * 1e6)
     _check_figures(layers, comm)

@@ -5,8 +5,10 @@ A routed MLP (Experts) has a router (h x E), E gated experts of width f (gate, u
 matrices), k of them active per token, and optionally shared experts (width f_s in all) that
 every token goes through. Per token its forward FLOPs are 2 x (hE + 3hfk + 3hf_s); its
 parameters are all E experts', of which an expert-parallel group of N devices holds E / N on
-each device (the rest of the block is whole on each). The all-to-all that sends tokens to their
-experts is not counted, and routing is taken as balanced.
+each device (the rest of the block is whole on each). With N > 1 each pass of F and B waits for
+two all-to-alls (dispatch and combine): per token, the k bf16 copies of the token that go to
+experts on the other N - 1 devices ((N - 1) / N of them), at the all-to-all bandwidth; routing is
+taken as balanced and the exchange as not overlapped with compute.
 
 Activations follow the Zero Bubble paper's accounting of a block (bf16 tensors a pass keeps for
 the backward), with its MLP part (19h from F to B, 20h from B to W of the paper's 34h and 32h)
@@ -56,6 +58,11 @@ class Experts:
         """The parameters one token's forward multiplies by (2 FLOPs each)."""
         return (hidden * self.routed + 3 * hidden * self.width * self.active
                 + 3 * hidden * self.shared + hidden * self.shared_gate)
+
+    def exchanged_bytes(self, hidden: int, element: int) -> float:
+        """Bytes one device sends per token in one all-to-all: its copies for the k active
+        experts, all but the share of them on the device itself."""
+        return self.active * hidden * element * (1 - 1 / self.parallel)
 
     def activation_bytes(self, hidden: int) -> tuple[float, float]:
         """(from F to B, from B to W) per token of the routed MLP, in bytes (module doc)."""

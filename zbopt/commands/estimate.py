@@ -34,9 +34,16 @@ def register(sub) -> None:
     parser.add_argument("--optimizer-bytes", type=float, default=16,
                         help="static bytes per parameter: weights, gradients, optimizer state "
                              "(default 16, mixed-precision Adam)")
+    parser.add_argument("--flash-attention", action="store_true",
+                        help="the attention kernel keeps no score matrix and recomputes it in "
+                             "the backward (activations 34h + 4a a token instead of the paper's "
+                             "34h + 5as)")
     parser.add_argument("--expert-parallel", type=positive_int, default=1, metavar="N",
                         help="a mixture of experts: N devices share each stage's routed experts, "
-                             "each holding 1/N of them (default 1; the all-to-all is not timed)")
+                             "each holding 1/N of them (default 1)")
+    parser.add_argument("--expert-bandwidth", type=float, default=None,
+                        help="with --expert-parallel, bytes/s of a device's all-to-all "
+                             "(default: --link-bandwidth)")
     parser.add_argument("--name", default="", help="model name in the file")
     parser.add_argument("--out", metavar="FILE", help="write the layered model (.toml or .json)")
     parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -61,7 +68,11 @@ def run(args) -> int:
     if args.out is not None:  # before any work, and never the config read
         check_output(args.out, args.force, (".toml", ".json"), "layered model", inputs)
     accelerator = Accelerator(peak_flops=args.peak_flops, efficiency=args.efficiency,
-                              hbm_bytes=args.hbm_bytes, link_bandwidth=args.link_bandwidth)
+                              hbm_bytes=args.hbm_bytes, link_bandwidth=args.link_bandwidth,
+                              expert_bandwidth=args.expert_bandwidth)
+    if args.expert_bandwidth is not None and args.expert_parallel < 2:
+        raise ZboptError("--expert-bandwidth times the all-to-all of --expert-parallel 2 or more: "
+                         "give --expert-parallel N too, or leave it out")
     shape = shape_from_config(config, defer_note, args.expert_parallel)
     if args.devices > shape.layers + 2:  # the model's own message would not name the flag
         raise ZboptError(f"--devices {args.devices}: the model has {shape.layers + 2} layers "
@@ -69,7 +80,8 @@ def run(args) -> int:
                          f"stage needs one: give --devices {shape.layers + 2} or fewer")
     model = estimate_model(shape, args.microbatch_size, args.seq_len, accelerator,
                            devices=args.devices, microbatches=args.microbatches,
-                           optimizer_bytes=args.optimizer_bytes, name=args.name)
+                           optimizer_bytes=args.optimizer_bytes, name=args.name,
+                           flash=args.flash_attention)
     if args.out:
         model.save(args.out, overwrite=args.force, inputs=inputs)
     if args.json or not args.out:

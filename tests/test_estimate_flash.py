@@ -1,0 +1,44 @@
+"""zbopt estimate --flash-attention: no s x s score matrix kept (34h + 4a bytes a token, not the
+paper's 34h + 5as), the scores recomputed in B (2.5A instead of 2A); F, W and m_w unchanged."""
+
+import json
+
+import pytest
+
+from zbopt.cli import main
+from zbopt.estimate import Accelerator, estimate_layers, shape_from_config
+
+CONFIG = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376,
+          "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
+          "vocab_size": 1000}
+
+
+def _shape(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIG))
+    return shape_from_config(path)
+
+
+@pytest.mark.parametrize("sequence", [256, 4096])
+def test_flash_attention_keeps_no_score_matrix_and_recomputes_it(tmp_path, sequence):
+    shape = _shape(tmp_path)
+    accelerator = Accelerator(peak_flops=1e12, efficiency=1.0)
+    paper = estimate_layers(shape, 1, sequence, accelerator)[1]
+    flash = estimate_layers(shape, 1, sequence, accelerator, flash=True)[1]
+    h, a, s = 512, 8, sequence
+    assert paper.m_b == (34 * h + 5 * a * s) * s and flash.m_b == (34 * h + 4 * a) * s
+    assert flash.m_w == paper.m_w and flash.t_f == paper.t_f and flash.t_w == paper.t_w
+    attention = 4 * s * 64 * 8 * s / 1e6  # A = 4sad FLOPs a token, s tokens, at 1e6 FLOPs/us
+    assert flash.t_b - paper.t_b == pytest.approx(0.5 * attention, abs=2e-3)
+
+
+def test_the_flag_reaches_the_written_model(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIG))
+    layers = {}
+    for flag in ((), ("--flash-attention",)):
+        assert main(["estimate", str(path), "--seq-len", "2048", "--devices", "2", "--json",
+                     *flag]) == 0
+        layers[flag] = json.loads(capsys.readouterr().out)["layers"][1]
+    assert layers[("--flash-attention",)]["m_b"] == (34 * 512 + 4 * 8) * 2048
+    assert layers[()]["m_b"] == (34 * 512 + 5 * 8 * 2048) * 2048
