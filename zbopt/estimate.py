@@ -5,11 +5,11 @@ Per token and layer (h hidden, a heads, d head width (head_dim, else h / a), kv 
 f MLP width, V vocabulary, s sequence):
 - time: FLOPs / (peak FLOP/s x efficiency). A block's forward is its matmuls M = 2 x (its weight
   count: q and o of h x ad each, k and v of h x kv d) plus attention A = 4s ad (scores and
-  weighted sum); B (input gradient) is M + 2A, W
-  (weight gradient) is M. The output layer (norm, projection to V, loss) is 2hV each pass; the
+  weighted sum); B (input gradient) is M + 2A (M + 2.5A with flash attention, which recomputes
+  the scores), W (weight gradient) is M. The output layer (norm, projection to V, loss) is 2hV each pass; the
   embedding is a lookup (no FLOPs forward, no input gradient) and a scatter-add for W.
-- activations: a block holds the Zero Bubble paper's m_b = 34h + 5as bytes from F to B and
-  m_w = 32h from B to W. The output layer holds its input, the normed input and the fp32 logits
+- activations: a block holds the Zero Bubble paper's m_b = 34h + 5as bytes from F to B (34h +
+  4a with flash attention: no score matrix, a log-sum-exp per head) and m_w = 32h from B to W. The output layer holds its input, the normed input and the fp32 logits
   for the loss (2h + 2h + 4V bytes) and keeps the normed input (2h) for W; the embedding keeps
   the token ids (8 bytes).
 - static: parameters x optimizer bytes per parameter (16: mixed-precision Adam).
