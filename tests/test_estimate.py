@@ -93,9 +93,9 @@ def test_model_carries_comm_and_cap(tmp_path):
     ({"model_type": "gpt2", "n_embd": 64, "n_head": 0}, "n_head must be a positive integer"),
     ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
       "num_key_value_heads": 3}, "num_key_value_heads 3 must divide num_attention_heads 4"),
-    ({"model_type": "gpt_oss", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
-      "num_local_experts": 8}, "num_local_experts = 8: estimate models the mixtures of experts "
-                               "of mixtral, qwen2_moe, qwen3_moe, deepseek_v3, not 'gpt_oss''s"),
+    ({"model_type": "olmoe", "hidden_size": 64, "num_attention_heads": 4,
+      "num_experts": 8}, "num_experts = 8: estimate models the mixtures of experts of mixtral, "
+                         "qwen2_moe, qwen3_moe, deepseek_v3, glm4_moe, gpt_oss, not 'olmoe''s"),
     ({"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4,
       "num_key_value_heads": 4, "num_local_experts": 4, "num_experts_per_tok": 6},
      "num_experts_per_tok 6 is more than the 4 experts"),

@@ -6,12 +6,14 @@ f MLP width, V vocabulary, s sequence):
 - time: FLOPs / (peak FLOP/s x efficiency). A block's forward is its matmuls M = 2 x (its weight
   count: q and o of h x ad each, k and v of h x kv d) plus attention A = 4s ad (scores and
   weighted sum); B (input gradient) is M + 2A (M + 2.5A with flash attention, which recomputes
-  the scores), W (weight gradient) is M. The output layer (norm, projection to V, loss) is 2hV each pass; the
-  embedding is a lookup (no FLOPs forward, no input gradient) and a scatter-add for W.
+  the scores), W (weight gradient) is M. The output layer (norm, projection to V, loss) is 2hV
+  each pass; the embedding is a lookup (no FLOPs forward, no input gradient) and a scatter-add
+  for W.
 - activations: a block holds the Zero Bubble paper's m_b = 34h + 5as bytes from F to B (34h +
-  4a with flash attention: no score matrix, a log-sum-exp per head) and m_w = 32h from B to W. The output layer holds its input, the normed input and the fp32 logits
-  for the loss (2h + 2h + 4V bytes) and keeps the normed input (2h) for W; the embedding keeps
-  the token ids (8 bytes).
+  4a with flash attention: no score matrix, a log-sum-exp per head) and m_w = 32h from B to W.
+  The output layer holds its input, the normed input and the fp32 logits for the loss (2h + 2h
+  + 4V bytes) and keeps the normed input (2h) for W; the embedding keeps the token ids (8
+  bytes).
 - static: parameters x optimizer bytes per parameter (16: mixed-precision Adam).
 A block's parameters are those transformers builds for the config's model type (BLOCKS: its MLP
 gated, with gate_proj, up_proj and down_proj, or not, whatever the activation; its biases and
@@ -61,6 +63,7 @@ class BlockKind:
     qk_norm_full: bool = False  # those norms span all heads (q's and k's widths), not one head
     grouped_kv: bool = True  # k and v have num_key_value_heads heads
     head_bias: bool = False  # the output projection has a bias
+    sinks: bool = False  # an attention sink (a learned logit) per head
 
 
 # the decoder blocks of transformers' model types, as its modelling code builds them
@@ -85,6 +88,8 @@ BLOCKS = {
     "qwen2_moe": BlockKind(gated=True, qkv_bias=True, out_bias=False),
     "qwen3_moe": BlockKind(gated=True, qk_norm=True),
     "deepseek_v3": BlockKind(gated=True, qkv_bias=False, out_bias=False),  # latent attention
+    "glm4_moe": BlockKind(gated=True, out_bias=False, qk_norm="use_qk_norm"),
+    "gpt_oss": BlockKind(gated=True, sinks=True),  # q, k, v, o biases on attention_bias
     "gpt2": _LEARNED,
     "gpt_neox": BlockKind(gated=False, norm_bias=True, mlp_bias=True, grouped_kv=False),
     "phi": BlockKind(gated=False, norms=1, norm_bias=True, qkv_bias=True, out_bias=True,
@@ -196,7 +201,9 @@ def shape_from_config(path: str | Path, note=None, expert_parallel: int = 1) -> 
     ffn = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
     positions = getattr(config, "n_positions", 0) if kind == "gpt2" else 0
     head_dim = getattr(config, "head_dim", None) or 0
-    experts = {key: getattr(config, key, None) for key in EXPERT_KEYS}
+    written = config.to_dict()  # the keys as the file has them (getattr also takes aliases)
+    experts = {key: written.get(key, getattr(config, key, None)) for key in EXPERT_KEYS}
+    experts = dict(sorted(experts.items(), key=lambda item: item[0] not in written))
     experts = {key: n for key, n in experts.items() if isinstance(n, int) and n > 1}
     if experts and kind not in MOE_TYPES:
         key, n = next(iter(experts.items()))
@@ -244,6 +251,7 @@ def _vectors(block: BlockKind, config, hidden: int, q: int, kv: int, ffn: int, w
     vectors += (q + 2 * kv) * on(block.qkv_bias) + hidden * on(block.out_bias)
     vectors += ((2 if block.gated else 1) * ffn + hidden) * on(block.mlp_bias)
     vectors += norm * (q + kv if block.qk_norm_full else 2 * width) * on(block.qk_norm)
+    vectors += (q // width) * block.sinks  # one per head
     return vectors, norm * hidden + vocab * block.head_bias
 
 

@@ -2,13 +2,14 @@
 MLP and DeepSeek's multi-head latent attention, read from a transformers config.
 
 A routed MLP (Experts) has a router (h x E), E gated experts of width f (gate, up and down
-matrices), k of them active per token, and optionally shared experts (width f_s in all) that
-every token goes through. Per token its forward FLOPs are 2 x (hE + 3hfk + 3hf_s); its
-parameters are all E experts', of which an expert-parallel group of N devices holds E / N on
-each device (the rest of the block is whole on each). With N > 1 each pass of F and B waits for
-two all-to-alls (dispatch and combine): per token, the k bf16 copies of the token that go to
-experts on the other N - 1 devices ((N - 1) / N of them), at the all-to-all bandwidth; routing is
-taken as balanced and the exchange as not overlapped with compute.
+matrices; gpt_oss's with biases, as its router), k of them active per token, and optionally
+shared experts (width f_s in all) that every token goes through. Per token its forward FLOPs
+are 2 x (hE + 3hfk + 3hf_s); its parameters are all E experts', of which an expert-parallel
+group of N devices holds E / N on each device (the rest of the block is whole on each). With
+N > 1 each pass of F and B waits for two all-to-alls (dispatch and combine): per token, the k
+bf16 copies of the token that go to experts on the other N - 1 devices ((N - 1) / N of them),
+at the all-to-all bandwidth; routing is taken as balanced and the exchange as not overlapped
+with compute.
 
 Activations follow the Zero Bubble paper's accounting of a block (bf16 tensors a pass keeps for
 the backward), with its MLP part (19h from F to B, 20h from B to W of the paper's 34h and 32h)
@@ -33,7 +34,8 @@ from .errors import ZboptError
 
 # model types whose routed MLP the estimate models, with the config key of each's expert count
 MOE_TYPES = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts",
-             "qwen3_moe": "num_experts", "deepseek_v3": "n_routed_experts"}
+             "qwen3_moe": "num_experts", "deepseek_v3": "n_routed_experts",
+             "glm4_moe": "n_routed_experts", "gpt_oss": "num_local_experts"}
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,16 @@ class Experts:
     shared_gate: bool = False  # qwen2_moe's gate on the shared expert (h -> 1, built always)
     sparse: tuple[bool, ...] = ()  # per block: a routed MLP (True) or the dense one
     parallel: int = 1  # expert-parallel devices sharing each stage's routed experts
+    biases: bool = False  # gpt_oss: the router and every expert's matrices have biases
 
     def routed_params(self, hidden: int) -> int:
-        return self.routed * 3 * hidden * self.width
+        per_expert = 3 * hidden * self.width + self.biases * (2 * self.width + hidden)
+        return self.routed * per_expert
 
     def mlp_params(self, hidden: int) -> int:
         """The router's, every expert's and the shared experts' parameters."""
-        return (hidden * self.routed + self.routed_params(hidden) + 3 * hidden * self.shared
+        router = (hidden + self.biases) * self.routed
+        return (router + self.routed_params(hidden) + 3 * hidden * self.shared
                 + hidden * self.shared_gate)
 
     def active_params(self, hidden: int) -> int:
@@ -118,7 +123,7 @@ def experts_from_config(config: Any, path: str, parallel: int = 1) -> Optional[E
     active = _positive(config, "num_experts_per_tok", path)
     if active > count:
         raise ZboptError(f"{path}: num_experts_per_tok {active} is more than the {count} experts")
-    if kind == "mixtral":
+    if kind in ("mixtral", "gpt_oss"):
         width, shared, sparse = _positive(config, "intermediate_size", path), 0, [True] * layers
     else:
         width = _positive(config, "moe_intermediate_size", path)
@@ -128,7 +133,7 @@ def experts_from_config(config: Any, path: str, parallel: int = 1) -> Optional[E
         sparse = [i not in dense and (i + 1) % step == 0 for i in range(layers)]
         shared = (getattr(config, "shared_expert_intermediate_size", 0) or 0) \
             if kind == "qwen2_moe" else 0
-    elif kind == "deepseek_v3":
+    elif kind in ("deepseek_v3", "glm4_moe"):
         first = getattr(config, "first_k_dense_replace", 0) or 0
         sparse = [i >= first for i in range(layers)]
         shared = (getattr(config, "n_shared_experts", 0) or 0) * width
@@ -137,7 +142,7 @@ def experts_from_config(config: Any, path: str, parallel: int = 1) -> Optional[E
                          f"experts of {path}: give a divisor of {count}")
     return Experts(routed=count, active=active, width=width, shared=int(shared),
                    shared_gate=kind == "qwen2_moe", sparse=tuple(sparse),
-                   parallel=parallel)
+                   parallel=parallel, biases=kind == "gpt_oss")
 
 
 def latent_from_config(config: Any, path: str) -> Optional[LatentAttention]:
