@@ -10,6 +10,9 @@ Parts:
              and 128,256, sequence 2048, micro-batch 1; caps from tight to loose (below)
 - exhaustive: 8 blocks (Llama-3-8B shape) on p=4, m=8: plan against every split with every
              heuristic (84 splits)
+- moe:       (only when named in --only) mixtures of experts estimated from their published
+             configs (DeepSeek-V3 on p=16, m=32, Qwen3-30B-A3B on p=8, m=32), flash attention,
+             expert parallelism; caps as below
 - analogues: (only when named in --only) 8 blocks on p=4, m=6 at the tight and mid caps: CP-SAT
              on every split the plan's bound leaves open, to tell whether the plan's span or its
              bound is the weak side of the certified gap
@@ -63,7 +66,7 @@ except the solvers part.
 Usage:
   python benchmarks/bench_plan.py [--only presets,estimated,exhaustive,analogues,collisions,windows,solve,
                                           solvers,vfloor,ifloor,dfloor,lfloor,guided,guided16,
-                                          others,headroom,limits,short,p32,p32v]
+                                          others,headroom,limits,short,p32,p32v,moe]
                                   [--time-limit S] [--caps tight,mid] [--solvers A,B] [--reps N] [--limits S,S,...]
                                   [--short-limits S,S,...]
                                   [--time-limit-p16 S] [--filter TEXT] [--analogue-limit S]
@@ -77,6 +80,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import json
 import math
 import os
 import platform
@@ -1064,13 +1068,62 @@ def part_p32v(args) -> list[str]:
     return lines
 
 
+# mixtures of experts: the published configs' sizes (the keys estimate reads), with the pipeline
+# devices, micro-batches and expert-parallel devices part moe plans them on
+MOE_MODELS = {
+    "deepseek-v3": ({"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+                     "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+                     "num_attention_heads": 128, "num_key_value_heads": 128,
+                     "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8,
+                     "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                     "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+                     "vocab_size": 129280, "n_group": 8, "topk_group": 4}, 16, 32, 32),
+    "qwen3-30b-a3b": ({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+                       "moe_intermediate_size": 768, "num_hidden_layers": 48,
+                       "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+                       "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,
+                       "tie_word_embeddings": False}, 8, 32, 8),
+}
+
+
+def part_moe(args) -> list[str]:
+    """plan() on mixtures of experts estimated from their published configs (zbopt estimate's
+    formulas with --flash-attention and --expert-parallel), at every cap level."""
+    from zbopt.estimate import shape_from_config
+    accelerator = Accelerator(peak_flops=989e12, efficiency=0.4, link_bandwidth=50e9,
+                              expert_bandwidth=50e9)
+    lines = ["Mixtures of experts from `zbopt estimate`'s formulas on their published configs "
+             "(sequence 4096, micro-batch 1, flash attention, H100 figures: 989 TFLOP/s at 40%, "
+             "50 GB/s links and all-to-all; times in us), each stage's routed experts shared "
+             "out over the expert-parallel devices given (the all-to-all timed into F and B). "
+             "Columns as in part estimated.", "", HEADER, _rule(HEADER)]
+    gains_even, gains_tt = [], []
+    for name, (config, p, m, experts) in MOE_MODELS.items():
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "config.json"
+            path.write_text(json.dumps(config))
+            shape = shape_from_config(path, expert_parallel=experts)
+        model = estimate_model(shape, 1, 4096, accelerator, devices=p, microbatches=m,
+                               flash=True, name=f"{name} (EP {experts})")
+        limit = args.time_limit if p <= 8 else args.time_limit_p16
+        for cap_name, cap in cap_levels(model).items():
+            row, data = plan_row(model.name, model, cap_name, cap, limit)
+            lines.append(row)
+            gains_even.append(data["gain"]["even"] or 0.0)
+            gains_tt.append(data["gain"]["torchtitan"] or 0.0)
+    lines += ["", f"Gain over the even split median {_pct(statistics.median(gains_even))} (max "
+                  f"{_pct(max(gains_even))}); over torchtitan's rule median "
+                  f"{_pct(statistics.median(gains_tt))} (max {_pct(max(gains_tt))})."]
+    return lines
+
+
 PARTS = {"presets": part_presets, "estimated": part_estimated, "exhaustive": part_exhaustive,
          "analogues": part_analogues, "collisions": part_collisions, "windows": part_windows,
          "solve": part_solve, "solvers": part_solvers, "vfloor": part_vfloor, "ifloor": part_ifloor,
          "dfloor": part_dfloor, "lfloor": part_lfloor, "guided": part_guided,
          "guided16": part_guided16, "others": part_others, "headroom": part_headroom,
          "limits": part_limits, "short": part_short, "p32": part_p32,
-         "p32v": part_p32v}
+         "p32v": part_p32v, "moe": part_moe}
 DEFAULT_PARTS = ("presets", "estimated", "exhaustive")
 
 
@@ -1095,7 +1148,7 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(DEFAULT_PARTS),
                         help=f"parts among {', '.join(PARTS)} (analogues, collisions, windows, solve, "
                              f"solvers, vfloor, ifloor, dfloor, lfloor, guided, guided16, others, "
-                             f"headroom, limits, short, p32, p32v only when named)")
+                             f"headroom, limits, short, p32, p32v, moe only when named)")
     parser.add_argument("--analogue-limit", type=float, default=120.0,
                         help="CP-SAT seconds per split in the analogues and collisions parts")
     parser.add_argument("--time-limit", type=float, default=60.0)
