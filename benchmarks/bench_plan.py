@@ -80,7 +80,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
 import math
 import os
 import platform
@@ -1068,22 +1067,9 @@ def part_p32v(args) -> list[str]:
     return lines
 
 
-# mixtures of experts: the published configs' sizes (the keys estimate reads), with the pipeline
-# devices, micro-batches and expert-parallel devices part moe plans them on
-MOE_MODELS = {
-    "deepseek-v3": ({"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
-                     "moe_intermediate_size": 2048, "num_hidden_layers": 61,
-                     "num_attention_heads": 128, "num_key_value_heads": 128,
-                     "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8,
-                     "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
-                     "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-                     "vocab_size": 129280, "n_group": 8, "topk_group": 4}, 16, 32, 32),
-    "qwen3-30b-a3b": ({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
-                       "moe_intermediate_size": 768, "num_hidden_layers": 48,
-                       "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
-                       "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,
-                       "tie_word_embeddings": False}, 8, 32, 8),
-}
+# mixtures of experts of instances/configs (published configs' sizes), with the pipeline devices,
+# micro-batches and expert-parallel devices part moe plans them on
+MOE_MODELS = {"deepseek-v3": (16, 32, 32), "qwen3-30b-a3b": (8, 32, 8)}
 
 
 def part_moe(args) -> list[str]:
@@ -1098,11 +1084,9 @@ def part_moe(args) -> list[str]:
              "out over the expert-parallel devices given (the all-to-all timed into F and B). "
              "Columns as in part estimated.", "", HEADER, _rule(HEADER)]
     gains_even, gains_tt = [], []
-    for name, (config, p, m, experts) in MOE_MODELS.items():
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "config.json"
-            path.write_text(json.dumps(config))
-            shape = shape_from_config(path, expert_parallel=experts)
+    for name, (p, m, experts) in MOE_MODELS.items():
+        shape = shape_from_config(ROOT / "instances" / "configs" / f"{name}.json",
+                                  expert_parallel=experts)
         model = estimate_model(shape, 1, 4096, accelerator, devices=p, microbatches=m,
                                flash=True, name=f"{name} (EP {experts})")
         limit = args.time_limit if p <= 8 else args.time_limit_p16
