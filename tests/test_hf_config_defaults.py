@@ -60,3 +60,21 @@ def test_profile_gives_the_note_too(tmp_path, capsys):
                  "--repeat", "1", "--json"]) == 0
     notes = _notes(capsys.readouterr().err)
     assert len(notes) == 1 and "intermediate_size (so 11,008)" in notes[0]
+
+
+def test_a_mixture_of_experts_left_to_the_defaults_is_named_too(tmp_path, capsys):
+    """A mixtral config without its expert counts gets transformers' (8 experts, 2 a token):
+    the note names them; a file that sets them, or a dense model, gets no word of experts."""
+    moe = {**FULL, "model_type": "mixtral", "num_key_value_heads": 4}
+    path = _write(tmp_path, moe)
+    assert main(["estimate", path, "--devices", "2", "--json"]) == 0
+    notes = _notes(capsys.readouterr().err)
+    assert len(notes) == 1
+    assert "num_local_experts (so 8)" in notes[0] and "num_experts_per_tok (so 2)" in notes[0]
+    assert "n_routed_experts" not in notes[0] and "moe_intermediate_size" not in notes[0]
+    assert "num_experts (" not in notes[0]  # mixtral's alias of num_local_experts: one size
+    path = _write(tmp_path, {**moe, "num_local_experts": 4, "num_experts_per_tok": 1})
+    assert main(["estimate", path, "--devices", "2", "--json"]) == 0
+    assert _notes(capsys.readouterr().err) == []
+    assert main(["estimate", _write(tmp_path, FULL), "--devices", "2", "--json"]) == 0
+    assert _notes(capsys.readouterr().err) == []

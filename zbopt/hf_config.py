@@ -25,7 +25,10 @@ OPTIONAL = ("intermediate_size", "n_inner", "num_key_value_heads", "head_dim")
 ALIASES = ("n_embd", "n_head", "n_layer", "n_positions")
 # sizes a file that leaves them out gets from transformers' defaults for its model_type (a
 # llama config without them describes LLaMA-7B), which `note` names
-DEFAULTED = (*POSITIVE, "intermediate_size")
+DEFAULTED = (*POSITIVE, "intermediate_size",
+             # a mixture of experts' (absent from a dense model type's config, so never named)
+             "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+             "moe_intermediate_size")
 
 
 def require_transformers() -> None:
@@ -106,9 +109,16 @@ def defaulted_sizes(settings: dict, config: Any) -> list[tuple[str, int]]:
     either spelling (config.attribute_map: gpt2's n_embd for hidden_size), with the value
     transformers gave them; a size the model derives (None) is not listed."""
     aliases = getattr(config, "attribute_map", {}) or {}
-    return [(key, getattr(config, key)) for key in DEFAULTED
-            if key not in settings and aliases.get(key) not in settings
-            and getattr(config, key, None) is not None]
+    named: dict[str, tuple[str, int]] = {}  # by the attribute stored: one size, one mention
+    for key in DEFAULTED:
+        stored = aliases.get(key, key)
+        if key not in settings and stored not in settings and stored not in named \
+                and getattr(config, key, None) is not None:
+            # the common sizes under their usual names (gpt2's n_layer is num_hidden_layers),
+            # an expert count under the model type's own (deepseek's n_routed_experts)
+            shown = key if key in (*POSITIVE, "intermediate_size") else stored
+            named[stored] = (shown, getattr(config, key))
+    return list(named.values())
 
 
 def _refuse_wrapped(config, path: Path, kind: str) -> None:
