@@ -192,3 +192,23 @@ def test_an_expert_bandwidth_without_expert_parallel_is_refused(tmp_path, capsys
     line = refused(capsys, "estimate", _write(tmp_path, CONFIGS["mixtral"]),
                    "--expert-parallel", "2", "--expert-bandwidth", "-1")
     assert "expert-bandwidth must be a positive number" in line
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3"])
+def test_profile_measures_the_static_memory_estimate_counts(tmp_path, capsys, family):
+    """The same config profiled (parameters of the built model x 16 bytes) and estimated: the
+    blocks, dense and routed, hold the same static memory."""
+    pytest.importorskip("torch")
+    path = _write(tmp_path, {**CONFIGS[family], "num_hidden_layers": 3})
+    assert main(["profile", "--hf-config", str(path), "--seq-len", "8", "--warmup", "0",
+                 "--repeat", "1", "--json"]) == 0
+    measured = json.loads(capsys.readouterr().out)["model"]["layers"]
+    assert main(["estimate", str(path), "--devices", "2", "--json"]) == 0
+    estimated = json.loads(capsys.readouterr().out)["layers"]
+
+    def blocks(layers):
+        return sorted(s for layer in layers if ".layers" in f".{layer['name']}"
+                      for s in [layer["static"]] * layer.get("count", 1))
+
+    assert len(blocks(measured)) == 3
+    assert blocks(measured) == blocks(estimated)
