@@ -42,3 +42,14 @@ def test_the_flag_reaches_the_written_model(tmp_path, capsys):
         layers[flag] = json.loads(capsys.readouterr().out)["layers"][1]
     assert layers[("--flash-attention",)]["m_b"] == (34 * 512 + 4 * 8) * 2048
     assert layers[()]["m_b"] == (34 * 512 + 5 * 8 * 2048) * 2048
+
+
+def test_the_written_file_says_which_activations_it_counts(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIG))
+    out = tmp_path / "m.toml"
+    assert main(["estimate", str(path), "--devices", "2", "--flash-attention", "--out",
+                 str(out)]) == 0
+    comments = [line for line in out.read_text().splitlines() if line.startswith("#")]
+    assert "# activations: flash attention, 34h + 4a bytes a token a block" in comments
+    assert not any("mixture of experts" in line for line in comments)

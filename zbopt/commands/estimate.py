@@ -83,9 +83,38 @@ def run(args) -> int:
                            optimizer_bytes=args.optimizer_bytes, name=args.name,
                            flash=args.flash_attention)
     if args.out:
-        model.save(args.out, overwrite=args.force, inputs=inputs)
+        model.save(args.out, overwrite=args.force, inputs=inputs,
+                   header=header(args, config, shape, accelerator))
     if args.json or not args.out:
         print_json(model.to_dict())
     else:
         print(f"wrote {args.out}: {model.num_layers} layers, p={model.devices} m={model.microbatches}")
     return 0
+
+
+def header(args, config, shape, accelerator) -> str:
+    """The provenance comments of a TOML file: what the estimate was made from and how."""
+    import datetime
+
+    from ..profile.models import escaped
+    experts = shape.experts
+    lines = [
+        f"written by `zbopt estimate` on "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC from {config}",
+        f"model_type {shape.model_type}: {shape.layers} blocks, hidden {shape.hidden:,}, "
+        f"{shape.heads} heads, vocabulary {shape.vocab:,}",
+        f"micro-batch {args.microbatch_size} x {args.seq_len} tokens; "
+        f"{accelerator.peak_flops:g} FLOP/s x {accelerator.efficiency:g}, links "
+        f"{accelerator.link_bandwidth:g} B/s",
+        "activations: " + ("flash attention, 34h + 4a bytes a token a block" if args.flash_attention
+                           else "the Zero Bubble paper's 34h + 5as bytes a token a block"),
+        f"static: parameters x {args.optimizer_bytes:g} bytes",
+    ]
+    if experts is not None:
+        lines.append(
+            f"mixture of experts: {experts.routed} experts, {experts.active} a token, "
+            f"{sum(experts.sparse)} routed blocks, expert-parallel {experts.parallel}"
+            + (f", all-to-all {accelerator.expert_bandwidth or accelerator.link_bandwidth:g} B/s"
+               if experts.parallel > 1 else ""))
+    lines.append("formulas: docs/planning.md, `zbopt estimate CONFIG`")
+    return "".join(f"# {escaped(line)}\n" for line in lines) + "\n"
