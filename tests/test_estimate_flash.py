@@ -53,3 +53,21 @@ def test_the_written_file_says_which_activations_it_counts(tmp_path, capsys):
     comments = [line for line in out.read_text().splitlines() if line.startswith("#")]
     assert "# activations: flash attention, 34h + 4a bytes a token a block" in comments
     assert not any("mixture of experts" in line for line in comments)
+
+
+@pytest.mark.parametrize("flags, mem, noted", [
+    ((), "1GB", True),  # the paper's scores do not fit, flash attention's activations do
+    (("--flash-attention",), "1GB", False),  # already flash attention
+    ((), "10MB", False),  # nothing fits either way: the note would not help
+    ((), "100GB", False),  # fits as it is
+])
+def test_a_cap_only_flash_attention_fits_is_noted(tmp_path, capsys, flags, mem, noted):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIG))
+    assert main(["estimate", str(path), "--seq-len", "4096", "--devices", "2", "--mem", mem,
+                 "--json", *flags]) == 0
+    err = capsys.readouterr().err
+    assert ("with --flash-attention (a kernel that keeps no score matrix) splits fit" in err) \
+        == noted
+    if noted:
+        assert err.count("\n") == 1 and "no split fits --mem 1,000,000,000 B (1 GB)" in err

@@ -82,6 +82,10 @@ def run(args) -> int:
                            devices=args.devices, microbatches=args.microbatches,
                            optimizer_bytes=args.optimizer_bytes, name=args.name,
                            flash=args.flash_attention)
+    if accelerator.hbm_bytes is not None and not args.flash_attention:
+        note_flash(model, lambda: estimate_model(
+            shape, args.microbatch_size, args.seq_len, accelerator, devices=args.devices,
+            microbatches=args.microbatches, optimizer_bytes=args.optimizer_bytes, flash=True))
     if args.out:
         model.save(args.out, overwrite=args.force, inputs=inputs,
                    header=header(args, config, shape, accelerator))
@@ -118,3 +122,18 @@ def header(args, config, shape, accelerator) -> str:
                if experts.parallel > 1 else ""))
     lines.append("formulas: docs/planning.md, `zbopt estimate CONFIG`")
     return "".join(f"# {escaped(line)}\n" for line in lines) + "\n"
+
+
+def note_flash(model, flash_model) -> None:
+    """A note when no split of `model` fits its cap but one of `flash_model()` (the same
+    estimate with --flash-attention) does: the paper's s x s attention scores are what does not
+    fit, and plan would only refuse the file."""
+    from ..plan.bound import least_excess_of
+    from ..sizes import readable
+    short, device, _ = least_excess_of(model)
+    if short <= 0 or least_excess_of(flash_model())[0] > 0:
+        return
+    defer_note(f"zbopt: note: no split fits --mem {readable(model.memory_cap, model.memory_unit)} "
+               f"with the paper's activations, which keep the s x s attention scores (device "
+               f"{device} is {readable(short, model.memory_unit)} short at best); with "
+               f"--flash-attention (a kernel that keeps no score matrix) splits fit")
