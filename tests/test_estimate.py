@@ -238,3 +238,22 @@ def test_a_config_with_a_byte_order_mark_reads_and_one_of_4400_digits_is_one_lin
     assert err == f"zbopt: error: {huge}: an integer of 4400 digits cannot be read: give every " \
                   f"value as a finite number of sensible size\n"
     assert not out.exists()
+
+
+def test_estimate_writes_its_file_without_torch(tmp_path):
+    """estimate needs transformers' configs, not torch (an optional extra): with torch blocked
+    from importing, it still writes the layered file, provenance comments included."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "m.toml"
+    code = ("import sys; sys.modules['torch'] = None; from zbopt.cli import main; "
+            f"sys.exit(main(['estimate', {str(root / 'instances/configs/qwen3-30b-a3b.json')!r}, "
+            f"'--devices', '4', '--expert-parallel', '8', '--out', {str(out)!r}]))")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and out.read_text().startswith("# written by")

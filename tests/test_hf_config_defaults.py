@@ -3,6 +3,7 @@ model_type (a llama config without num_hidden_layers has 32 of them): estimate a
 so in one note on stderr, naming each size left out and the value it took."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -77,4 +78,13 @@ def test_a_mixture_of_experts_left_to_the_defaults_is_named_too(tmp_path, capsys
     assert main(["estimate", path, "--devices", "2", "--json"]) == 0
     assert _notes(capsys.readouterr().err) == []
     assert main(["estimate", _write(tmp_path, FULL), "--devices", "2", "--json"]) == 0
+    assert _notes(capsys.readouterr().err) == []
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-20b"])
+def test_a_size_the_file_sets_under_its_other_name_is_not_named(name, capsys):
+    """qwen3_moe stores num_experts as num_local_experts (transformers' attribute_map): a file
+    that sets num_experts has set the expert count."""
+    path = Path(__file__).resolve().parents[1] / "instances" / "configs" / f"{name}.json"
+    assert main(["estimate", str(path), "--devices", "2", "--json"]) == 0
     assert _notes(capsys.readouterr().err) == []

@@ -19,6 +19,14 @@ def reason(err: BaseException) -> str:
     return first_line(err) or type(err).__name__
 
 
+def escaped(text: str) -> str:
+    """`text` with its unprintable characters (control characters, line breaks, lone
+    surrogates) written as Python escapes, so that it fits on one line of a comment or message."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def described(err: BaseException) -> str:
     """`err`'s type and first message line ("KeyError: 'x'"), or the type alone."""
     line = first_line(err)

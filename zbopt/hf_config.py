@@ -109,11 +109,11 @@ def defaulted_sizes(settings: dict, config: Any) -> list[tuple[str, int]]:
     either spelling (config.attribute_map: gpt2's n_embd for hidden_size), with the value
     transformers gave them; a size the model derives (None) is not listed."""
     aliases = getattr(config, "attribute_map", {}) or {}
+    given = {aliases.get(key, key) for key in settings}  # the attributes the file sets
     named: dict[str, tuple[str, int]] = {}  # by the attribute stored: one size, one mention
     for key in DEFAULTED:
         stored = aliases.get(key, key)
-        if key not in settings and stored not in settings and stored not in named \
-                and getattr(config, key, None) is not None:
+        if stored not in given and stored not in named and getattr(config, key, None) is not None:
             # the common sizes under their usual names (gpt2's n_layer is num_hidden_layers),
             # an expert count under the model type's own (deepseek's n_routed_experts)
             shown = key if key in (*POSITIVE, "intermediate_size") else stored

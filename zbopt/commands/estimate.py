@@ -100,7 +100,7 @@ def header(args, config, shape, accelerator) -> str:
     """The provenance comments of a TOML file: what the estimate was made from and how."""
     import datetime
 
-    from ..profile.models import escaped
+    from ..errors import escaped
     experts = shape.experts
     lines = [
         f"written by `zbopt estimate` on "

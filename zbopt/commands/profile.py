@@ -120,8 +120,8 @@ def check_out(path: str | None, force: bool, inputs=()) -> Path | None:
 
 
 def build(args, dtype, device):
+    from ..errors import escaped
     from ..profile import function_model, hf_model, preset_model, read_config
-    from ..profile.models import escaped
     if args.preset:
         return preset_model(args.preset, args.microbatch_size, args.seq_len, dtype, device, args.naming)
     if args.hf_config is not None:
@@ -222,10 +222,10 @@ def _measure(model, args, device, settings):
 
 
 def header(result, layered) -> str:
-    """The provenance comments of a TOML file. Every line is escaped (`zbopt.profile.models.
-    escaped`): a newline in a name (a --module layer's is refused, but a model's name comes from
+    """The provenance comments of a TOML file. Every line is escaped (`zbopt.errors.escaped`):
+    a newline in a name (a --module layer's is refused, but a model's name comes from
     a file name or the user's ModelSpec) would end the comment and leave the file unreadable."""
-    from ..profile.models import escaped
+    from ..errors import escaped
     s = result.settings
     lines = [
         f"written by `zbopt profile` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import ZboptError, described
+from ..errors import ZboptError, described, escaped
 from ..hf_config import innermost_reason, read_config, require_transformers
 
 PRESETS = {
@@ -263,14 +263,6 @@ def function_model(spec: str, microbatch_size: int, seq_len: int, dtype, device)
     # the model's name is a label (the file's `name`, a header comment): escaped, not refused
     return ModelSpec(model.layers, make_cast_input, name=escaped(model.name or spec), naming="module",
                      settings=settings)
-
-
-def escaped(text: str) -> str:
-    """`text` with its unprintable characters (control characters, line breaks, lone
-    surrogates) written as Python escapes, so that it fits on one line of a comment or message."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _settings(microbatch_size: int, seq_len: int, dtype) -> dict:
