@@ -71,3 +71,20 @@ def test_a_cap_only_flash_attention_fits_is_noted(tmp_path, capsys, flags, mem, 
         == noted
     if noted:
         assert err.count("\n") == 1 and "no split fits --mem 1,000,000,000 B (1 GB)" in err
+
+
+def test_plan_refusing_a_paper_estimate_names_flash_attention(tmp_path, capsys):
+    from cli_checks import refused
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIG))
+    paper, flash = tmp_path / "paper.toml", tmp_path / "flash.toml"
+    for out, flags in ((paper, ()), (flash, ("--flash-attention",))):
+        assert main(["estimate", str(path), "--seq-len", "4096", "--devices", "2", "--out",
+                     str(out), *flags]) == 0
+    capsys.readouterr()
+    line = refused(capsys, "plan", paper, "--mem", "1GB", "--time-limit", "5")
+    assert "cannot hold any split" in line and "`zbopt estimate --flash-attention` keeps none" in line
+    line = refused(capsys, "plan", flash, "--mem", "10MB", "--time-limit", "5")
+    assert "cannot hold any split" in line and "flash" not in line
+    assert main(["plan", str(flash), "--mem", "1GB", "--time-limit", "5", "--json",
+                 "--quiet"]) == 0  # what the advice leads to

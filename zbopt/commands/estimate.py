@@ -51,6 +51,11 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
+# the provenance comment on a block's activations (plan reads it back to advise on a refusal)
+PAPER_ACTIVATIONS = "activations: the Zero Bubble paper's 34h + 5as bytes a token a block"
+FLASH_ACTIVATIONS = "activations: flash attention, 34h + 4a bytes a token a block"
+
+
 def cap_bytes(text: str) -> float | None:
     """An argparse type: a byte count (byte_count), or none for no cap."""
     return None if text.strip().lower() in ("none", "unlimited", "inf") else byte_count(text)
@@ -110,8 +115,7 @@ def header(args, config, shape, accelerator) -> str:
         f"micro-batch {args.microbatch_size} x {args.seq_len} tokens; "
         f"{accelerator.peak_flops:g} FLOP/s x {accelerator.efficiency:g}, links "
         f"{accelerator.link_bandwidth:g} B/s",
-        "activations: " + ("flash attention, 34h + 4a bytes a token a block" if args.flash_attention
-                           else "the Zero Bubble paper's 34h + 5as bytes a token a block"),
+        FLASH_ACTIVATIONS if args.flash_attention else PAPER_ACTIVATIONS,
         f"static: parameters x {args.optimizer_bytes:g} bytes",
     ]
     if experts is not None:

@@ -224,6 +224,19 @@ def check_out(args) -> None:
     check_output(args.out, args.force, (".json",), "plan file")
 
 
+def _paper_activations(name: str) -> bool:
+    """Whether the model file says (in the comments `zbopt estimate` writes) that its blocks
+    keep the paper's s x s attention scores."""
+    from ..instance import resolve_instance
+    from .estimate import PAPER_ACTIVATIONS
+    try:
+        with open(resolve_instance(name), encoding="utf-8") as file:
+            head = [next(file, "") for _ in range(10)]
+    except (OSError, UnicodeDecodeError, ZboptError):
+        return False
+    return f"# {PAPER_ACTIVATIONS}\n" in head
+
+
 def run(args) -> int:
     from ..plan import plan
     check_solver(args.solver)
@@ -233,9 +246,17 @@ def run(args) -> int:
         check_out(args)
     if args.max_partitions < 1:
         raise ZboptError(f"--max-partitions must be >= 1, got {args.max_partitions}")
-    result = plan(model, placements, time_limit=args.time_limit, solver=args.solver,
-                  threads=args.threads, max_partitions=args.max_partitions,
-                  progress=_Progress(args), others=args.placements is None)
+    from ..plan.search import NoSplitFits
+    try:
+        result = plan(model, placements, time_limit=args.time_limit, solver=args.solver,
+                      threads=args.threads, max_partitions=args.max_partitions,
+                      progress=_Progress(args), others=args.placements is None)
+    except NoSplitFits as err:
+        if not _paper_activations(args.model):
+            raise
+        raise ZboptError(f"{err}; this file was estimated with the paper's activations, which keep "
+                         f"the s x s attention scores: `zbopt estimate --flash-attention` keeps "
+                         f"none") from None
     data = result.to_dict()
     if args.out:
         from ..export.schedule_file import write_schedule_file

@@ -768,6 +768,10 @@ def _fits(model: LayeredModel, short: tuple) -> bool:
     return within_cap(cap + short[0], cap)
 
 
+class NoSplitFits(ZboptError):
+    """No split of the placements asked fits the memory cap (the message says by how much)."""
+
+
 def _infeasible_message(model: LayeredModel, placements: Sequence[str] = ("contiguous",),
                         shortfalls: Optional[dict] = None) -> str:
     """The error for a cap under which no split of any of `placements` fits: the split whose
@@ -852,7 +856,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     for placement in placements:
         search.placed(placement)  # ZboptError now if the placement cannot hold the layers
     if placements == ("contiguous",) and not contiguous_fits(search.placed("contiguous")):
-        raise ZboptError(_infeasible_message(model))  # said before any other work
+        raise NoSplitFits(_infeasible_message(model))  # said before any other work
     floors = _other_floors(search, placements) if others else None
     bounds: dict[str, float] = {}  # per placement, a bound of its splits not in pending
     covered: set[str] = set()  # placements whose every split is in pending
@@ -925,7 +929,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         bounds[placement] = listed_below
         pending.extend(splits)
     if search.best is None and bounds and all(math.isinf(x) for x in bounds.values()):
-        raise ZboptError(_infeasible_message(model, placements, _shortfalls(model, placements)))
+        raise NoSplitFits(_infeasible_message(model, placements, _shortfalls(model, placements)))
     if search.best is None and exact:
         # no heuristic fits any split tried (dualpipe at a tight cap can be so): the solver on
         # the splits that hold their static memory and one micro-batch, least bound first
@@ -933,7 +937,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     shortfalls = _shortfalls(model, placements) if search.best is None else {}
     if shortfalls and all(s is not None and s[3] and not _fits(model, s)
                           for s in shortfalls.values()):  # CP-SAT proved that none fits
-        raise ZboptError(_infeasible_message(model, placements, shortfalls))
+        raise NoSplitFits(_infeasible_message(model, placements, shortfalls))
     if search.best is None:
         solver = " (nor did the solver find one)" if exact and search.solver_runs else ""
         reasons = {p: why for p, why in search.unapplied.items() if p not in search.applied}
