@@ -34,7 +34,7 @@ from typing import Optional
 
 from .errors import ZboptError
 from .estimate_moe import MOE_TYPES, Experts, LatentAttention, experts_from_config, latent_from_config
-from .hf_config import read_config
+from .hf_config import EXPERT_KEYS, read_config
 from .instance import TooLarge
 from .layers import MAX_LAYERS, Layer, LayeredModel
 
@@ -43,8 +43,6 @@ OPTIMIZER_BYTES = 16
 TOO_LARGE_FLAGS = {"time": "--microbatch-size, --seq-len or --microbatches, or a larger "
                            "--peak-flops",
                    "memory": "--microbatch-size, --seq-len, --microbatches or --optimizer-bytes"}
-# the experts of a mixture-of-experts config (mixtral, gpt-oss; qwen2-moe; deepseek)
-EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 ACTIVATION_BYTES = 2  # bf16 activations crossing a stage boundary
 
 
@@ -287,6 +285,11 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
     attention = shape.attention_flops(sequence)
     backward = 2.5 if flash else 2.0  # B's attention FLOPs per forward's A
     dense_b, dense_w = block_activation_bytes(h, shape.heads, sequence, flash)
+    all_to_all = 0.0  # us per pass of a routed block: dispatch and combine, F and B alike
+    if shape.experts is not None and shape.experts.parallel > 1:
+        bandwidth = accelerator.expert_bandwidth or accelerator.link_bandwidth
+        all_to_all = _round(2 * shape.experts.exchanged_bytes(h, ACTIVATION_BYTES) * tokens
+                            / bandwidth * 1e6)
 
     def block(routed: bool) -> dict:
         matmul = shape.block_matmul_flops(routed)
@@ -301,18 +304,12 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
                     m_b=m_b * tokens, m_w=m_w * tokens,
                     static=float(shape.block_static_params(routed) * optimizer_bytes))
 
-    all_to_all = 0.0  # us per pass of a routed block: dispatch and combine, F and B alike
-    if shape.experts is not None and shape.experts.parallel > 1:
-        bandwidth = accelerator.expert_bandwidth or accelerator.link_bandwidth
-        all_to_all = _round(2 * shape.experts.exchanged_bytes(h, ACTIVATION_BYTES) * tokens
-                            / bandwidth * 1e6)
-
     kinds = shape.experts.sparse if shape.experts is not None else (False,) * shape.layers
     if len(set(kinds)) < 2:  # alike: one counted layer (expanded to layers.0, layers.1, ...)
         blocks = [("layers", shape.layers, block(kinds[0] if kinds else False))]
     else:  # dense and routed blocks: each its own layer, named as the model's
-        figures = {routed: block(routed) for routed in (False, True)}
-        blocks = [(f"layers.{i}", 1, figures[routed]) for i, routed in enumerate(kinds)]
+        per_kind = {routed: block(routed) for routed in (False, True)}
+        blocks = [(f"layers.{i}", 1, per_kind[routed]) for i, routed in enumerate(kinds)]
     embedding_params = (vocab + shape.positions) * h
     output_params = shape.head_params()
     figures = (

@@ -73,9 +73,10 @@ class Experts:
         """(from F to B, from B to W) per token of the routed MLP, in bytes (module doc)."""
         h, f, k, e = hidden, self.width, self.active, self.routed
         shared = 6.0 * self.shared
-        to_b = 2.0 * h + 4.0 * e + k * (4.0 * h + 6.0 * f) + shared
-        to_w = 2.0 * h + 4.0 * e + k * (4.0 * h + 6.0 * f) + (shared + 2.0 * h if shared else 0.0)
-        return to_b, to_w
+        # the router's input and probabilities (F to B), or input and output gradient (B to W),
+        # and per active expert the same 4h + 6f both ways
+        routed = 2.0 * h + 4.0 * e + k * (4.0 * h + 6.0 * f)
+        return routed + shared, routed + (shared + 2.0 * h if shared else 0.0)
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,15 @@ POSITIVE = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_si
 OPTIONAL = ("intermediate_size", "n_inner", "num_key_value_heads", "head_dim")
 # the same sizes under gpt2's own names, as a config.json may spell them
 ALIASES = ("n_embd", "n_head", "n_layer", "n_positions")
+# the sizes that shape every decoder's layers
+SIZES = (*POSITIVE, "intermediate_size")
+# the expert count of a mixture-of-experts config, as model types name it (mixtral, gpt-oss;
+# qwen2-moe; deepseek)
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 # sizes a file that leaves them out gets from transformers' defaults for its model_type (a
-# llama config without them describes LLaMA-7B), which `note` names
-DEFAULTED = (*POSITIVE, "intermediate_size",
-             # a mixture of experts' (absent from a dense model type's config, so never named)
-             "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
-             "moe_intermediate_size")
+# llama config without them describes LLaMA-7B), which `note` names; a mixture of experts'
+# sizes are absent from a dense model type's config, so never named for it
+DEFAULTED = (*SIZES, *EXPERT_KEYS, "num_experts_per_tok", "moe_intermediate_size")
 
 
 def require_transformers() -> None:
@@ -116,7 +119,7 @@ def defaulted_sizes(settings: dict, config: Any) -> list[tuple[str, int]]:
         if stored not in given and stored not in named and getattr(config, key, None) is not None:
             # the common sizes under their usual names (gpt2's n_layer is num_hidden_layers),
             # an expert count under the model type's own (deepseek's n_routed_experts)
-            shown = key if key in (*POSITIVE, "intermediate_size") else stored
+            shown = key if key in SIZES else stored
             named[stored] = (shown, getattr(config, key))
     return list(named.values())
 

@@ -83,14 +83,15 @@ def run(args) -> int:
         raise ZboptError(f"--devices {args.devices}: the model has {shape.layers + 2} layers "
                          f"({shape.layers} blocks, the embedding and the output layer) and every "
                          f"stage needs one: give --devices {shape.layers + 2} or fewer")
-    model = estimate_model(shape, args.microbatch_size, args.seq_len, accelerator,
-                           devices=args.devices, microbatches=args.microbatches,
-                           optimizer_bytes=args.optimizer_bytes, name=args.name,
-                           flash=args.flash_attention)
+
+    def estimated(flash: bool):
+        return estimate_model(shape, args.microbatch_size, args.seq_len, accelerator,
+                              devices=args.devices, microbatches=args.microbatches,
+                              optimizer_bytes=args.optimizer_bytes, name=args.name, flash=flash)
+
+    model = estimated(args.flash_attention)
     if accelerator.hbm_bytes is not None and not args.flash_attention:
-        note_flash(model, lambda: estimate_model(
-            shape, args.microbatch_size, args.seq_len, accelerator, devices=args.devices,
-            microbatches=args.microbatches, optimizer_bytes=args.optimizer_bytes, flash=True))
+        note_flash(model, lambda: estimated(True))
     if args.out:
         model.save(args.out, overwrite=args.force, inputs=inputs,
                    header=header(args, config, shape, accelerator))
