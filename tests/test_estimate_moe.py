@@ -144,6 +144,7 @@ def test_estimate_writes_a_routed_model_that_plans(tmp_path, capsys):
                  "--expert-parallel", "2", "--out", str(out)]) == 0
     model = load_model(out)
     assert [layer.name for layer in model.layers][1:-1] == [f"layers.{i}" for i in range(4)]
+    assert model.expert_parallel == 2  # for export --torchtitan (tests/test_torchtitan.py)
     comments = [line for line in out.read_text().splitlines() if line.startswith("#")]
     assert any("mixture of experts: 8 experts, 2 a token, 2 routed blocks, expert-parallel 2, "
                "all-to-all 1e+11 B/s" in line for line in comments)

@@ -108,6 +108,8 @@ def test_partitions_are_checked():
     ({"memory_cap": [10, 10, 10]}, "3 values but there are 2 devices"),
     ({"memory_cap": -5}, "positive"),
     ({"layers": []}, "non-empty"),
+    ({"expert_parallel": 0}, "expert_parallel must be at least 1"),
+    ({"expert_parallel": 2.0}, "write expert_parallel = 2"),
 ])
 def test_bad_layered_files(change, fragment):
     data = {"devices": 2, "microbatches": 4,
@@ -124,6 +126,13 @@ def test_save_and_load_round_trip(tmp_path):
         with pytest.raises(ZboptError, match="exists"):
             model.save(path)
     assert json.loads((tmp_path / "model.json").read_text())["layers"][1]["count"] == 6
+
+
+def test_expert_parallelism_is_kept_and_a_dense_model_writes_none(tmp_path):
+    moe = _model(expert_parallel=8)
+    assert load_model(moe.save(tmp_path / "moe.toml")).expert_parallel == 8
+    assert "expert_parallel" not in _model().to_dict()
+    assert "expert_parallel" not in _model().save(tmp_path / "dense.toml").read_text()
 
 
 def test_per_stage_file_is_not_a_layered_model(tmp_path):

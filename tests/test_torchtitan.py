@@ -303,3 +303,41 @@ def test_a_fragment_may_start_with_a_byte_order_mark(tmp_path):
     plain.write_text(text)
     marked.write_text(text, encoding="utf-8-sig")  # hand-edited in an editor that adds one
     assert titan.read_fragment(marked) == titan.read_fragment(plain) == tomllib.loads(text)
+
+
+# ----- expert parallelism -----------------------------------------------------------------------
+
+
+def test_a_plan_estimated_with_expert_parallelism_carries_it_to_torchtitan(tmp_path, capsys):
+    needs_torchtitan()
+    from torchtitan.config import ParallelismConfig
+    from torchtitan.distributed import ParallelDims
+    path = plan_file(tmp_path, model={**MODEL, "expert_parallel": 4})
+    assert main(["export", str(path), "--torchtitan", str(tmp_path / "tt")]) == 0
+    printed = capsys.readouterr().out
+    assert "expert_parallel_degree 4" in printed and "2 x 4 = 8 ranks" in printed
+    fragment = tomllib.loads((tmp_path / "tt" / "torchtitan.toml").read_text())
+    assert fragment["parallelism"]["expert_parallel_degree"] == 4
+    parallelism = ParallelismConfig(**fragment["parallelism"])
+    # the world the note asks for is one torchtitan accepts, with 4 ranks of data parallelism
+    # (dp_shard, derived) for each pipeline rank: enough to take the expert ranks from
+    dims = ParallelDims.from_config(parallelism, 8)
+    assert dims.dp_shard * dims.cp * dims.tp % dims.ep == 0 and dims.ep == 4
+
+
+def test_a_dense_plan_writes_no_expert_parallelism(tmp_path):
+    needs_torchtitan()
+    assert main(["export", str(plan_file(tmp_path)), "--torchtitan", str(tmp_path / "tt")]) == 0
+    fragment = tomllib.loads((tmp_path / "tt" / "torchtitan.toml").read_text())
+    assert "expert_parallel_degree" not in fragment["parallelism"]
+
+
+@pytest.mark.slow
+def test_torchtitan_runs_an_expert_parallel_plan_without_its_expert_ranks(tmp_path):
+    needs_torchtitan()
+    pytest.importorskip("torch")
+    from zbopt.export.titan_runtime import verify_titan
+    result = verify_titan(read_schedule_file(plan_file(
+        tmp_path, model={**MODEL, "expert_parallel": 4})))
+    assert result.ok, result.message
+    assert any("expert_parallel_degree 4 is left out" in note for note in result.notes)

@@ -370,7 +370,8 @@ def estimate_model(shape: DecoderShape, microbatch: int, sequence: int, accelera
         return LayeredModel(layers=layers, devices=devices, microbatches=microbatches,
                             placement=placement, comm=comm, memory_cap=cap,
                             name=name or f"{shape.model_type or 'decoder'}-{shape.layers}L",
-                            time_unit="us", memory_unit="B")
+                            time_unit="us", memory_unit="B",
+                            expert_parallel=shape.experts.parallel if shape.experts else 1)
     except TooLarge as err:  # its advice, a larger unit, is not the user's to take here
         flags = TOO_LARGE_FLAGS[err.kind]
         raise ZboptError(f"the estimate is too large: {err.reason}: give smaller {flags}") \

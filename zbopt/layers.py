@@ -53,7 +53,7 @@ from .instance import (
 LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "m_b", "m_w", "static", "count")
 _LAYER_NUMBERS = ("t_f", "t_b", "t_w", "m_b", "m_w", "static")
 MODEL_KEYS = ("name", "devices", "microbatches", "placement", "chunks", "time_unit", "comm",
-              "overlap", "memory_unit", "memory_cap", "layers")
+              "overlap", "memory_unit", "memory_cap", "expert_parallel", "layers")
 # keys of a per-stage instance that a layered file must not carry (the layers give them)
 STAGE_KEYS = ("t_f", "t_b", "t_w", "m_b", "m_w", "static_memory")
 # most layers a model may expand to (counts included): real models have at most a few hundred,
@@ -160,6 +160,9 @@ class LayeredModel:
     name: str = ""
     time_unit: str = ""
     memory_unit: str = ""
+    # devices sharing each stage's routed experts, as the costs were estimated (zbopt estimate
+    # --expert-parallel); the plan does not read it, export --torchtitan passes it on
+    expert_parallel: int = 1
     expanded: tuple[Layer, ...] = field(default=(), init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -183,8 +186,13 @@ class LayeredModel:
         for key in ("comm", "overlap"):  # checked by the probe instance below
             set_(key, plain(getattr(self, key)))
         for key, value in check_integers(devices=self.devices, microbatches=self.microbatches,
-                                         chunks=self.chunks).items():
+                                         chunks=self.chunks,
+                                         expert_parallel=self.expert_parallel).items():
             set_(key, value)
+        if self.expert_parallel < 1:
+            raise ZboptError(f"expert_parallel must be at least 1 (devices sharing a stage's "
+                             f"experts), got {self.expert_parallel}: write 1 for a dense model "
+                             f"or leave the key out")
         total = self._check_size()
         # before the probe below, which holds a list per stage
         if self.num_parts > total:
@@ -390,7 +398,7 @@ class LayeredModel:
                 if self.placement != "interleaved":
                     continue
                 value = self.num_stages // self.devices
-            if key == "overlap" and not value:
+            if (key == "overlap" and not value) or (key == "expert_parallel" and value == 1):
                 continue
             if key == "memory_cap":
                 if value is None:

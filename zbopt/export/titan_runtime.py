@@ -112,6 +112,7 @@ def _titan_rank(rank: int, world: int, job: _TitanJob, workdir: str, out_path: s
     from .fqn_model import stage_modules
 
     fragment = read_fragment(job.toml_path)
+    fragment["parallelism"].pop("expert_parallel_degree", None)  # the stand-in is dense
     parallelism = ParallelismConfig(**fragment["parallelism"])
     training = TrainingConfig(**fragment["training"])
     dims = ParallelDims.from_config(parallelism, world)
@@ -239,6 +240,10 @@ def verify_titan(loaded, atol: float = DEFAULT_ATOL, timeout: float = 120.0, hid
         notes.append(f"the fragment is the one `zbopt export --torchtitan` writes: "
                      f"pipeline_parallel_microbatch_size {export.settings.microbatch_size}, "
                      f"local_batch_size {export.settings.local_batch_size}")
+        if export.settings.expert_parallel > 1:
+            notes.append(f"expert_parallel_degree {export.settings.expert_parallel} is left "
+                         f"out of the run: the model run here is dense and has one rank per "
+                         f"pipeline rank")
         spec = FqnSpec(fqns=tuple(f for part in fqns for f in part),
                        microbatches=instance.microbatches, hidden=hidden,
                        rows_per_microbatch=export.settings.microbatch_size, seed=seed)

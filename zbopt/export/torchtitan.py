@@ -33,7 +33,8 @@ TORCHTITAN_PIN = "0.3.0"
 SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "parallelism": ("ParallelismConfig", (
         "pipeline_parallel_degree", "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
-        "pipeline_parallel_microbatch_size", "module_fqns_per_model_part")),
+        "pipeline_parallel_microbatch_size", "module_fqns_per_model_part",
+        "expert_parallel_degree")),
     "training": ("TrainingConfig", ("local_batch_size",)),
 }
 # torchtitan splits top-level modules and the items of a top-level ModuleDict/ModuleList only
@@ -67,6 +68,7 @@ class TitanSettings:
     microbatches: int
     module_fqns: tuple[tuple[str, ...], ...] | None
     notes: tuple[str, ...] = ()
+    expert_parallel: int = 1  # the layered model's (zbopt estimate --expert-parallel)
 
     def job_config(self) -> dict[str, dict[str, Any]]:
         """{section: {key: value}} in torchtitan's names (see SECTIONS)."""
@@ -78,12 +80,23 @@ class TitanSettings:
         }
         if self.module_fqns is not None:
             parallelism["module_fqns_per_model_part"] = [list(part) for part in self.module_fqns]
+        if self.expert_parallel > 1:
+            parallelism["expert_parallel_degree"] = self.expert_parallel
         return {"parallelism": parallelism, "training": {"local_batch_size": self.local_batch_size}}
 
     def dotted(self) -> dict[str, Any]:
         """The same keys as `section.key` (torchtitan's command-line form)."""
         return {f"{section}.{key}": value for section, keys in self.job_config().items()
                 for key, value in keys.items()}
+
+
+def expert_note(experts: int, degree: int) -> str:
+    """What a run of a plan estimated with expert parallelism needs of its ranks."""
+    return (f"expert_parallel_degree {experts}, as the plan's costs were estimated (zbopt "
+            f"estimate --expert-parallel): torchtitan takes the expert-parallel ranks from the "
+            f"data-parallel (and tensor-parallel) ones of each pipeline rank, so start a multiple "
+            f"of {degree} x {experts} = {degree * experts} ranks, with data_parallel_shard_degree "
+            f"x context_parallel_degree x tensor_parallel_degree a multiple of {experts}")
 
 
 def split_fqns(layer_names: Sequence[str]) -> tuple[str, ...]:
@@ -330,6 +343,10 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int | None = No
     profiled = profiled_microbatch_size(plan_model(loaded))
     settings = settings_for(instance, csv_path, stage_layers, microbatch_size
                             if microbatch_size is not None else profiled or 1)
+    experts = (plan_model(loaded) or {}).get("expert_parallel", 1)
+    if experts > 1:
+        settings = dataclasses.replace(settings, expert_parallel=experts, notes=settings.notes + (
+            expert_note(experts, instance.devices),))
     if profiled is not None and microbatch_size is None:
         settings = dataclasses.replace(settings, notes=settings.notes + (
             f"micro-batches of {counted(profiled, 'row')}, the size the plan was profiled at "
