@@ -8,7 +8,9 @@ f MLP width, V vocabulary, s sequence):
   weighted sum); B (input gradient) is M + 2A (M + 2.5A with flash attention, which recomputes
   the scores), W (weight gradient) is M. The output layer (norm, projection to V, loss) is 2hV
   each pass; the embedding is a lookup (no FLOPs forward, no input gradient) and a scatter-add
-  for W.
+  for W. With flash attention a block with a sliding window w < s (sliding_windows) has
+  A = 4 w ad; eager attention computes and masks the whole s x s scores, so without the flag
+  its A stays 4s ad.
 - activations: a block holds the Zero Bubble paper's m_b = 34h + 5as bytes from F to B (34h +
   4a with flash attention: no score matrix, a log-sum-exp per head) and m_w = 32h from B to W.
   The output layer holds its input, the normed input and the fp32 logits for the loss (2h + 2h
@@ -136,6 +138,9 @@ class DecoderShape:
     head_vectors: int = -1  # the final norm's and output bias's parameters; -1: an RMSNorm (h)
     experts: Optional[Experts] = None  # a mixture of experts' routed MLP
     latent: Optional[LatentAttention] = None  # DeepSeek's attention instead of q, k, v, o
+    # per block the keys a query attends to under a sliding window, 0 for full attention
+    # (sliding_windows); () for full attention everywhere
+    windows: tuple[int, ...] = ()
 
     def head_width(self) -> int:
         return self.head_dim or self.hidden // self.heads
@@ -169,7 +174,8 @@ class DecoderShape:
         return params
 
     def attention_flops(self, sequence: int) -> float:
-        """Forward FLOPs per token of the attention scores and weighted sum."""
+        """Forward FLOPs per token of the attention scores and weighted sum, each query
+        meeting `sequence` keys."""
         if self.latent is not None:
             return self.latent.score_flops(self.heads, sequence)
         return 4.0 * sequence * self.head_width() * self.heads
@@ -234,10 +240,27 @@ def shape_from_config(path: str | Path, note=None, expert_parallel: int = 1) -> 
     latent = latent_from_config(config, str(path))
     if latent is not None:
         block_vectors += latent.vector_params(hidden)
+    windows = sliding_windows(config, layers)
     return DecoderShape(hidden=hidden, heads=heads, kv_heads=int(kv_heads), layers=layers,
                         ffn=int(ffn), vocab=vocab, gated_mlp=block.gated, positions=int(positions),
                         model_type=kind, head_dim=int(head_dim), block_vectors=block_vectors,
-                        head_vectors=head_vectors, experts=routed, latent=latent)
+                        head_vectors=head_vectors, experts=routed, latent=latent,
+                        windows=windows if any(windows) else ())
+
+
+def sliding_windows(config, layers: int) -> tuple[int, ...]:
+    """Per block the sliding window its attention is given in transformers, 0 for full
+    attention: the blocks `layer_types` marks "sliding_attention" (gemma2, gemma3, gpt-oss,
+    qwen2, qwen3, qwen2-moe), or every block of a model type without layer_types whose config
+    sets `sliding_window` (mistral, mixtral, phi3, starcoder2, qwen3-moe). Model types whose
+    attention has no window have no `sliding_window`."""
+    window = getattr(config, "sliding_window", None)
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return (0,) * layers
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        return (window,) * layers
+    return tuple(window if kind == "sliding_attention" else 0 for kind in types)
 
 
 def _vectors(block: BlockKind, config, hidden: int, q: int, kv: int, ffn: int, width: int,
@@ -282,7 +305,6 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
     def us(flops_per_token: float) -> float:
         return _round(flops_per_token * tokens / rate)
 
-    attention = shape.attention_flops(sequence)
     backward = 2.5 if flash else 2.0  # B's attention FLOPs per forward's A
     dense_b, dense_w = block_activation_bytes(h, shape.heads, sequence, flash)
     all_to_all = 0.0  # us per pass of a routed block: dispatch and combine, F and B alike
@@ -291,8 +313,9 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
         all_to_all = _round(2 * shape.experts.exchanged_bytes(h, ACTIVATION_BYTES) * tokens
                             / bandwidth * 1e6)
 
-    def block(routed: bool) -> dict:
+    def block(routed: bool, keys: int) -> dict:
         matmul = shape.block_matmul_flops(routed)
+        attention = shape.attention_flops(keys)
         m_b, m_w = dense_b, dense_w
         exchange = 0.0
         if routed:  # the paper's MLP part (19h, 20h) replaced by the routed MLP's
@@ -304,12 +327,13 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
                     m_b=m_b * tokens, m_w=m_w * tokens,
                     static=float(shape.block_static_params(routed) * optimizer_bytes))
 
-    kinds = shape.experts.sparse if shape.experts is not None else (False,) * shape.layers
+    routed = shape.experts.sparse if shape.experts is not None else (False,) * shape.layers
+    kinds = tuple(zip(routed, attended_keys(shape, sequence, flash)))
     if len(set(kinds)) < 2:  # alike: one counted layer (expanded to layers.0, layers.1, ...)
-        blocks = [("layers", shape.layers, block(kinds[0] if kinds else False))]
-    else:  # dense and routed blocks: each its own layer, named as the model's
-        per_kind = {routed: block(routed) for routed in (False, True)}
-        blocks = [(f"layers.{i}", 1, per_kind[routed]) for i, routed in enumerate(kinds)]
+        blocks = [("layers", shape.layers, block(*kinds[0]))]
+    else:  # dense and routed, or windowed and full, blocks: each its own layer, as named
+        per_kind = {kind: block(*kind) for kind in set(kinds)}
+        blocks = [(f"layers.{i}", 1, per_kind[kind]) for i, kind in enumerate(kinds)]
     embedding_params = (vocab + shape.positions) * h
     output_params = shape.head_params()
     figures = (
@@ -325,6 +349,15 @@ def estimate_layers(shape: DecoderShape, microbatch: int, sequence: int, acceler
     for name, _, values in figures:
         _check_finite(name, values)
     return tuple(Layer(name, count=count, **values) for name, count, values in figures)
+
+
+def attended_keys(shape: DecoderShape, sequence: int, flash: bool) -> tuple[int, ...]:
+    """Per block the keys each query's attention FLOPs count: the sliding window where a
+    block has one shorter than the sequence and the kernel skips what it masks (flash
+    attention); else the whole sequence (eager attention computes the whole score matrix and
+    masks it)."""
+    windows = shape.windows or (0,) * shape.layers
+    return tuple(min(window, sequence) if flash and window else sequence for window in windows)
 
 
 def _check_finite(name: str, values: dict) -> None:

@@ -125,6 +125,14 @@ def header(args, config, shape, accelerator) -> str:
             f"{sum(experts.sparse)} routed blocks, expert-parallel {experts.parallel}"
             + (f", all-to-all {accelerator.expert_bandwidth or accelerator.link_bandwidth:g} B/s"
                if experts.parallel > 1 else ""))
+    if shape.windows:
+        windows = sorted({w for w in shape.windows if w})
+        lines.append(
+            f"sliding-window attention ({' / '.join(f'{w:,}' for w in windows)} tokens) on "
+            f"{sum(1 for w in shape.windows if w)} of {shape.layers} blocks: "
+            + ("its FLOPs counted over the window" if args.flash_attention else
+               "costed as full attention (eager attention computes the whole score matrix; "
+               "--flash-attention counts the window)"))
     lines.append("formulas: docs/planning.md, `zbopt estimate CONFIG`")
     return "".join(f"# {escaped(line)}\n" for line in lines) + "\n"
 
