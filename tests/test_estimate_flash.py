@@ -56,21 +56,34 @@ def test_the_written_file_says_which_activations_it_counts(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags, mem, noted", [
-    ((), "1GB", True),  # the paper's scores do not fit, flash attention's activations do
-    (("--flash-attention",), "1GB", False),  # already flash attention
-    ((), "10MB", False),  # nothing fits either way: the note would not help
-    ((), "100GB", False),  # fits as it is
+    ((), "1GB", "flash"),  # the paper's scores do not fit, flash attention's activations do
+    (("--flash-attention",), "1GB", None),  # already flash attention, and it fits
+    ((), "10MB", "static"),  # nothing fits either way: the static memory is named
+    (("--flash-attention",), "10MB", "static"),
+    ((), "100GB", None),  # fits as it is
 ])
-def test_a_cap_only_flash_attention_fits_is_noted(tmp_path, capsys, flags, mem, noted):
+def test_a_cap_no_split_fits_is_noted(tmp_path, capsys, flags, mem, noted):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(CONFIG))
     assert main(["estimate", str(path), "--seq-len", "4096", "--devices", "2", "--mem", mem,
                  "--json", *flags]) == 0
     err = capsys.readouterr().err
     assert ("with --flash-attention (a kernel that keeps no score matrix) splits fit" in err) \
-        == noted
+        == (noted == "flash")
+    assert ("--optimizer-bytes 16/N with FSDP over N ranks" in err) == (noted == "static")
+    shown = "1,000,000,000 B (1 GB)" if mem == "1GB" else "10,000,000 B (10 MB)"
     if noted:
-        assert err.count("\n") == 1 and "no split fits --mem 1,000,000,000 B (1 GB)" in err
+        assert err.count("\n") == 1 and f"no split fits --mem {shown}" in err
+    if noted == "static":  # the short device's static memory, from the plan's own least excess
+        from zbopt.layers import load_model
+        from zbopt.plan.bound import least_excess_of
+        out = tmp_path / "m.toml"
+        assert main(["estimate", str(path), "--seq-len", "4096", "--devices", "2", "--mem", mem,
+                     "--out", str(out), *flags]) == 0
+        model = load_model(out)
+        short, device, sizes = least_excess_of(model)
+        static = model.with_settings(memory_cap=None).instance(sizes).static_memory[device]
+        assert f"device {device} is" in err and f"({static / 1e6:.3g} MB) of its memory static" in err
 
 
 def test_plan_refusing_a_paper_estimate_names_flash_attention(tmp_path, capsys):
@@ -86,5 +99,7 @@ def test_plan_refusing_a_paper_estimate_names_flash_attention(tmp_path, capsys):
     assert "cannot hold any split" in line and "`zbopt estimate --flash-attention` keeps none" in line
     line = refused(capsys, "plan", flash, "--mem", "10MB", "--time-limit", "5")
     assert "cannot hold any split" in line and "flash" not in line
+    assert "estimated with 16 bytes of static memory a parameter: `zbopt estimate " \
+        "--optimizer-bytes`" in line
     assert main(["plan", str(flash), "--mem", "1GB", "--time-limit", "5", "--json",
                  "--quiet"]) == 0  # what the advice leads to

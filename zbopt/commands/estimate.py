@@ -54,6 +54,7 @@ def register(sub) -> None:
 # the provenance comment on a block's activations (plan reads it back to advise on a refusal)
 PAPER_ACTIVATIONS = "activations: the Zero Bubble paper's 34h + 5as bytes a token a block"
 FLASH_ACTIVATIONS = "activations: flash attention, 34h + 4a bytes a token a block"
+STATIC_BYTES = "static: parameters x "  # then the bytes per parameter (--optimizer-bytes)
 
 
 def cap_bytes(text: str) -> float | None:
@@ -90,8 +91,9 @@ def run(args) -> int:
                               optimizer_bytes=args.optimizer_bytes, name=args.name, flash=flash)
 
     model = estimated(args.flash_attention)
-    if accelerator.hbm_bytes is not None and not args.flash_attention:
-        note_flash(model, lambda: estimated(True))
+    if accelerator.hbm_bytes is not None:
+        note_fit(model, None if args.flash_attention else lambda: estimated(True),
+                 args.optimizer_bytes)
     if args.out:
         model.save(args.out, overwrite=args.force, inputs=inputs,
                    header=header(args, config, shape, accelerator))
@@ -117,7 +119,7 @@ def header(args, config, shape, accelerator) -> str:
         f"{accelerator.peak_flops:g} FLOP/s x {accelerator.efficiency:g}, links "
         f"{accelerator.link_bandwidth:g} B/s",
         FLASH_ACTIVATIONS if args.flash_attention else PAPER_ACTIVATIONS,
-        f"static: parameters x {args.optimizer_bytes:g} bytes",
+        f"{STATIC_BYTES}{args.optimizer_bytes:g} bytes",
     ]
     if experts is not None:
         lines.append(
@@ -137,16 +139,28 @@ def header(args, config, shape, accelerator) -> str:
     return "".join(f"# {escaped(line)}\n" for line in lines) + "\n"
 
 
-def note_flash(model, flash_model) -> None:
-    """A note when no split of `model` fits its cap but one of `flash_model()` (the same
-    estimate with --flash-attention) does: the paper's s x s attention scores are what does not
-    fit, and plan would only refuse the file."""
+def note_fit(model, flash_model, optimizer_bytes: float) -> None:
+    """A note when no split of `model` fits its cap, which plan would only refuse: when one of
+    `flash_model()` (the same estimate with --flash-attention; None when it was given) does,
+    the paper's s x s attention scores are what does not fit; else the note names the short
+    device's static memory and the flags that lower it."""
     from ..plan.bound import least_excess_of
     from ..sizes import readable
-    short, device, _ = least_excess_of(model)
-    if short <= 0 or least_excess_of(flash_model())[0] > 0:
+    short, device, sizes = least_excess_of(model)
+    if short <= 0:
         return
-    defer_note(f"zbopt: note: no split fits --mem {readable(model.memory_cap, model.memory_unit)} "
-               f"with the paper's activations, which keep the s x s attention scores (device "
-               f"{device} is {readable(short, model.memory_unit)} short at best); with "
-               f"--flash-attention (a kernel that keeps no score matrix) splits fit")
+    unit = model.memory_unit
+    cap = readable(model.memory_cap, unit)
+    if flash_model is not None and least_excess_of(flash_model())[0] <= 0:
+        defer_note(f"zbopt: note: no split fits --mem {cap} with the paper's activations, which "
+                   f"keep the s x s attention scores (device {device} is "
+                   f"{readable(short, unit)} short at best); with --flash-attention (a kernel "
+                   f"that keeps no score matrix) splits fit")
+        return
+    static = model.with_settings(memory_cap=None).instance(sizes).static_memory[device]
+    defer_note(f"zbopt: note: no split fits --mem {cap}, and plan would refuse the file: at best "
+               f"device {device} is {readable(short, unit)} short, {readable(static, unit)} of "
+               f"its memory static (parameters x --optimizer-bytes {optimizer_bytes:g}); give "
+               f"more --devices, or the bytes a device keeps where data parallelism shards "
+               f"them: --optimizer-bytes 16/N with FSDP over N ranks (not counting the "
+               f"parameters it gathers), 4 + 12/N with the optimizer states alone sharded")

@@ -224,17 +224,32 @@ def check_out(args) -> None:
     check_output(args.out, args.force, (".json",), "plan file")
 
 
-def _paper_activations(name: str) -> bool:
-    """Whether the model file says (in the comments `zbopt estimate` writes) that its blocks
-    keep the paper's s x s attention scores."""
+def _estimate_comments(name: str) -> list[str]:
+    """The comment lines `zbopt estimate` opens a model file with (none for another file)."""
     from ..instance import resolve_instance
-    from .estimate import PAPER_ACTIVATIONS
     try:
         with open(resolve_instance(name), encoding="utf-8") as file:
-            head = [next(file, "") for _ in range(10)]
+            head = [next(file, "") for _ in range(12)]
     except (OSError, UnicodeDecodeError, ZboptError):
-        return False
-    return f"# {PAPER_ACTIVATIONS}\n" in head
+        return []
+    return [line[2:].rstrip("\n") for line in head if line.startswith("# ")]
+
+
+def _refusal_hint(name: str) -> str:
+    """What to change in `zbopt estimate` when no split of the file it wrote fits: the paper's
+    activations (s x s scores), else the static bytes per parameter."""
+    from .estimate import PAPER_ACTIVATIONS, STATIC_BYTES
+    comments = _estimate_comments(name)
+    if PAPER_ACTIVATIONS in comments:
+        return ("; this file was estimated with the paper's activations, which keep the s x s "
+                "attention scores: `zbopt estimate --flash-attention` keeps none")
+    static = [line for line in comments if line.startswith(STATIC_BYTES)]
+    if static:
+        return (f"; this file was estimated with {static[0][len(STATIC_BYTES):]} of static "
+                f"memory a parameter: "
+                f"`zbopt estimate --optimizer-bytes` sets what a device keeps where data "
+                f"parallelism shards them (16/N with FSDP over N ranks)")
+    return ""
 
 
 def run(args) -> int:
@@ -252,11 +267,10 @@ def run(args) -> int:
                       threads=args.threads, max_partitions=args.max_partitions,
                       progress=_Progress(args), others=args.placements is None)
     except NoSplitFits as err:
-        if not _paper_activations(args.model):
+        hint = _refusal_hint(args.model)
+        if not hint:
             raise
-        raise ZboptError(f"{err}; this file was estimated with the paper's activations, which keep "
-                         f"the s x s attention scores: `zbopt estimate --flash-attention` keeps "
-                         f"none") from None
+        raise ZboptError(f"{err}{hint}") from None
     data = result.to_dict()
     if args.out:
         from ..export.schedule_file import write_schedule_file
