@@ -50,6 +50,37 @@ def test_llama2_7b_parameter_count_gives_static_memory(tmp_path):
     assert sum(x.static * x.count for x in eight) == 8 * 6_738_415_616
 
 
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "instances" / "configs"
+
+
+@pytest.mark.parametrize("name, parameters", [("llama-3.1-8b", 8_030_261_248),
+                                              ("llama-3.1-70b", 70_553_706_496)])
+def test_shipped_llama_configs_hold_their_published_parameters(name, parameters):
+    shape = shape_from_config(CONFIG_DIR / f"{name}.json")
+    layers = estimate_layers(shape, 1, 8192, Accelerator())
+    assert sum(x.static * x.count for x in layers) == 16 * parameters
+
+
+def test_llama_70b_on_eight_80gb_devices_fits_only_with_sharded_states(tmp_path, capsys):
+    """At 16 bytes a parameter no split fits (estimate says why, plan refuses naming the flag);
+    at 4 bytes (FSDP over 4 ranks) the plan is feasible."""
+    from cli_checks import refused
+    config = CONFIG_DIR / "llama-3.1-70b.json"
+    args = ["--devices", "8", "--microbatches", "16", "--seq-len", "8192", "--flash-attention",
+            "--mem", "80GB"]
+    whole, sharded = tmp_path / "whole.toml", tmp_path / "sharded.toml"
+    assert main(["estimate", str(config), *args, "--out", str(whole)]) == 0
+    assert "--optimizer-bytes 16/N with FSDP over N ranks" in capsys.readouterr().err
+    line = refused(capsys, "plan", whole, "--time-limit", "5")
+    assert "cannot hold any split" in line and "`zbopt estimate --optimizer-bytes`" in line
+    assert main(["estimate", str(config), *args, "--optimizer-bytes", "4", "--out",
+                 str(sharded)]) == 0
+    assert "no split fits" not in capsys.readouterr().err
+    assert main(["plan", str(sharded), "--time-limit", "5", "--json", "--quiet",
+                 "--placements", "contiguous"]) == 0
+    assert json.loads(capsys.readouterr().out)["partition"]["sizes"]
+
+
 def test_times_follow_flops_and_the_accelerator(tmp_path):
     config = _config(tmp_path, model_type="llama", hidden_size=1024, num_attention_heads=16,
                      num_hidden_layers=4, intermediate_size=4096, vocab_size=32000,
