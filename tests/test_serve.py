@@ -758,3 +758,33 @@ def test_a_cancelled_solve_ends_its_process_and_says_so(server):
     assert status == 202 and state["status"] == "cancelled"
     status, body, _ = server.request("/api/solve/nope/cancel", {})
     assert status == 422 and body["field"] == "job"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="lists processes through /proc")
+@pytest.mark.parametrize("solver", ["cpsat", "highs"])
+def test_a_stopped_solve_keeps_its_best_schedule(server, solver):
+    before = _solve_processes(server)
+    status, job, _ = server.request("/api/solve", {**HARD, "page": f"f-{solver}",
+                                                   "solver": solver, "time_limit": 300})
+    assert status == 202
+    with urllib.request.urlopen(server.url + f"api/solve/{job['job']}/events", timeout=300) as s:
+        lines = iter(s)
+        for raw in lines:  # until the solve has reported something: its process is running
+            if raw.startswith(b"data: ") and json.loads(raw[6:])["version"] > 0:
+                break
+        status, state, _ = server.request(f"/api/solve/{job['job']}/finish", {})
+        assert status == 202 and state["state"] in ("finishing", "done")
+        events = [json.loads(raw[6:]) for raw in lines if raw.startswith(b"data: ")]
+    done = events[-1]
+    assert done["state"] == "done" and done["status"] in ("feasible", "optimal")
+    assert done["stopped_early"] is True
+    assert done["result"]["message"].startswith("stopped on request after ")
+    assert done["result"]["span"] >= done["result"]["lower_bound"]
+    assert done["view"]["result"]["method"] == done["result"]["method"]
+    assert _solve_processes(server) <= before  # the solve's process ended by itself
+    # a finished or unknown solve: nothing changes
+    status, state, _ = server.request(f"/api/solve/{job['job']}/finish", {})
+    assert status == 202 and state["status"] == done["status"]
+    status, body, _ = server.request("/api/solve/nope/finish", {})
+    assert status == 422 and body["field"] == "job"

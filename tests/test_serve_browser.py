@@ -419,6 +419,29 @@ def test_a_placement_change_shows_a_method_that_runs_on_it(page):
 
 # ----- a long solve: cancelled; lost with a restarted server ------------------------------------
 
+def test_a_long_solve_stopped_early_shows_its_best_schedule(page, served):
+    from test_serve import HARD
+    _, _, folder = served
+    set_controls(page, {"placement": "v"})
+    set_controls(page, {"schedule": HARD["schedule"], "devices": "8", "micro-batches": "32",
+                        "t_f": HARD["t_f"], "memory cap": HARD["memory_cap"]})
+    page.get_by_label("time limit (s)").fill("120")
+    page.get_by_role("button", name="Solve").click()
+    page.wait_for_function("() => document.querySelector('#solve-progress').innerText"
+                           ".includes(' s')", timeout=60000)  # reporting: running
+    assert page.locator("#solve-finish").is_visible()
+    page.get_by_role("button", name="Stop, keep best").click()
+    page.wait_for_function("() => ['optimal', 'feasible'].includes(document.querySelector("
+                           "'#solve-status').dataset.status)", timeout=60000)
+    status = page.locator("#solve-status").inner_text()
+    assert "stopped on request after" in status, status
+    assert page.locator("#solve-finish").is_hidden() and page.locator("#solve-cancel").is_hidden()
+    assert "solved" in page.locator("#showing").inner_text()
+    assert float(metric(page, "lower bound")) <= float(metric(page, "span"))
+    page.screenshot(path=str(folder / "stopped.png"), full_page=True)
+    assert page.errors == []
+
+
 def test_a_long_solve_can_be_cancelled_and_a_restart_is_said(browser, served):
     import socket
 

@@ -30,7 +30,7 @@ import time
 from dataclasses import replace
 from typing import Optional
 
-from .. import bounds
+from .. import bounds, signals
 from ..instance import Instance
 from ..result import Result
 from ..schedule import Schedule, Timeline, evaluate
@@ -146,7 +146,7 @@ def improve(instance: Instance, span: float, deadline: float, seed: int = 0,
 
     starts = []
     for policy in _grid(instance):
-        if time.perf_counter() >= deadline:
+        if signals.past(deadline):  # its time is up, or the solver was asked to finish
             break
         value, outcome = estimate(policy, math.inf)
         if outcome is not None:
@@ -159,7 +159,7 @@ def improve(instance: Instance, span: float, deadline: float, seed: int = 0,
     climbs = stale = 0
 
     def done() -> bool:
-        return time.perf_counter() >= deadline or best_value <= target
+        return signals.past(deadline) or best_value <= target
 
     while not done() and (patience is None or stale < patience):
         # climb from the grid's next best point, then from kicks of the best found

@@ -390,6 +390,16 @@ def create_app(instance: Optional[Instance] = None, max_solves: int = 2,
             raise api.SettingError("job", f"no solve {ident!r} on this server: press Solve again")
         return _json(job.snapshot(), 202)
 
+    @app.post("/api/solve/{ident}/finish")
+    def solve_finish(ident: str) -> Response:
+        """Stop a running solve's search and keep the best schedule it has: its events end
+        with "done" and the result, as at its time limit, its message saying it was stopped
+        on request. A finished solve is left as it is. Answers the job's state."""
+        job = jobs.finish(ident)
+        if job is None:
+            raise api.SettingError("job", f"no solve {ident!r} on this server: press Solve again")
+        return _json(job.snapshot(), 202)
+
     @app.get("/api/solve/{ident}")
     def solve_state(ident: str) -> Response:
         job = job_of(ident)

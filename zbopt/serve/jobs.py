@@ -3,7 +3,9 @@ progress callback, at most one running job per page and a few on the whole serve
 
 A second solve for a page whose first is still running is refused, with a message saying so;
 cancel() stops a job (its runner gets the job's `stop` event: the server's runner ends the
-solve's process as Ctrl-C would, and the job ends "cancelled", with no schedule).
+solve's process as Ctrl-C would, and the job ends "cancelled", with no schedule); finish()
+stops its search instead (the `finish` event: the solve process gets SIGUSR1) and the job ends
+with the best schedule found, as at its time limit.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ class Cancelled(ZboptError):
 
 
 def run_here(solver: str, instance: Instance, stop: Optional[threading.Event] = None,
-             **params) -> Result:
-    """registry.run in the job's thread: a solve there cannot be stopped (`stop` is ignored)."""
+             finish: Optional[threading.Event] = None, **params) -> Result:
+    """registry.run in the job's thread: a solve there cannot be stopped (`stop` and `finish`
+    are ignored)."""
     return run(solver, instance, **params)
 
 
@@ -52,6 +55,7 @@ class Job:
     error: str = ""
     cancelled: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
+    finish: threading.Event = field(default_factory=threading.Event)  # stop, keep the best
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -65,7 +69,8 @@ class Job:
         """The job's state as a JSON document (the result itself is sent separately)."""
         with self.lock:
             state = "done" if self.done.is_set() else \
-                "cancelling" if self.stop.is_set() else "running"
+                "cancelling" if self.stop.is_set() else \
+                "finishing" if self.finish.is_set() else "running"
             out = {"job": self.id, "page": self.page, "solver": self.solver,
                    "time_limit": self.time_limit, "state": state, "version": self.version,
                    "elapsed": round(time.monotonic() - self.started, 3),
@@ -73,6 +78,7 @@ class Job:
                    "progress": dict(self.progress)}
             if self.result is not None:
                 out["status"] = self.result.status
+                out["stopped_early"] = self.finish.is_set()
             if self.cancelled:
                 out["status"] = "cancelled"
             elif self.error:
@@ -123,6 +129,14 @@ class Jobs:
             job.stop.set()
         return job
 
+    def finish(self, ident: str) -> Optional[Job]:
+        """Ask job `ident` to stop searching and keep the best schedule it has (nothing when
+        it is done); the job, or None if unknown."""
+        job = self.get(ident)
+        if job is not None and not job.done.is_set():
+            job.finish.set()
+        return job
+
     def cancel_all(self, wait: float = 5.0) -> None:
         """Stop every running job and wait up to `wait` s for them (the server is stopping)."""
         with self._lock:
@@ -137,7 +151,7 @@ class Jobs:
     def _run(job: Job, runner: Callable[..., Result]) -> None:
         try:
             result = runner(job.solver, job.instance, time_limit=job.time_limit, threads=1,
-                            progress=job.update, stop=job.stop)
+                            progress=job.update, stop=job.stop, finish=job.finish)
             with job.lock:
                 if job.stop.is_set():  # asked to stop as it finished: as asked
                     job.cancelled = True

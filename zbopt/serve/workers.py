@@ -10,6 +10,7 @@ import contextlib
 import multiprocessing
 import os
 import queue as queues
+import signal
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -89,6 +90,7 @@ def _solve_child(channel, solver: str, instance: Instance, params: dict) -> None
         # SIGTERM (a cancel) and Ctrl-C stop the solve as they stop `zbopt solve`: a solver's
         # own child is killed; the process then ends without a word (the server knows why)
         with signals.handled():
+            channel.put(("ready", None))  # SIGUSR1 now asks the solve to finish
             result = run(solver, instance,
                          progress=lambda info: channel.put(("progress", info)), **params)
         channel.put(("result", result))
@@ -110,20 +112,28 @@ def _drain_until_ended(child, channel, wait: float) -> None:
 
 
 def solve_in_process(solver: str, instance: Instance, progress: Callable[[dict], None],
-                     stop: Optional[threading.Event] = None, **params) -> Result:
+                     stop: Optional[threading.Event] = None,
+                     finish: Optional[threading.Event] = None, **params) -> Result:
     """registry.run(solver, ...) in a child process, relaying its progress reports here; when
     `stop` is set, the child is sent SIGTERM (it cleans up as on Ctrl-C; killed if it has not
-    ended 5 s later) and Cancelled is raised."""
+    ended 5 s later) and Cancelled is raised; when `finish` is set, the child is sent SIGUSR1
+    (zbopt.signals: its solver stops searching) and its result, the best schedule it has, is
+    returned as at its time limit."""
     channel = _CONTEXT.Queue()
     child = _CONTEXT.Process(target=_solve_child, args=(channel, solver, instance, params),
                              daemon=True, name=f"zbopt-solve-{solver}")
     child.start()
+    ready = finishing = False  # the child handles SIGUSR1 (before, it would end the child)
     try:
         while True:
             if stop is not None and stop.is_set():
                 child.terminate()  # our own child, by its handle: SIGTERM
                 _drain_until_ended(child, channel, 5.0)
                 raise Cancelled(f"the {solver} solve was cancelled")
+            if ready and not finishing and finish is not None and finish.is_set() \
+                    and child.exitcode is None:
+                finishing = True
+                os.kill(child.pid, signal.SIGUSR1)  # our own child, running, by its handle
             try:
                 kind, payload = channel.get(timeout=0.2)
             except queues.Empty:
@@ -131,7 +141,9 @@ def solve_in_process(solver: str, instance: Instance, progress: Callable[[dict],
                     raise RuntimeError(f"the solver process stopped (exit code "
                                        f"{child.exitcode})") from None
                 continue
-            if kind == "progress":
+            if kind == "ready":
+                ready = True
+            elif kind == "progress":
                 progress(payload)
             elif kind == "result":
                 return payload

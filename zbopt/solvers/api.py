@@ -22,7 +22,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Callable, Optional
 
-from .. import bounds
+from .. import bounds, signals
 from ..errors import ZboptError
 from ..heuristics import policy_search
 from ..heuristics.list_scheduler import list_schedule, sequential_schedule, single_passes
@@ -197,7 +197,7 @@ def _registered_rows(instance: Instance, objective: str, until: float) -> list[R
     names.sort(key=lambda name: methods("schedule")[name].kind != "heuristic")
     rows: list[Result] = []
     for name in names:
-        if rows and time.perf_counter() > until:
+        if rows and signals.past(until):  # its share is up, or asked to finish now
             break
         row = run(name, instance, objective=objective)
         if row.fits():
@@ -433,7 +433,9 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         known_bound = None
         bound_name, bound_value = analytic_name, analytic_value
         bound_scaled = math.ceil(bound_value * scale - 1e-6)
-    if objective in ("span", "makespan") and round(warm.objective(objective) * scale) > bound_scaled:
+    # asked to finish now (SIGUSR1): no relaxation, policy search or backend after this
+    if objective in ("span", "makespan") and round(warm.objective(objective) * scale) > bound_scaled \
+            and not signals.finish_requested():
         relax_until = time.perf_counter() + min(RELAX_MAX, RELAX_SHARE * time_limit)
         relaxed = _chunk_bound(instance, scaled, relax_until, threads, hint)
         if relaxed is not None and relaxed > bound_scaled:
@@ -447,7 +449,8 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                 bound_scaled, bound_name = value, name
                 tell("bounds", bound=bound_scaled / scale)
     if instance.placement in POLICY_PLACEMENTS and objective == "span" \
-            and warm_start is not False and round(hint.span * scale) > bound_scaled:
+            and warm_start is not False and round(hint.span * scale) > bound_scaled \
+            and not signals.finish_requested():
         tell("policy search", incumbent=warm.span, bound=bound_value)
         tuned = policy_search.improve(instance, hint.span,
                                       time.perf_counter() + POLICY_SHARE * time_limit,
@@ -482,7 +485,9 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
         note = ""
 
     def result(timeline, lower_scaled, message="", backend_status=None, name=bound_name):
-        message = "; ".join(x for x in (message, note, ignored) if x)
+        stopped = f"stopped on request after {time.perf_counter() - began:.1f} s" \
+            if signals.finish_requested() else ""
+        message = "; ".join(x for x in (stopped, message, note, ignored) if x)
         value = int(round(timeline.objective(objective) * scale))
         status = "optimal" if value <= lower_scaled else "feasible"
         tell("done", status=status, incumbent=value / scale, bound=lower_scaled / scale)
@@ -500,6 +505,9 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                       f"{start(warm.schedule.method)} meets the {bound_name} bound")
     backend = get_method(solver, "solver").backend
     search_time = deadline - reserve - time.perf_counter()
+    if signals.finish_requested():
+        return result(warm, bound_scaled, f"{solver} did not search; returning "
+                      f"{start(warm.schedule.method)}")
     if search_time < 0.1:
         return result(warm, bound_scaled, f"no time left for the {solver} search within the "
                       f"{time_limit:g} s limit (warm start and bounds took it); returning "
@@ -613,11 +621,11 @@ def _contiguous_bounds(instance: Instance, deadline: float, upper: float):
     value = relaxation_bound(instance, now + (deadline - now) / 2)
     yield RELAXED, value
     now = time.perf_counter()
-    if value < upper and deadline - now > 0.1:
+    if value < upper and deadline - now > 0.1 and not signals.finish_requested():
         windowed = window_bound(instance, now + (deadline - now) / 2)
         yield WINDOW, windowed
         value = max(value, windowed)
-    if value < upper and deadline - time.perf_counter() > 0.1:
+    if value < upper and deadline - time.perf_counter() > 0.1 and not signals.finish_requested():
         yield COLLISION, collision_bound(instance, deadline, upper)
 
 

@@ -4,7 +4,8 @@ CP-SAT catches SIGINT itself by default and only stops its search: the command w
 on as if its time were up, report the schedule found so far and write its files. Here, in the
 main thread, the search runs in a worker thread with that catch off; the main thread waits, so
 Python's KeyboardInterrupt reaches it, stops the search and is raised again (the command line
-prints "zbopt: interrupted" and exits 130, having written nothing).
+prints "zbopt: interrupted" and exits 130, having written nothing). A request to finish now
+(SIGUSR1, zbopt.signals) stops the search too, but the solve returns what it found.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import signal
 import threading
 from typing import Any
+
+from .. import signals
 
 
 def solve(solver: Any, model: Any, callback: Any = None) -> int:
@@ -34,10 +37,13 @@ def solve(solver: Any, model: Any, callback: Any = None) -> int:
             done.set()
 
     worker = threading.Thread(target=search, name="cp-sat", daemon=True)
+    finishing = False
     try:
         worker.start()
         while not done.wait(0.2):  # an Event's wait lets KeyboardInterrupt in; join may not
-            pass
+            if not finishing and signals.finish_requested():  # SIGUSR1: the best found so far
+                finishing = True
+                solver.stop_search()
     except KeyboardInterrupt:
         if worker.ident is not None:  # started: stop it (again, should the search only now
             while not done.wait(0.05):  # be starting) and let it end before the interpreter

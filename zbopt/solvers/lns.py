@@ -37,6 +37,7 @@ from typing import Optional
 
 from ortools.sat.python import cp_model
 
+from .. import signals
 from ..instance import Instance
 from ..passes import Pass
 from . import interruptible
@@ -289,7 +290,8 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     # again (a window that ran out of time may still gain in a new search), until every window
     # was solved to optimality without a gain: then random neighbourhoods until one gains
     at, closed, fruitless = 0, set(), 0
-    while state.status != "optimal" and deadline - time.perf_counter() > 0.3:
+    while state.status != "optimal" and deadline - time.perf_counter() > 0.3 \
+            and not signals.finish_requested():  # SIGUSR1: the best schedule so far
         if state.bound is not None and state.value <= state.bound:
             state.status = "optimal"
             break

@@ -39,7 +39,7 @@ from typing import Callable, Optional
 import networkx as nx
 import pulp
 
-from .. import bounds
+from .. import bounds, signals
 from ..errors import ZboptError
 from ..instance import Instance
 from ..passes import Pass, dependencies, format_pass, lag, memory_delta
@@ -253,8 +253,9 @@ class _OutOfTime(Exception):
 
 
 def _in_time(deadline: Optional[float]) -> None:
-    """_OutOfTime once `deadline` (a time.perf_counter() value) has passed."""
-    if deadline is not None and time.perf_counter() > deadline:
+    """_OutOfTime once `deadline` (a time.perf_counter() value) has passed, or once the
+    solvers were asked to finish now (SIGUSR1, zbopt.signals)."""
+    if (deadline is not None and time.perf_counter() > deadline) or signals.finish_requested():
         raise _OutOfTime
 
 
@@ -496,10 +497,12 @@ def solve_milp(request: BackendRequest, run: Runner, name: str) -> BackendResult
                              stats={"horizon": horizon, "presolve": True})
     except _OutOfTime:
         seconds = time.perf_counter() - t0
+        said = "was stopped on request, unfinished" if signals.finish_requested() else \
+            (f"used all the {time_limit:.3g} s left for it, unfinished; raise the time limit "
+             f"or use solver 'cpsat'")
         return BackendResult("unknown", None, None, None,
-                             f"{name}: building the MILP ({instance.num_passes:,} passes) used "
-                             f"all the {time_limit:.3g} s left for it, unfinished; raise the "
-                             f"time limit or use solver 'cpsat'",
+                             f"{name}: building the MILP ({instance.num_passes:,} passes) "
+                             f"{said}",
                              stats={"horizon": horizon, "seconds": round(seconds, 3)})
     notes = []
     warm = False

@@ -815,6 +815,8 @@
     state.solving = job.job;
     $("solve-cancel").hidden = false;
     $("solve-cancel").disabled = false;
+    $("solve-finish").hidden = false;
+    $("solve-finish").disabled = false;
     status.setAttribute("data-status", "running");
     status.textContent = "solving " + job.shown + "'s instance (placement " + job.placement + ") with " +
       job.solver + ", up to " + fmt(job.time_limit) + " s…";
@@ -834,6 +836,7 @@
       state.source = null;
       state.solving = false;
       $("solve-cancel").hidden = true;
+      $("solve-finish").hidden = true;
       var s = JSON.parse(e.data);
       status.setAttribute("data-status", s.status || "error");
       if (s.status === "cancelled") {
@@ -870,6 +873,7 @@
         state.source = null;
         state.solving = false;
         $("solve-cancel").hidden = true;
+        $("solve-finish").hidden = true;
         status.setAttribute("data-status", "error");
         status.textContent = "Solve lost: the server no longer has it (was it restarted?); press Solve again";
         $("solve-progress").textContent = "";
@@ -879,19 +883,25 @@
     };
   }
 
-  // stop the running solve: its events then end as cancelled
-  async function cancelSolve() {
-    var job = state.solving, button = $("solve-cancel");
+  // stop the running solve: "cancel" ends it with nothing (its events end as cancelled),
+  // "finish" stops its search and its events end with the best schedule it found
+  async function stopSolve(how) {
+    var job = state.solving, button = $(how === "cancel" ? "solve-cancel" : "solve-finish");
     if (!job) { return; }
     button.disabled = true;
     try {
-      var response = await fetch("/api/solve/" + encodeURIComponent(job) + "/cancel", { method: "POST" });
+      var response = await fetch("/api/solve/" + encodeURIComponent(job) + "/" + how, { method: "POST" });
       if (!response.ok) {
-        $("solve-note").textContent = "Cancel refused: " + (await readError(response)).message;
+        $("solve-note").textContent = (how === "cancel" ? "Cancel" : "Stop") + " refused: " +
+          (await readError(response)).message;
         button.disabled = false;
         return;
       }
-      if (state.solving === job) { $("solve-status").textContent = "cancelling the solve…"; }
+      if (state.solving === job) {
+        $("solve-finish").disabled = true;
+        $("solve-status").textContent = how === "cancel" ? "cancelling the solve…" :
+          "stopping the search: its best schedule comes next…";
+      }
     } catch (e) {
       $("solve-note").textContent = "the server did not answer: " + e.message;
       button.disabled = false;
@@ -1218,7 +1228,8 @@
     $("play").addEventListener("click", play);
     $("cursor").addEventListener("input", function (e) { stop(); setCursor(Number(e.target.value)); });
     $("solve").addEventListener("click", solve);
-    $("solve-cancel").addEventListener("click", cancelSolve);
+    $("solve-cancel").addEventListener("click", function () { stopSolve("cancel"); });
+    $("solve-finish").addEventListener("click", function () { stopSolve("finish"); });
     $("solve-show").addEventListener("click", showSolvedAgain);
     // a number field the browser cannot read is sent empty, and one typed with a comma as
     // digits run together: say so under it instead of quoting what the browser made of it

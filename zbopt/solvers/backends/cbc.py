@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Optional
 
 import pulp
 
+from ... import signals
 from ...errors import ZboptError
 from ...registry import register_backend
 from ..milp import Model, SolverOutcome, seconds_left, solve_milp
@@ -70,6 +73,23 @@ def _stop(cbc: subprocess.Popen) -> None:
     cbc.wait()
 
 
+def _wait(cbc: subprocess.Popen, deadline: float) -> int:
+    """CBC's exit code once it ends (subprocess.TimeoutExpired past `deadline`); asked to
+    finish now (SIGUSR1, zbopt.signals), CBC gets SIGINT, on which it stops its search and
+    writes the best solution it has."""
+    sent = -math.inf  # when SIGINT was last sent
+    while True:
+        try:
+            return cbc.wait(timeout=min(0.2, max(0.0, deadline - time.perf_counter())))
+        except subprocess.TimeoutExpired:
+            if time.perf_counter() >= deadline:
+                raise
+        # again each second: CBC only looks for it once its search has begun
+        if signals.finish_requested() and time.perf_counter() - sent >= 1.0:
+            sent = time.perf_counter()
+            cbc.send_signal(signal.SIGINT)  # our own child, by its handle
+
+
 def _run_cbc(model: Model, time_limit: float, threads: int, warm: bool,
              workdir: str) -> SolverOutcome:
     """CBC as a child process that is killed `grace()` seconds after its time limit.
@@ -104,7 +124,7 @@ def _run_cbc(model: Model, time_limit: float, threads: int, warm: bool,
         cbc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL)
     try:
-        code = cbc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+        code = _wait(cbc, deadline)
     except subprocess.TimeoutExpired:
         _stop(cbc)
         _, bound = parse_cbc_log(Path(files["log"]).read_text())
@@ -116,6 +136,8 @@ def _run_cbc(model: Model, time_limit: float, threads: int, warm: bool,
         _stop(cbc)
         raise
     log = Path(files["log"]).read_text()
+    if code == -signal.SIGINT and signals.finish_requested():  # before CBC handles SIGINT
+        return SolverOutcome("unknown", False, None, "CBC: stopped on request before its search")
     if code != 0 or not Path(files["sol"]).exists():
         raise pulp.PulpSolverError(f"CBC exited with status {code}" if code != 0
                                    else "CBC wrote no solution file")
@@ -135,6 +157,8 @@ def _run_cbc(model: Model, time_limit: float, threads: int, warm: bool,
         status = "feasible"  # PuLP calls this "Optimal"; CBC stopped on a limit
     else:
         status = "unknown"
+    if "ctrl-c" in lowered:  # CBC's line reads "User ctrl-cuser ctrl-c"
+        result = "stopped on SIGINT"
     return SolverOutcome(status, has_solution, bound, f"CBC: {result or 'no result line'}")
 
 

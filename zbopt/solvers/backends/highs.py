@@ -11,6 +11,7 @@ from typing import Optional
 
 import pulp
 
+from ... import signals
 from ...registry import register_backend
 from ..milp import Model, SolverOutcome, seconds_left, solve_milp
 from ..protocol import BackendRequest, BackendResult
@@ -61,7 +62,15 @@ def _highs_class():
             if self.deadline is not None:
                 left = seconds_left(self.deadline)
                 lp.solverModel.setOptionValue("time_limit", float(left))
-            lp.solverModel.run()
+            highs = lp.solverModel
+
+            def finish(event) -> None:  # asked to finish now (SIGUSR1): stop, keep the best
+                if signals.finish_requested():
+                    event.interrupt()
+
+            for hook in (highs.cbSimplexInterrupt, highs.cbIpmInterrupt, highs.cbMipInterrupt):
+                hook += finish
+            highs.run()
 
     return _HiGHS
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 import pulp
 
+from ... import signals
 from ...errors import ZboptError
 from ...registry import register_backend
 from ..milp import Model, SolverOutcome, seconds_left, solve_milp
@@ -29,7 +30,31 @@ class _SCIP(pulp.SCIP_PY):
         if self.deadline is not None:
             left = seconds_left(self.deadline)
             lp.solverModel.setParam("limits/time", float(left))
+        lp.solverModel.includeEventhdlr(_finisher(), "zbopt-finish",
+                                        "stops the search when asked to finish now")
         super().callSolver(lp)
+
+
+def _finisher():
+    """A SCIP event handler that interrupts the solve, which keeps its best solution, at the
+    next node or LP solved after the solvers were asked to finish now (SIGUSR1,
+    zbopt.signals)."""
+    from pyscipopt import SCIP_EVENTTYPE, Eventhdlr
+
+    events = SCIP_EVENTTYPE.NODESOLVED | SCIP_EVENTTYPE.LPSOLVED
+
+    class Finisher(Eventhdlr):
+        def eventinit(self):
+            self.model.catchEvent(events, self)
+
+        def eventexit(self):
+            self.model.dropEvent(events, self)
+
+        def eventexec(self, event):
+            if signals.finish_requested():
+                self.model.interruptSolve()
+
+    return Finisher()
 
 
 def _run_scip(model: Model, time_limit: float, threads: int, warm: bool,
