@@ -126,7 +126,7 @@ def test_model_carries_comm_and_cap(tmp_path):
       "num_key_value_heads": 3}, "num_key_value_heads 3 must divide num_attention_heads 4"),
     ({"model_type": "olmoe", "hidden_size": 64, "num_attention_heads": 4,
       "num_experts": 8}, "num_experts = 8: estimate models the mixtures of experts of mixtral, "
-                         "qwen2_moe, qwen3_moe, deepseek_v3, glm4_moe, gpt_oss, not 'olmoe''s"),
+                         "qwen2_moe, qwen3_moe, deepseek_v3, glm4_moe, gpt_oss, llama4_text, not 'olmoe''s"),
     ({"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4,
       "num_key_value_heads": 4, "num_local_experts": 4, "num_experts_per_tok": 6},
      "num_experts_per_tok 6 is more than the 4 experts"),

@@ -1,5 +1,5 @@
 """zbopt estimate on mixtures of experts (mixtral, qwen2_moe, qwen3_moe, deepseek_v3, glm4_moe,
-gpt_oss): every
+gpt_oss, llama4_text): every
 block's parameters as transformers builds it, dense and routed blocks apart, the experts shared
 out by --expert-parallel, FLOPs of the active experts only."""
 
@@ -41,6 +41,12 @@ CONFIGS = {
                          "attention_bias": True, "head_dim": 64},
     "gpt_oss": {"model_type": "gpt_oss", **SMALL, "num_local_experts": 4, "num_experts_per_tok": 2,
                 "head_dim": 32},
+    # llama4's text model: a shared expert as wide as the routed ones, dense blocks of their
+    # own width between routed ones (interleave_moe_layer_step), chunked attention
+    "llama4_text": {"model_type": "llama4_text", **SMALL, "intermediate_size": 64,
+                    "intermediate_size_mlp": 256, "head_dim": 32, "num_local_experts": 4,
+                    "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+                    "attention_chunk_size": 64},
     "deepseek_v3-biases": {"model_type": "deepseek_v3", **SMALL, **LATENT, "q_lora_rank": None,
                            "attention_bias": True, "n_routed_experts": 4,
                            "num_experts_per_tok": 2, "moe_intermediate_size": 64,
@@ -64,7 +70,8 @@ def _built(path):
     from zbopt.hf_config import read_config
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(read_config(path))
-    blocks = [sum(p.numel() for p in block.parameters()) for block in model.base_model.layers]
+    base = model.base_model if hasattr(model.base_model, "layers") else model.model  # llama4
+    blocks = [sum(p.numel() for p in block.parameters()) for block in base.layers]
     return blocks, sum({id(p): p.numel() for p in model.parameters()}.values())
 
 
@@ -174,7 +181,8 @@ def test_an_expert_parallel_degree_that_cannot_apply_is_refused(tmp_path, capsys
 # except for gpt-oss, whose card leaves it out)
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "instances" / "configs"
 PUBLISHED = {"deepseek-v3": (671e9, 37e9), "mixtral-8x7b": (46.7e9, 12.9e9),
-             "qwen3-30b-a3b": (30.5e9, 3.3e9), "gpt-oss-20b": (20.9e9, 3.6e9)}
+             "qwen3-30b-a3b": (30.5e9, 3.3e9), "gpt-oss-20b": (20.9e9, 3.6e9),
+             "llama-4-maverick": (400e9, 17e9)}  # its text model (the 400B the card gives)
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

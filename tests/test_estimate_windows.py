@@ -108,6 +108,21 @@ def test_flash_attention_counts_a_windowed_blocks_scores_over_its_window(tmp_pat
         assert [b.name for b in blocks] == [f"layers.{i}" for i in range(shape.layers)]
 
 
+def test_llama4s_chunked_blocks_are_those_its_model_masks_by_chunk(tmp_path):
+    """llama4's text model takes each block's mask from config.layer_types, which transformers
+    derives from no_rope_layers: "chunked_attention" blocks see only their chunk."""
+    pytest.importorskip("transformers")
+    from zbopt.hf_config import read_config
+    data = {"model_type": "llama4_text", **SMALL, "num_hidden_layers": 8, "head_dim": 32,
+            "intermediate_size_mlp": 256, "num_local_experts": 4, "num_experts_per_tok": 1,
+            "attention_chunk_size": 64, "no_rope_layer_interval": 4}
+    path = _write(tmp_path, data)
+    types = read_config(path).layer_types
+    assert set(types) == {"chunked_attention", "full_attention"}
+    assert shape_from_config(path).windows == tuple(64 if kind == "chunked_attention" else 0
+                                                    for kind in types)
+
+
 def test_without_flash_attention_or_past_the_sequence_a_window_changes_nothing(tmp_path):
     shape = shape_from_config(_write(tmp_path, WINDOWED["gemma3_text"]))
     plain = shape_from_config(_write(tmp_path, {**WINDOWED["gemma3_text"],

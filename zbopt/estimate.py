@@ -8,8 +8,8 @@ f MLP width, V vocabulary, s sequence):
   weighted sum); B (input gradient) is M + 2A (M + 2.5A with flash attention, which recomputes
   the scores), W (weight gradient) is M. The output layer (norm, projection to V, loss) is 2hV
   each pass; the embedding is a lookup (no FLOPs forward, no input gradient) and a scatter-add
-  for W. With flash attention a block with a sliding window w < s (sliding_windows) has
-  A = 4 w ad; eager attention computes and masks the whole s x s scores, so without the flag
+  for W. With flash attention a block with a sliding window or attention chunk w < s
+  (sliding_windows) has A = 4 w ad; eager attention computes and masks the whole s x s scores, so without the flag
   its A stays 4s ad.
 - activations: a block holds the Zero Bubble paper's m_b = 34h + 5as bytes from F to B (34h +
   4a with flash attention: no score matrix, a log-sum-exp per head) and m_w = 32h from B to W.
@@ -90,6 +90,8 @@ BLOCKS = {
     "deepseek_v3": BlockKind(gated=True, qkv_bias=False, out_bias=False),  # latent attention
     "glm4_moe": BlockKind(gated=True, out_bias=False, qk_norm="use_qk_norm"),
     "gpt_oss": BlockKind(gated=True, sinks=True),  # q, k, v, o biases on attention_bias
+    # its q, k norm (use_qk_norm) is an L2 norm without weights
+    "llama4_text": BlockKind(gated=True, out_bias="attention_bias"),
     "gpt2": _LEARNED,
     "gpt_neox": BlockKind(gated=False, norm_bias=True, mlp_bias=True, grouped_kv=False),
     "phi": BlockKind(gated=False, norms=1, norm_bias=True, qkv_bias=True, out_bias=True,
@@ -203,6 +205,8 @@ def shape_from_config(path: str | Path, note=None, expert_parallel: int = 1) -> 
     layers, vocab = config.num_hidden_layers, config.vocab_size
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     ffn = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
+    if kind == "llama4_text":  # its dense blocks' MLP (intermediate_size is each expert's)
+        ffn = getattr(config, "intermediate_size_mlp", None) or ffn
     positions = getattr(config, "n_positions", 0) if kind == "gpt2" else 0
     head_dim = getattr(config, "head_dim", None) or 0
     written = config.to_dict()  # the keys as the file has them (getattr also takes aliases)
@@ -249,18 +253,23 @@ def shape_from_config(path: str | Path, note=None, expert_parallel: int = 1) -> 
 
 
 def sliding_windows(config, layers: int) -> tuple[int, ...]:
-    """Per block the sliding window its attention is given in transformers, 0 for full
-    attention: the blocks `layer_types` marks "sliding_attention" (gemma2, gemma3, gpt-oss,
-    qwen2, qwen3, qwen2-moe), or every block of a model type without layer_types whose config
-    sets `sliding_window` (mistral, mixtral, phi3, starcoder2, qwen3-moe). Model types whose
-    attention has no window have no `sliding_window`."""
-    window = getattr(config, "sliding_window", None)
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
-        return (0,) * layers
+    """Per block the keys a query may attend to in transformers, 0 for the whole sequence:
+    the blocks `layer_types` marks "sliding_attention" (gemma2, gemma3, gpt-oss, qwen2, qwen3,
+    qwen2-moe) have `sliding_window`, those it marks "chunked_attention" (llama4's, a query
+    seeing only its chunk) `attention_chunk_size`; every block of a model type without
+    layer_types whose config sets `sliding_window` (mistral, mixtral, phi3, starcoder2,
+    qwen3-moe) has that. Model types whose attention has no window have no such key."""
+    def positive(key: str) -> int:
+        value = getattr(config, key, None)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+            else 0
+
+    sliding, chunk = positive("sliding_window"), positive("attention_chunk_size")
     types = getattr(config, "layer_types", None)
     if types is None:
-        return (window,) * layers
-    return tuple(window if kind == "sliding_attention" else 0 for kind in types)
+        return (sliding,) * layers
+    keys = {"sliding_attention": sliding, "chunked_attention": chunk}
+    return tuple(keys.get(kind, 0) for kind in types)
 
 
 def _vectors(block: BlockKind, config, hidden: int, q: int, kv: int, ffn: int, width: int,

@@ -3,7 +3,8 @@ MLP and DeepSeek's multi-head latent attention, read from a transformers config.
 
 A routed MLP (Experts) has a router (h x E), E gated experts of width f (gate, up and down
 matrices; gpt_oss's with biases, as its router), k of them active per token, and optionally
-shared experts (width f_s in all) that every token goes through. Per token its forward FLOPs
+shared experts (width f_s in all; llama4's one as wide as a routed expert) that every token goes
+through. Per token its forward FLOPs
 are 2 x (hE + 3hfk + 3hf_s); its parameters are all E experts', of which an expert-parallel
 group of N devices holds E / N on each device (the rest of the block is whole on each). With
 N > 1 each pass of F and B waits for two all-to-alls (dispatch and combine): per token, the k
@@ -35,7 +36,8 @@ from .errors import ZboptError
 # model types whose routed MLP the estimate models, with the config key of each's expert count
 MOE_TYPES = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts",
              "qwen3_moe": "num_experts", "deepseek_v3": "n_routed_experts",
-             "glm4_moe": "n_routed_experts", "gpt_oss": "num_local_experts"}
+             "glm4_moe": "n_routed_experts", "gpt_oss": "num_local_experts",
+             "llama4_text": "num_local_experts"}
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,10 @@ def experts_from_config(config: Any, path: str, parallel: int = 1) -> Optional[E
         raise ZboptError(f"{path}: num_experts_per_tok {active} is more than the {count} experts")
     if kind in ("mixtral", "gpt_oss"):
         width, shared, sparse = _positive(config, "intermediate_size", path), 0, [True] * layers
+    elif kind == "llama4_text":  # a shared expert as wide as each routed one
+        width = shared = _positive(config, "intermediate_size", path)
+        routed = set(getattr(config, "moe_layers", None) or ())
+        sparse = [i in routed for i in range(layers)]
     else:
         width = _positive(config, "moe_intermediate_size", path)
     if kind in ("qwen2_moe", "qwen3_moe"):
