@@ -10,7 +10,7 @@ Cancel) raises Terminated, a KeyboardInterrupt, so every phase cleans up as it d
 
 SIGUSR1 asks the solvers to finish now instead: each stops its search where it next looks
 (`finish_requested()`) and returns the best schedule it has, as at its time limit, and the
-command goes on. The explorer's "Stop" sends it to its solve process.
+command goes on. The explorer's "Stop, keep best" sends it to its solve process.
 """
 
 from __future__ import annotations
