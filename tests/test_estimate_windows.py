@@ -140,5 +140,6 @@ def test_the_written_file_says_how_the_window_was_costed(tmp_path, capsys):
         assert main(["estimate", str(path), "--seq-len", "1024", "--devices", "2",
                      "--out", str(out), *flag]) == 0
         comments = [line for line in out.read_text().splitlines() if line.startswith("#")]
-        assert any(f"sliding-window attention (64 tokens) on 5 of 6 blocks: {said}" in line
+        assert any(f"windowed attention (sliding or chunked, 64 tokens) on 5 of 6 blocks: "
+                   f"{said}" in line
                    for line in comments)

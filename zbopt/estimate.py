@@ -9,8 +9,8 @@ f MLP width, V vocabulary, s sequence):
   the scores), W (weight gradient) is M. The output layer (norm, projection to V, loss) is 2hV
   each pass; the embedding is a lookup (no FLOPs forward, no input gradient) and a scatter-add
   for W. With flash attention a block with a sliding window or attention chunk w < s
-  (sliding_windows) has A = 4 w ad; eager attention computes and masks the whole s x s scores, so without the flag
-  its A stays 4s ad.
+  (sliding_windows) has A = 4 w ad; eager attention computes and masks the whole s x s
+  scores, so without the flag its A stays 4s ad.
 - activations: a block holds the Zero Bubble paper's m_b = 34h + 5as bytes from F to B (34h +
   4a with flash attention: no score matrix, a log-sum-exp per head) and m_w = 32h from B to W.
   The output layer holds its input, the normed input and the fp32 logits for the loss (2h + 2h
@@ -140,8 +140,8 @@ class DecoderShape:
     head_vectors: int = -1  # the final norm's and output bias's parameters; -1: an RMSNorm (h)
     experts: Optional[Experts] = None  # a mixture of experts' routed MLP
     latent: Optional[LatentAttention] = None  # DeepSeek's attention instead of q, k, v, o
-    # per block the keys a query attends to under a sliding window, 0 for full attention
-    # (sliding_windows); () for full attention everywhere
+    # per block the keys a query attends to under a sliding window or attention chunk, 0 for
+    # full attention (sliding_windows); () for full attention everywhere
     windows: tuple[int, ...] = ()
 
     def head_width(self) -> int:

@@ -130,7 +130,8 @@ def header(args, config, shape, accelerator) -> str:
     if shape.windows:
         windows = sorted({w for w in shape.windows if w})
         lines.append(
-            f"sliding-window attention ({' / '.join(f'{w:,}' for w in windows)} tokens) on "
+            f"windowed attention (sliding or chunked, {' / '.join(f'{w:,}' for w in windows)} "
+            f"tokens) on "
             f"{sum(1 for w in shape.windows if w)} of {shape.layers} blocks: "
             + ("its FLOPs counted over the window" if args.flash_attention else
                "costed as full attention (eager attention computes the whole score matrix; "
