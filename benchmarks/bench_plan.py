@@ -1096,11 +1096,17 @@ def part_moe(args) -> list[str]:
         for cap_name, cap in cap_levels(model).items():
             row, data = plan_row(model.name, model, cap_name, cap, limit)
             lines.append(row)
-            gains_even.append(data["gain"]["even"] or 0.0)
-            gains_tt.append(data["gain"]["torchtitan"] or 0.0)
-    lines += ["", f"Gain over the even split median {_pct(statistics.median(gains_even))} (max "
-                  f"{_pct(max(gains_even))}); over torchtitan's rule median "
-                  f"{_pct(statistics.median(gains_tt))} (max {_pct(max(gains_tt))})."]
+            gains_even.append(data["gain"]["even"])
+            gains_tt.append(data["gain"]["torchtitan"])
+
+    def summary(gains: list, baseline: str) -> str:
+        """The median and max gain over the rows where the baseline fits a schedule."""
+        fits = [g for g in gains if g is not None]
+        left = len(gains) - len(fits)
+        return (f"over {baseline} median {_pct(statistics.median(fits))} (max {_pct(max(fits))}"
+                + (f"; {left} row(s) where it fits no schedule left out" if left else "") + ")")
+    lines += ["", f"Gain {summary(gains_even, 'the even split')}; "
+                  f"{summary(gains_tt, 'torchtitan' + chr(39) + 's rule')}."]
     return lines
 
 
