@@ -1,6 +1,7 @@
 """Asked to finish now (SIGUSR1, zbopt.signals.request_finish), every solver stops its search
 and solve() returns the best schedule it has, as at its time limit, saying it was stopped: the
-explorer's "Stop, keep best" and `kill -USR1` on `zbopt solve`."""
+explorer's "Stop, keep best" and `kill -USR1` on `zbopt solve`; `zbopt plan` ends its split
+search too, with the best plan found so far."""
 
 from __future__ import annotations
 
@@ -145,3 +146,45 @@ def test_zbopt_solve_given_sigusr1_writes_its_best_schedule(tmp_path):
     result = json.loads(printed)
     assert result["message"].startswith("stopped on request after ")
     assert json.loads(out.read_text())["metrics"]["span"] == result["span"]
+
+
+def _tight_llama(tmp_path) -> Path:
+    """Llama 3.1 8B estimated at p = 8, m = 32 under a cap at which plan uses all its time."""
+    from zbopt.cli import main
+    path = tmp_path / "llama.toml"
+    assert main(["estimate", str(Path(__file__).resolve().parents[1] / "instances" / "configs"
+                                 / "llama-3.1-8b.json"), "--devices", "8", "--microbatches",
+                 "32", "--seq-len", "2048", "--mem", "29.9GB", "--out", str(path)]) == 0
+    return path
+
+
+def test_plan_asked_to_finish_returns_its_best_plan_so_far(handled, tmp_path):
+    from zbopt.layers import load_model
+    from zbopt.plan import plan
+    model = load_model(_tight_llama(tmp_path))
+    result = plan(model, ("contiguous",), time_limit=LIMIT,
+                  progress=lambda info: signals.request_finish())
+    assert result.stopped_early and result.partitions_scheduled >= 1
+    assert result.result.status == "feasible"
+    assert result.result.lower_bound <= result.result.span
+    assert result.to_dict()["stopped_early"] is True
+    assert validate(result.result.instance, result.result.schedule) == []
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_zbopt_plan_given_sigusr1_writes_its_best_plan(tmp_path):
+    model = _tight_llama(tmp_path)
+    out = tmp_path / "plan.json"
+    child = subprocess.Popen([sys.executable, "-m", "zbopt", "plan", str(model), "--time-limit",
+                              str(LIMIT), "--out", str(out), "--placements", "contiguous",
+                              "--progress"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parents[1])
+    for line in child.stderr:  # a progress line: the command handles the signal now
+        if line.startswith("plan: "):
+            break
+    child.send_signal(signal.SIGUSR1)
+    printed, rest = child.communicate(timeout=120)
+    assert child.returncode == 0, rest
+    assert "stopped on request (SIGUSR1): the best plan found so far" in printed
+    assert json.loads(out.read_text())["plan"]["stopped_early"] is True

@@ -278,7 +278,7 @@ def run(args) -> int:
                                      chunks=model.chunks if result.split.placement == "interleaved" else 0)
         verdict = {k: data[k] for k in ("status", "span", "lower_bound", "gap", "scope", "baselines",
                                         "gain", "partitions_scheduled", "partitions_pruned",
-                                        "other_placements")}
+                                        "other_placements", "stopped_early")}
         write_schedule_file(args.out, result.result.timeline,
                             result=result.result if result.result.kind == "solver" else None,
                             force=args.force, partition=result.partition_dict(),
@@ -364,7 +364,9 @@ def _print(result, model, args) -> None:
     out.print(f"gap         {gap}")
     out.print(f"searched    {result.partitions_scheduled} splits scheduled, "
               f"{result.partitions_pruned:,} pruned by their bound, {result.solver_runs} solver "
-              f"run(s), {r.runtime:.1f} s")
+              f"run(s), {r.runtime:.1f} s"
+              + ("; stopped on request (SIGUSR1): the best plan found so far" if
+                 result.stopped_early else ""))
     per, memory = _memory_column(inst)
     table = Table("stage", "device", "layers", "t_f+t_b+t_w", f"static{memory}",
                   f"peak memory{memory}", f"cap{memory}")

@@ -64,6 +64,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
+from .. import signals
 from ..bounds import min_feasible_cap
 from ..compare import best_of
 from ..errors import ZboptError
@@ -192,6 +193,9 @@ class Plan:
     # split a short search found there (None: none of those it scheduled fits; left out when
     # it had no time to schedule one); not part of the plan
     tried: Optional[dict[str, Optional[Split]]] = None
+    # asked to finish now (SIGUSR1) after a split was scheduled: the search ended there, as at
+    # its time limit
+    stopped_early: bool = False
 
     @property
     def stages(self) -> list[list[str]]:
@@ -233,7 +237,8 @@ class Plan:
                 "bound_split_proof": self.bound_split_proof,
                 "optimal_proof": self.optimal_proof,
                 "bound_placement": self.bound_placement,
-                "other_placements": self.other_placements()}
+                "other_placements": self.other_placements(),
+                "stopped_early": self.stopped_early}
 
     def other_placements(self) -> Optional[dict]:
         """Per placement not planned over (others=True): its bound over all partitions (None: no
@@ -296,7 +301,16 @@ class _Search:
         return time.perf_counter() - self.began
 
     def left(self) -> float:
-        return self.deadline - time.perf_counter()
+        return 0.0 if self.finishing() else self.deadline - time.perf_counter()
+
+    def finishing(self) -> bool:
+        """Asked to finish now (SIGUSR1, zbopt.signals) with a split scheduled: every phase
+        then ends as if its time were up (a plan has at least one split first)."""
+        return self.best is not None and signals.finish_requested()
+
+    def past(self, end: float) -> bool:
+        """Whether a phase whose time ends at `end` (perf_counter) should stop."""
+        return time.perf_counter() >= end or self.finishing()
 
     def tell(self, phase: str, **fields) -> None:
         if self.progress is None:
@@ -327,7 +341,7 @@ class _Search:
         phase that schedules splits asks this first (the module doc's time limit)."""
         if sizes is not None and (placement, tuple(sizes)) in self.cache:
             return True
-        return time.perf_counter() + self.expected(placement) < end
+        return time.perf_counter() + self.expected(placement) < end and not self.finishing()
 
     def placed(self, placement: str) -> LayeredModel:
         if placement not in self.on:  # made once: a model of thousands of layers takes ms
@@ -418,7 +432,7 @@ class _Search:
         reached_splits: list[tuple[int, ...]] = []
         passed: list[tuple[int, ...]] = []
         for sizes in sorted({s for s in starts if s is not None}, key=guide):
-            if time.perf_counter() >= budget_end:
+            if self.past(budget_end):
                 break
             self.tell("guided starts", placement=placement)
             path: list[tuple[int, ...]] = []
@@ -445,7 +459,7 @@ class _Search:
         seen = {sizes for (pl, sizes) in self.cache if pl == placement}
         heap = [(guide(sizes), sizes) for sizes in seen]
         heapq.heapify(heap)
-        while heap and time.perf_counter() < budget_end:
+        while heap and not self.past(budget_end):
             (lacking, bound), sizes = heapq.heappop(heap)
             if lacking == 0 and (placement, sizes) not in self.cache and \
                     (self.best is None or bound < self.best.span * (1 - TOLERANCE)):
@@ -454,7 +468,7 @@ class _Search:
                 self.schedule(placement, sizes, phase="exploring")
             for moved in guide.moves(sizes):
                 if moved not in seen:
-                    if time.perf_counter() >= budget_end:
+                    if self.past(budget_end):
                         return
                     seen.add(moved)
                     heapq.heappush(heap, (guide(moved), moved))
@@ -522,14 +536,14 @@ class _Search:
         current = start
         table = self.tables.get(placement)
         guide = None if table is not None else self.guide(placement)
-        while time.perf_counter() < budget_end:
+        while not self.past(budget_end):
             moved = False
             if guide is None:
                 neighbours = adjacent(current.sizes)
             else:
                 neighbours = []
                 for sizes in guide.moves(current.sizes):
-                    if time.perf_counter() >= budget_end:
+                    if self.past(budget_end):
                         return
                     lacking, bound = guide(sizes)
                     if lacking == 0 and bound < current.span * (1 - TOLERANCE):
@@ -1040,7 +1054,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
     return Plan(model, result, chosen, baselines, scope, len(search.cache), pruned, search.solver_runs,
                 bound_split, bound_placement, floors,
                 weakest.bound_name if bound_split is not None else None,
-                proof if status == "optimal" else None, tried)
+                proof if status == "optimal" else None, tried, search.finishing())
 
 
 def _least_placement(placements: Sequence[str], unlisted: dict[str, float],
