@@ -730,22 +730,29 @@ def _solve_processes(server: Server) -> set[int]:
     return out
 
 
+def _stopped_midway(server: Server, how: str, before: set[int], **settings) -> tuple[dict, dict]:
+    """Start a solve of HARD, wait until it reports (a process besides those `before` runs
+    it), then POST its `how` ("cancel" or "finish"): (the job as started, its last event)."""
+    status, job, _ = server.request("/api/solve", {**HARD, **settings})
+    assert status == 202
+    with urllib.request.urlopen(server.url + f"api/solve/{job['job']}/events", timeout=300) as s:
+        lines = iter(s)
+        for raw in lines:
+            if raw.startswith(b"data: ") and json.loads(raw[6:])["version"] > 0:
+                break
+        assert _solve_processes(server) - before
+        status, state, _ = server.request(f"/api/solve/{job['job']}/{how}", {})
+        assert status == 202 and state["state"] in ("cancelling" if how == "cancel" else
+                                                    "finishing", "done")
+        events = [json.loads(raw[6:]) for raw in lines if raw.startswith(b"data: ")]
+    return job, events[-1]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="lists processes through /proc")
 def test_a_cancelled_solve_ends_its_process_and_says_so(server):
     before = _solve_processes(server)
-    status, job, _ = server.request("/api/solve", {**HARD, "page": "c1", "time_limit": 120})
-    assert status == 202
-    with urllib.request.urlopen(server.url + f"api/solve/{job['job']}/events", timeout=120) as s:
-        lines = iter(s)
-        for raw in lines:  # until the solve has reported something: its process is running
-            if raw.startswith(b"data: ") and json.loads(raw[6:])["version"] > 0:
-                break
-        assert _solve_processes(server) - before
-        status, state, _ = server.request(f"/api/solve/{job['job']}/cancel", {})
-        assert status == 202 and state["state"] in ("cancelling", "done")
-        events = [json.loads(raw[6:]) for raw in lines if raw.startswith(b"data: ")]
-    done = events[-1]
+    job, done = _stopped_midway(server, "cancel", before, page="c1", time_limit=120)
     assert done["state"] == "done" and done["status"] == "cancelled"
     assert "view" not in done and "result" not in done
     assert _solve_processes(server) <= before  # the solve's process is gone
@@ -765,18 +772,8 @@ def test_a_cancelled_solve_ends_its_process_and_says_so(server):
 @pytest.mark.parametrize("solver", ["cpsat", "highs"])
 def test_a_stopped_solve_keeps_its_best_schedule(server, solver):
     before = _solve_processes(server)
-    status, job, _ = server.request("/api/solve", {**HARD, "page": f"f-{solver}",
-                                                   "solver": solver, "time_limit": 300})
-    assert status == 202
-    with urllib.request.urlopen(server.url + f"api/solve/{job['job']}/events", timeout=300) as s:
-        lines = iter(s)
-        for raw in lines:  # until the solve has reported something: its process is running
-            if raw.startswith(b"data: ") and json.loads(raw[6:])["version"] > 0:
-                break
-        status, state, _ = server.request(f"/api/solve/{job['job']}/finish", {})
-        assert status == 202 and state["state"] in ("finishing", "done")
-        events = [json.loads(raw[6:]) for raw in lines if raw.startswith(b"data: ")]
-    done = events[-1]
+    job, done = _stopped_midway(server, "finish", before, page=f"f-{solver}", solver=solver,
+                                time_limit=300)
     assert done["state"] == "done" and done["status"] in ("feasible", "optimal")
     assert done["stopped_early"] is True
     assert done["result"]["message"].startswith("stopped on request after ")
