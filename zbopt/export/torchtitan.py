@@ -340,10 +340,11 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int | None = No
     csv_path = directory / CSV_NAME
     if stage_layers is None:
         stage_layers = stage_layer_names(loaded)
-    profiled = profiled_microbatch_size(plan_model(loaded))
+    model = plan_model(loaded)
+    profiled = profiled_microbatch_size(model)
     settings = settings_for(instance, csv_path, stage_layers, microbatch_size
                             if microbatch_size is not None else profiled or 1)
-    experts = (plan_model(loaded) or {}).get("expert_parallel", 1)
+    experts = (model or {}).get("expert_parallel", 1)
     if experts > 1:
         settings = dataclasses.replace(settings, expert_parallel=experts, notes=settings.notes + (
             expert_note(experts, instance.devices),))

@@ -620,12 +620,12 @@ def _contiguous_bounds(instance: Instance, deadline: float, upper: float):
     now = time.perf_counter()
     value = relaxation_bound(instance, now + (deadline - now) / 2)
     yield RELAXED, value
-    now = time.perf_counter()
-    if value < upper and deadline - now > 0.1 and not signals.finish_requested():
+    if value < upper and not signals.past(deadline - 0.1):
+        now = time.perf_counter()
         windowed = window_bound(instance, now + (deadline - now) / 2)
         yield WINDOW, windowed
         value = max(value, windowed)
-    if value < upper and deadline - time.perf_counter() > 0.1 and not signals.finish_requested():
+    if value < upper and not signals.past(deadline - 0.1):
         yield COLLISION, collision_bound(instance, deadline, upper)
 
 

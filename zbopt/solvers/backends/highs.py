@@ -69,7 +69,7 @@ def _highs_class():
                     event.interrupt()
 
             for hook in (highs.cbSimplexInterrupt, highs.cbIpmInterrupt, highs.cbMipInterrupt):
-                hook += finish
+                hook.subscribe(finish)
             highs.run()
 
     return _HiGHS
