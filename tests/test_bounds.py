@@ -569,8 +569,8 @@ def test_memory_area_stays_below_schedules_and_optima_where_it_is_the_highest_bo
         if area <= max(values.values()) + 1e-9:
             continue
         binds += 1
-        if proven < 4:
-            # those CP-SAT proves take it 0.1-3 s here; the rest would use the whole limit
+        if proven < 4 and placement == "dualpipe":
+            # CP-SAT proves these in 0.1-4 s; on the V and interleaved ones it runs past the limit
             optimum = independent_optimum_any_order(instance, time_limit=6)
             if optimum is not None:
                 proven += 1

@@ -406,7 +406,7 @@ def _memory_bound_split():
     return llama_split(32000, 8, 0.6, (3, 2, 2, 3))
 
 
-@pytest.mark.slow  # a 20 s solve
+@pytest.mark.slow  # two 8 s solves
 def test_solve_proves_a_memory_bound_split_with_the_relaxations_plan_uses():
     """On a contiguous split whose memory sets the pace, solve() runs the one-device, window
     and collision relaxations of zbopt.plan (as `zbopt plan` does on its splits) and reports
@@ -414,11 +414,11 @@ def test_solve_proves_a_memory_bound_split_with_the_relaxations_plan_uses():
     from zbopt.solvers.api import RELAXATIONS
     instance = _memory_bound_split()
     analytic = bounds.best_lower_bound(instance)[1]
-    result = solve(instance, time_limit=20, threads=1)
+    result = solve(instance, time_limit=8, threads=1)
     assert result.bound_name in RELAXATIONS
     assert result.lower_bound >= 1.05 * analytic
     assert result.lower_bound <= result.span + 1e-6 and result.fits()
-    alone = solve(instance, time_limit=20, threads=1, known_bound=("none", 0.0))
+    alone = solve(instance, time_limit=8, threads=1, known_bound=("none", 0.0))
     assert alone.lower_bound < result.lower_bound
 
 
