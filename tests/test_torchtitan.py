@@ -330,6 +330,23 @@ def test_a_dense_plan_writes_no_expert_parallelism(tmp_path):
     assert main(["export", str(plan_file(tmp_path)), "--torchtitan", str(tmp_path / "tt")]) == 0
     fragment = tomllib.loads((tmp_path / "tt" / "torchtitan.toml").read_text())
     assert "expert_parallel_degree" not in fragment["parallelism"]
+    sidecar = json.loads((tmp_path / "tt" / f"{titan.CSV_NAME}.json").read_text())
+    assert not any("expert" in key for key in sidecar["torchtitan"])
+
+
+@pytest.mark.parametrize("experts", [1, 4])
+def test_the_torch_csv_sidecar_carries_the_plans_expert_parallelism(tmp_path, experts):
+    """`export --torch-csv`'s sidecar lists the torchtitan keys that run its CSV: for a plan
+    estimated with expert parallelism the same degree and note as the --torchtitan fragment."""
+    needs_torchtitan()
+    model = {**MODEL, "expert_parallel": experts} if experts > 1 else MODEL
+    path = plan_file(tmp_path, model=model)
+    assert main(["export", str(path), "--torch-csv", str(tmp_path / "s.csv"),
+                 "--torchtitan", str(tmp_path / "tt")]) == 0
+    keys = json.loads((tmp_path / "s.csv.json").read_text())["torchtitan"]
+    fragment = tomllib.loads((tmp_path / "tt" / "torchtitan.toml").read_text())["parallelism"]
+    assert keys.get("parallelism.expert_parallel_degree") == fragment.get("expert_parallel_degree")
+    assert (f"{2 * experts} ranks" in keys["note"]) == (experts > 1)
 
 
 @pytest.mark.slow

@@ -70,7 +70,7 @@ def run(args) -> int:
             torch_check(torch_rows(loaded.instance, loaded.schedule),
                         loaded.instance.num_stages, loaded.instance.microbatches)
     if args.torch_csv:
-        from ..export.plan_parts import plan_model
+        from ..export.plan_parts import plan_experts, plan_model
         from ..export.timing import profiled_microbatch_size
         from ..export.torch_csv import sidecar_path, torch_csv_texts
         # the sidecar's torchtitan keys: micro-batches of the size the plan was profiled at
@@ -78,7 +78,7 @@ def run(args) -> int:
             profiled_microbatch_size(plan_model(loaded)) or 1
         _add(texts, torch_csv_texts(args.torch_csv, loaded.instance, loaded.schedule,
                                     partition=loaded.meta.get("partition"), source=args.file,
-                                    microbatch_size=size))
+                                    microbatch_size=size, expert_parallel=plan_experts(loaded)))
         lines.append(f"wrote {args.torch_csv} ({loaded.instance.devices} ranks) and "
                      f"{sidecar_path(args.torch_csv)}"
                      + (" (torch validators: ok)" if args.torch_check else ""))

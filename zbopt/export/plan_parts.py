@@ -71,6 +71,11 @@ def plan_model(loaded: ScheduleFile) -> dict[str, Any] | None:
     return model if isinstance(model, dict) else None
 
 
+def plan_experts(loaded: ScheduleFile) -> int:
+    """The expert-parallel degree the plan's costs were estimated at (1 when none is recorded)."""
+    return (plan_model(loaded) or {}).get("expert_parallel", 1)
+
+
 def stage_layer_names(loaded: ScheduleFile) -> list[list[str]] | None:
     """Layer names per pipeline stage, in stage order; None for a plain schedule file."""
     partition = loaded.meta.get("partition")

@@ -23,6 +23,7 @@ import csv
 import io
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -142,11 +143,13 @@ def sidecar_path(csv_path: str | Path) -> Path:
 
 def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
             rows: Sequence[Sequence[str]] | None = None, partition: dict | None = None,
-            source: str | Path | None = None, microbatch_size: int = 1) -> dict[str, Any]:
+            source: str | Path | None = None, microbatch_size: int = 1,
+            expert_parallel: int = 1) -> dict[str, Any]:
     """What a runtime needs besides the CSV: placement, micro-batches, torch and torchtitan
-    settings (micro-batches of `microbatch_size` rows); for a plan's CSV its `partition` (layers
-    per stage: the split the CSV's stage costs come from, which `evaluate --torch-csv` checks)
-    and the `source` file's name."""
+    settings (micro-batches of `microbatch_size` rows; the expert-parallel degree the plan's
+    costs were estimated at); for a plan's CSV its `partition` (layers per stage: the split the
+    CSV's stage costs come from, which `evaluate --torch-csv` checks) and the `source` file's
+    name."""
     rows = rows if rows is not None else torch_rows(instance, schedule)
     p, v = instance.devices, instance.chunks
     notes = []
@@ -177,7 +180,7 @@ def sidecar(instance: Instance, schedule: Schedule, csv_path: str | Path,
         "torch_runtime": ("torch.distributed.pipelining.schedules._PipelineScheduleRuntime("
                           f"stages, n_microbatches={instance.microbatches}, loss_fn=...)"
                           f"._load_csv(\"{Path(csv_path).name}\")"),
-        "torchtitan": torchtitan_keys(instance, csv_path, microbatch_size),
+        "torchtitan": torchtitan_keys(instance, csv_path, microbatch_size, expert_parallel),
         "notes": notes,
         **_origin(partition, source),
     }
@@ -288,38 +291,41 @@ def _read_sidecar(side: Path, csv_path: Path) -> dict:
     return doc
 
 
-def torchtitan_keys(instance: Instance, csv_path: str | Path,
-                    microbatch_size: int = 1) -> dict[str, Any]:
+def torchtitan_keys(instance: Instance, csv_path: str | Path, microbatch_size: int = 1,
+                    expert_parallel: int = 1) -> dict[str, Any]:
     """The torchtitan job-config keys (command-line form) that run this CSV; on one rank only a
     note, as torchtitan does not pipeline there (zbopt.export.torchtitan.check_pipelined)."""
-    from .torchtitan import NOT_PIPELINED, PIPELINED_FROM, settings_for
+    from .torchtitan import NOT_PIPELINED, PIPELINED_FROM, expert_note, settings_for
     if instance.devices < PIPELINED_FROM:
         return {"note": f"{NOT_PIPELINED}: no keys run this CSV there"}
     settings = settings_for(instance, csv_path, stage_layers=None,
                             microbatch_size=microbatch_size)
-    keys: dict[str, Any] = settings.dotted()
+    keys: dict[str, Any] = replace(settings, expert_parallel=expert_parallel).dotted()
     keys["note"] = (f"the model must be split into {instance.num_stages} stages "
                     f"({instance.chunks} per rank, parallelism.module_fqns_per_model_part; "
                     f"`zbopt export PLAN --torchtitan DIR` writes it for a plan); "
                     f"local_batch_size / pipeline_parallel_microbatch_size must equal "
-                    f"{instance.microbatches} micro-batches")
+                    f"{instance.microbatches} micro-batches"
+                    + (f"; {expert_note(expert_parallel, instance.devices)}"
+                       if expert_parallel > 1 else ""))
     return keys
 
 
 def torch_csv_texts(path: str | Path, instance: Instance, schedule: Schedule,
                     with_sidecar: bool = True, partition: dict | None = None,
-                    source: str | Path | None = None, microbatch_size: int = 1
-                    ) -> dict[Path, str]:
+                    source: str | Path | None = None, microbatch_size: int = 1,
+                    expert_parallel: int = 1) -> dict[Path, str]:
     """{path: text} of the CSV and (by default) its sidecar, nothing written; a plan's
-    `partition`, the `source` file's name and the micro-batch size (rows) go into the sidecar
-    (see `sidecar`)."""
+    `partition`, the `source` file's name, the micro-batch size (rows) and the expert-parallel
+    degree go into the sidecar (see `sidecar`)."""
     from .outputs import require_path
     path = require_path(path, "the torch CSV's path")
     _require_pair(instance, schedule, "write_torch_csv()")
     rows = torch_rows(instance, schedule)
     texts = {path: csv_text(rows)}
     if with_sidecar:
-        doc = sidecar(instance, schedule, path, rows, partition, source, microbatch_size)
+        doc = sidecar(instance, schedule, path, rows, partition, source, microbatch_size,
+                      expert_parallel)
         texts[sidecar_path(path)] = json.dumps(doc, indent=1) + "\n"
     return texts
 

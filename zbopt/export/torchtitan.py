@@ -325,7 +325,7 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int | None = No
     plan's own partition unless `stage_layers` (layer names per stage) is given. The
     micro-batch size is the one the plan was profiled at unless `microbatch_size` is given
     (1 for a plan that records none)."""
-    from .plan_parts import plan_model, stage_layer_names
+    from .plan_parts import plan_experts, plan_model, stage_layer_names
     from .timing import profiled_microbatch_size
     from .torch_csv import torch_csv_texts
 
@@ -344,7 +344,7 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int | None = No
     profiled = profiled_microbatch_size(model)
     settings = settings_for(instance, csv_path, stage_layers, microbatch_size
                             if microbatch_size is not None else profiled or 1)
-    experts = (model or {}).get("expert_parallel", 1)
+    experts = plan_experts(loaded)
     if experts > 1:
         settings = dataclasses.replace(settings, expert_parallel=experts, notes=settings.notes + (
             expert_note(experts, instance.devices),))
@@ -358,7 +358,7 @@ def titan_export(loaded, directory: str | Path, microbatch_size: int | None = No
             f"were profiled at {profiled}: its times and memory are not those of this run",))
     texts = torch_csv_texts(csv_path, instance, schedule, partition=loaded.meta.get("partition"),
                             source=loaded.meta.get("path"),
-                            microbatch_size=settings.microbatch_size)
+                            microbatch_size=settings.microbatch_size, expert_parallel=experts)
     header = [f"torchtitan job-config fragment for {schedule.method or 'a schedule'}: "
               f"{counted(instance.devices, 'rank')}, {counted(instance.num_stages, 'stage')}, "
               f"{counted(instance.microbatches, 'micro-batch')} (zbopt export --torchtitan)",
