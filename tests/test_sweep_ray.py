@@ -88,7 +88,7 @@ class Node:
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
         try:
-            self.proc.wait(20)
+            self.proc.wait(5)
         except subprocess.TimeoutExpired:
             self.kill(signal.SIGKILL)
             self.proc.wait(10)
