@@ -235,8 +235,7 @@ def window_optimum(instance: Instance, e: int, last: int, time_limit: float,
             model.Add(b[d][j + 1] >= b[d][j] + t_b[d])
         for j in range(m - counts[d]):
             model.Add(f[d][j + counts[d]] >= b[d][j] + t_b[d] + gaps[d])
-        model.AddNoOverlap([model.NewFixedSizeIntervalVar(f[d][j], t_f[d], "") for j in range(m)]
-                           + [model.NewFixedSizeIntervalVar(b[d][j], t_b[d], "") for j in range(m)])
+        _one_at_a_time(model, f[d], b[d], t_f[d], t_b[d], counts[d])
     ends = [b[e][j] + t_b[e] for j in range(m)]
     for n, value in (known or {}).items():
         if n < last:
@@ -251,6 +250,30 @@ def window_optimum(instance: Instance, e: int, last: int, time_limit: float,
     if status == cp_model.OPTIMAL:
         return True, solver.ObjectiveValue() * unit
     return False, solver.BestObjectiveBound() * unit
+
+
+def _one_at_a_time(model: cp_model.CpModel, f: list, b: list, t_f: int, t_b: int,
+                   held: int) -> None:
+    """One pass at a time on a device whose F and B run in micro-batch order, F(j + held) after
+    B(j): the chains order every pair but F(j + i) and B(j) for 0 < i < held, so only those get a
+    choice, a literal x(j, i) for F(j + i) before B(j). If F(j + i) runs before B(j), so do
+    F(j + i - 1) (its forwards are in order) and, before B(j + 1), F(j + i). Stated this way
+    CP-SAT proves the relaxation of all 32 micro-batches of the p=8 plan rows in one to two
+    minutes, where the same pairs under AddNoOverlap took it five to ten times as long (the
+    window of 21 micro-batches of the 128k tight split: 8.7 s against 83 s)."""
+    m = len(f)
+    before = {}
+    for j in range(m):
+        for i in range(1, min(held, m - j)):
+            x = model.NewBoolVar("")
+            before[j, i] = x
+            model.Add(b[j] >= f[j + i] + t_f).OnlyEnforceIf(x)
+            model.Add(f[j + i] >= b[j] + t_b).OnlyEnforceIf(x.Not())
+    for (j, i), x in before.items():
+        if i > 1:
+            model.AddImplication(x, before[j, i - 1])
+            if (j + 1, i - 1) in before:
+                model.AddImplication(x, before[j + 1, i - 1])
 
 
 def window_increment(instance: Instance, e: int, k: int, window_limit: float, budget: float,
