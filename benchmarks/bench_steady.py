@@ -69,7 +69,8 @@ from zbopt.bounds import activation_capacity, held_count  # noqa: E402
 from zbopt.instance import Instance  # noqa: E402
 from zbopt.plan.bound import partitions_below, segment_bounds  # noqa: E402
 from zbopt.plan.collision_bound import collision_bound  # noqa: E402
-from zbopt.plan.memory_bound import held_counts, release_gaps, round_trips  # noqa: E402
+from zbopt.plan.fb_bound import window_optimum  # noqa: E402
+from zbopt.plan.memory_bound import held_counts, round_trips  # noqa: E402
 from zbopt.result import relative_gap  # noqa: E402
 from zbopt.schedule import Schedule, evaluate, validate  # noqa: E402
 from zbopt.solvers.api import solve  # noqa: E402
@@ -201,79 +202,6 @@ def steady_rate(timeline, device: int, k: int) -> float:
         return math.nan  # fewer than 5K micro-batches: no middle to measure
     start = timeline.start
     return (start[(device, last, "F")] - start[(device, first, "F")]) * k / (last - first)
-
-
-def window_optimum(instance: Instance, e: int, last: int, time_limit: float,
-                   known: dict | None = None, unit: float = 10.0) -> tuple[bool, float]:
-    """(proven, value): the least time from F(e, 0)'s start to B(e, last)'s end over the F/B
-    relaxation of micro-batches 0..last alone: W passes dropped, every stage's F and B in
-    micro-batch order, chain and comm lags, one pass at a time per device, and each device's
-    memory as the rule of zbopt.plan.memory_bound (F(d, j + k_d) after B(d, j) ends, plus its
-    release gap). `proven` says CP-SAT proved the value optimal within `time_limit`; otherwise it
-    is its proven bound. Costs and comm are rounded down to the grid of `unit` (so the value is
-    at most the relaxation's with the true costs, within one unit). `known[n]`: values of
-    shorter windows (n micro-batches after the first), which any n + 1 consecutive micro-batches
-    of this one also need, added as cuts."""
-    p, m = instance.devices, last + 1
-    grid = lambda x: math.floor(x / unit + 1e-9)  # noqa: E731
-    t_f = [grid(instance.t_f[d]) for d in range(p)]
-    t_b = [grid(instance.t_b[d]) for d in range(p)]
-    comm, counts = grid(instance.comm), held_counts(instance)
-    gaps = [grid(x) for x in release_gaps(instance)]
-    horizon = m * sum(t_f[d] + t_b[d] + 2 * comm for d in range(p))
-    model = cp_model.CpModel()
-    f = [[model.NewIntVar(-horizon, horizon, "") for _ in range(m)] for _ in range(p)]
-    b = [[model.NewIntVar(-horizon, horizon, "") for _ in range(m)] for _ in range(p)]
-    for j in range(m):
-        for d in range(p - 1):
-            model.Add(f[d + 1][j] >= f[d][j] + t_f[d] + comm)
-            model.Add(b[d][j] >= b[d + 1][j] + t_b[d + 1] + comm)
-        model.Add(b[p - 1][j] >= f[p - 1][j] + t_f[p - 1])
-    for d in range(p):
-        for j in range(m - 1):
-            model.Add(f[d][j + 1] >= f[d][j] + t_f[d])
-            model.Add(b[d][j + 1] >= b[d][j] + t_b[d])
-        for j in range(m - counts[d]):
-            model.Add(f[d][j + counts[d]] >= b[d][j] + t_b[d] + gaps[d])
-        _one_at_a_time(model, f[d], b[d], t_f[d], t_b[d], counts[d])
-    ends = [b[e][j] + t_b[e] for j in range(m)]
-    for n, value in (known or {}).items():
-        if n < last:
-            for a in range(m - n):
-                model.Add(ends[a + n] - f[e][a] >= math.floor(value / unit))
-    model.Add(f[e][0] == 0)
-    model.Minimize(ends[last])
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.num_workers = 2
-    status = solver.Solve(model)
-    if status == cp_model.OPTIMAL:
-        return True, solver.ObjectiveValue() * unit
-    return False, solver.BestObjectiveBound() * unit
-
-
-def _one_at_a_time(model: cp_model.CpModel, f: list, b: list, t_f: int, t_b: int,
-                   held: int) -> None:
-    """One pass at a time on a device whose F and B run in micro-batch order, F(j + held) after
-    B(j): the chains order every pair but F(j + i) and B(j) for 0 < i < held, so only those get a
-    choice, a literal x(j, i) for F(j + i) before B(j). If F(j + i) runs before B(j), so do
-    F(j + i - 1) (its forwards are in order) and, before B(j + 1), F(j + i). Stated this way
-    CP-SAT proves the relaxation of all 32 micro-batches of the p=8 plan rows in one to two
-    minutes, where the same pairs under AddNoOverlap took it five to ten times as long (the
-    window of 21 micro-batches of the 128k tight split: 8.7 s against 83 s)."""
-    m = len(f)
-    before = {}
-    for j in range(m):
-        for i in range(1, min(held, m - j)):
-            x = model.NewBoolVar("")
-            before[j, i] = x
-            model.Add(b[j] >= f[j + i] + t_f).OnlyEnforceIf(x)
-            model.Add(f[j + i] >= b[j] + t_b).OnlyEnforceIf(x.Not())
-    for (j, i), x in before.items():
-        if i > 1:
-            model.AddImplication(x, before[j, i - 1])
-            if (j + 1, i - 1) in before:
-                model.AddImplication(x, before[j + 1, i - 1])
 
 
 def window_increment(instance: Instance, e: int, k: int, window_limit: float, budget: float,

@@ -77,6 +77,7 @@ from ..sizes import readable
 from ..solvers import AUTO
 from ..solvers.api import (
     COLLISION,
+    FB,
     RELAXED,
     WINDOW,
     check_flag,
@@ -84,6 +85,7 @@ from ..solvers.api import (
     check_threads,
     check_time_limit,
 )
+from . import fb_bound
 from .baselines import BASELINES
 from .bound import (
     SegmentBounds,
@@ -117,6 +119,9 @@ COLLISION_SHARE = 0.5  # of the time left after that: relaxation bounds of the o
 POLISHED = 3  # schedules polished by local search
 SPLIT_FLOOR = 0.25  # seconds a device: the least share of a split's relaxation bounds (collide)
 RELAX_SHARE = 0.25  # of a solver run's time: the one-device relaxations first
+# seconds left from which the F/B relaxation runs beside the relaxation and solver steps (it
+# proves the 32-micro-batch splits of results/plan.md in 10-45 s)
+FB_FROM = 20.0
 # of a placement's share of the time without a segment table: the walk to the guided starts
 GUIDE_SHARE = 1 / 3
 # splits before the one reached on each guided path that are scheduled too (guided_starts)
@@ -296,6 +301,8 @@ class _Search:
         # split's first reason; a placement where some method applied is absent)
         self.unapplied: dict[str, str] = {}
         self.applied: set[str] = set()
+        # the F/B relaxation of one split, run beside the other steps (start_fb, collect_fb)
+        self.fb: Optional[tuple[tuple[str, tuple[int, ...]], fb_bound.Background]] = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.began
@@ -606,6 +613,46 @@ class _Search:
                 self.cache[(split.placement, split.sizes)] = updated
                 self.offer(updated)
                 self.tell("policy search", placement=split.placement, sizes=list(split.sizes))
+
+    def start_fb(self, pending: list[Split]) -> None:
+        """The F/B relaxation (zbopt.plan.fb_bound) of the contiguous split of least bound below
+        the best span, in a thread with one CP-SAT worker until the deadline: the relaxation
+        step that follows runs in Python on one core, and the solver step shares the cores with
+        it (on the 128k tight split of results/plan.md it takes 40-45 s alone)."""
+        open_ = [s for s in pending if s.placement == "contiguous"
+                 and s.bound < self.best.span * (1 - TOLERANCE)]
+        if self.fb is not None or not open_ or self.threads < 2 or self.left() < FB_FROM:
+            return
+        split = min(open_, key=lambda s: s.bound)
+        instance = self.instance(split.placement, split.sizes)
+        if instance is None or not fb_bound.applies_to(instance):
+            return
+        self.fb = ((split.placement, split.sizes), fb_bound.Background(instance, self.deadline))
+
+    def collect_fb(self, pending: list[Split]) -> list[Split]:
+        """`pending` with the F/B relaxation's bound (start_fb) where it raises its split's;
+        its search is stopped first if it still runs."""
+        if self.fb is None:
+            return pending
+        key, background = self.fb
+        self.fb = None
+        value = background.value()
+        cached = self.cache.get(key)
+        out = []
+        for split in pending:
+            if (split.placement, split.sizes) == key and value > split.bound:
+                split = split.raised(value, FB)
+                if cached is not None:
+                    self.cache[key] = cached.raised(value, FB)
+                self.tell("relaxation bounds", sizes=list(split.sizes), relaxation_bound=value)
+            out.append(split)
+        return out
+
+    def stop_fb(self) -> None:
+        """Stop the F/B relaxation's search, if one runs (an exception leaves plan())."""
+        if self.fb is not None:
+            self.fb[1].value()
+            self.fb = None
 
     def collide(self, pending: list[Split], budget_end: float) -> list[Split]:
         """The one-device relaxations (zbopt.plan.device_bound), then where the bound is still
@@ -981,30 +1028,37 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         search.polish_best(time.perf_counter() + POLISH_SHARE * search.left() if exact
                            else search.deadline)
         search.bound = overall()
-    if exact and overall() < search.best.span * (1 - TOLERANCE):
-        pending = search.collide(pending, time.perf_counter() + COLLISION_SHARE * search.left())
-        search.bound = overall()
-    solved: set[tuple[str, tuple[int, ...]]] = set()
-    # the exact solver: the best partition first, then the weakest proven bound below the span
-    while exact and search.left() > 1.0 and overall() < search.best.span * (1 - TOLERANCE):
-        weak = [s for s in pending if s.bound < search.best.span * (1 - TOLERANCE)
-                and (s.placement, s.sizes) not in solved]
-        best_key = (search.best.placement, search.best.sizes)
-        if best_key not in solved:
-            target = next((s for s in pending if (s.placement, s.sizes) == best_key), search.best)
-            target = replace(target, result=search.best.result)
-        elif weak:
-            target = min(weak, key=lambda s: s.bound)
-        else:
-            break
-        others = [s for s in weak if (s.placement, s.sizes) != (target.placement, target.sizes)]
-        slice_ = search.left() / 2 if others else search.left()
-        search.tell("solver", sizes=list(target.sizes))
-        updated = search.solve(target, slice_)
-        key = (updated.placement, updated.sizes)
-        solved.add(key)
-        pending = [updated if (s.placement, s.sizes) == key else s for s in pending]
-        search.bound = overall()
+    try:  # the F/B relaxation runs beside these steps; an exception stops it
+        if exact and overall() < search.best.span * (1 - TOLERANCE):
+            search.start_fb(pending)
+            pending = search.collide(pending, time.perf_counter() + COLLISION_SHARE * search.left())
+            search.bound = overall()
+        solved: set[tuple[str, tuple[int, ...]]] = set()
+        # the exact solver: the best partition first, then the weakest proven bound below the span
+        while exact and search.left() > 1.0 and overall() < search.best.span * (1 - TOLERANCE):
+            weak = [s for s in pending if s.bound < search.best.span * (1 - TOLERANCE)
+                    and (s.placement, s.sizes) not in solved]
+            best_key = (search.best.placement, search.best.sizes)
+            if best_key not in solved:
+                target = next((s for s in pending if (s.placement, s.sizes) == best_key), search.best)
+                target = replace(target, result=search.best.result)
+            elif weak:
+                target = min(weak, key=lambda s: s.bound)
+            else:
+                break
+            others = [s for s in weak if (s.placement, s.sizes) != (target.placement, target.sizes)]
+            slice_ = search.left() / 2 if others else search.left()
+            search.tell("solver", sizes=list(target.sizes))
+            updated = search.solve(target, slice_)
+            key = (updated.placement, updated.sizes)
+            solved.add(key)
+            pending = [updated if (s.placement, s.sizes) == key else s for s in pending]
+            search.bound = overall()
+    except BaseException:
+        search.stop_fb()
+        raise
+    pending = search.collect_fb(pending)
+    search.bound = overall()
     lower = overall()
     chosen = search.best
     # what proves the chosen split cannot be shorter: its own bound as the steps left it (in

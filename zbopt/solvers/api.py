@@ -169,7 +169,8 @@ RELAXED = "device relaxation"  # its bound name
 # the names of the bounds solve() computes itself
 WINDOW = "window relaxation"
 COLLISION = "collision relaxation"
-RELAXATIONS = (RELAXED, WINDOW, COLLISION)
+FB = "F/B relaxation"  # zbopt.plan.fb_bound: every device, the W passes dropped
+RELAXATIONS = (RELAXED, WINDOW, COLLISION, FB)
 # climbs in a row without a shorter schedule that end it sooner: a climb takes about a second at
 # p=8, m=32 (so the share is used up there, and kicks kept finding shorter schedules), a few
 # milliseconds on small instances (which give the time back to the backend)
