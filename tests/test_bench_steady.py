@@ -154,64 +154,6 @@ def test_window_is_at_most_a_real_schedule(cap):
     assert plain == (True, known[m - 1])
 
 
-def _no_overlap_window(instance: Instance, e: int, last: int) -> float:
-    """The F/B relaxation of window_optimum stated with AddNoOverlap on every device (costs in
-    whole units): an independent statement of the same problem."""
-    from ortools.sat.python import cp_model
-
-    from zbopt.plan.memory_bound import held_counts, release_gaps
-
-    p, m = instance.devices, last + 1
-    t_f, t_b = [int(x) for x in instance.t_f], [int(x) for x in instance.t_b]
-    comm, counts, gaps = int(instance.comm), held_counts(instance), release_gaps(instance)
-    model = cp_model.CpModel()
-    f = [[model.NewIntVar(-1000, 1000, "") for _ in range(m)] for _ in range(p)]
-    b = [[model.NewIntVar(-1000, 1000, "") for _ in range(m)] for _ in range(p)]
-    for d in range(p):
-        for j in range(m):
-            if d + 1 < p:
-                model.Add(f[d + 1][j] >= f[d][j] + t_f[d] + comm)
-                model.Add(b[d][j] >= b[d + 1][j] + t_b[d + 1] + comm)
-            if j + 1 < m:
-                model.Add(f[d][j + 1] >= f[d][j] + t_f[d])
-                model.Add(b[d][j + 1] >= b[d][j] + t_b[d])
-            if j + counts[d] < m:
-                model.Add(f[d][j + counts[d]] >= b[d][j] + t_b[d] + int(gaps[d]))
-        model.AddNoOverlap([model.NewFixedSizeIntervalVar(x, t_f[d], "") for x in f[d]]
-                           + [model.NewFixedSizeIntervalVar(x, t_b[d], "") for x in b[d]])
-    for j in range(m):
-        model.Add(b[p - 1][j] >= f[p - 1][j] + t_f[p - 1])
-    model.Add(f[e][0] == 0)
-    model.Minimize(b[e][last] + t_b[e])
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = 20
-    assert solver.Solve(model) == cp_model.OPTIMAL
-    return solver.ObjectiveValue()
-
-
-def test_the_choices_of_order_are_those_of_one_pass_at_a_time():
-    """window_optimum gives each device only the orders of F(j + i) and B(j) for 0 < i < k_d to
-    choose: on random small instances whose devices hold 2 to 5 activations it finds the
-    optimum of the same relaxation with every pair of passes kept apart by AddNoOverlap."""
-    import random
-
-    rng = random.Random(3)
-    compared = 0
-    for _ in range(12):
-        p, m = rng.randint(2, 4), rng.randint(4, 8)
-        m_b = [rng.randint(1, 3) for _ in range(p)]
-        instance = Instance(devices=p, microbatches=m, t_f=[rng.randint(1, 3) for _ in range(p)],
-                            t_b=[rng.randint(1, 3) for _ in range(p)], t_w=rng.randint(0, 2),
-                            comm=rng.randint(0, 1), m_b=m_b, m_w=1,
-                            memory_cap=[x * rng.randint(2, 5) + rng.randint(0, 1) for x in m_b])
-        e = rng.randrange(p)
-        proven, value = window_optimum(instance, e, m - 1, 20, unit=1.0)
-        assert proven
-        assert value == _no_overlap_window(instance, e, m - 1)
-        compared += 1
-    assert compared == 12
-
-
 def test_gap_against_the_bound_is_measured_as_result_gap():
     """The "plan gap against it" column and the plan's own gap column use one definition: the
     result of a solve, with its span and bound, gives the same gap either way."""

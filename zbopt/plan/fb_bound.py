@@ -163,6 +163,12 @@ def fb_bound(instance: Instance, deadline: float, threads: int = 2) -> float:
     return window + instance.t_w[0] if window > 0 else 0.0
 
 
+def choices(instance: Instance) -> int:
+    """The literals of the model (module doc): the pairs F(j + i), B(j) with 0 < i < k_d."""
+    m = instance.microbatches
+    return sum(min(k, m - j) - 1 for k in held_counts(instance) for j in range(m) if k > 1)
+
+
 def applies_to(instance: Instance) -> bool:
     """Whether the relaxation bounds the instance: a cap, one stage per device on one chain."""
     return instance.cap is not None and applies(instance)
@@ -186,6 +192,10 @@ class Background:
 
     def _run(self) -> None:
         self.status = self.solver.solve(self.model)
+
+    def done(self) -> bool:
+        """Whether the search has ended (proven, or at its deadline)."""
+        return not self.thread.is_alive()
 
     def proven(self) -> bool:
         """Whether the search has ended with the relaxation's optimum."""

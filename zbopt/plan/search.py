@@ -119,9 +119,15 @@ COLLISION_SHARE = 0.5  # of the time left after that: relaxation bounds of the o
 POLISHED = 3  # schedules polished by local search
 SPLIT_FLOOR = 0.25  # seconds a device: the least share of a split's relaxation bounds (collide)
 RELAX_SHARE = 0.25  # of a solver run's time: the one-device relaxations first
-# seconds left from which the F/B relaxation runs beside the relaxation and solver steps (it
-# proves the 32-micro-batch splits of results/plan.md in 10-45 s)
+# the F/B relaxation (zbopt.plan.fb_bound) runs beside the relaxation and solver steps with at
+# least FB_FROM seconds left, on a split of at most FB_CHOICES choices of order (fb_bound.choices:
+# the p=8, m=32 tight splits of results/plan.md have 456 and 640 and are proven in 40-85 s; a
+# p=16, m=64 tight split has 5,440 and was not in 90 s), while the split's gap exceeds FB_GAP
+# (below it the core goes back to the solver: the p=8 mid splits, 937 and 1,049 choices, were
+# not proven in 90 s either)
 FB_FROM = 20.0
+FB_CHOICES = 2000
+FB_GAP = 0.01
 # of a placement's share of the time without a segment table: the walk to the guided starts
 GUIDE_SHARE = 1 / 3
 # splits before the one reached on each guided path that are scheduled too (guided_starts)
@@ -625,7 +631,8 @@ class _Search:
             return
         split = min(open_, key=lambda s: s.bound)
         instance = self.instance(split.placement, split.sizes)
-        if instance is None or not fb_bound.applies_to(instance):
+        if instance is None or not fb_bound.applies_to(instance) or \
+                fb_bound.choices(instance) > FB_CHOICES:
             return
         self.fb = ((split.placement, split.sizes), fb_bound.Background(instance, self.deadline))
 
@@ -647,6 +654,19 @@ class _Search:
                 self.tell("relaxation bounds", sizes=list(split.sizes), relaxation_bound=value)
             out.append(split)
         return out
+
+    def poll_fb(self, pending: list[Split]) -> list[Split]:
+        """`pending` with the F/B relaxation's bound once its search has ended; a search whose
+        split's bound lies within FB_GAP of the best span (the other relaxations or the solver
+        closed most of its gap) is stopped, its core given back to the solver."""
+        if self.fb is None:
+            return pending
+        key, background = self.fb
+        split = next((s for s in pending if (s.placement, s.sizes) == key), None)
+        if split is None or split.bound >= self.best.span * (1 - FB_GAP):
+            self.stop_fb()
+            return pending
+        return self.collect_fb(pending) if background.done() else pending
 
     def stop_fb(self) -> None:
         """Stop the F/B relaxation's search, if one runs (an exception leaves plan())."""
@@ -1032,6 +1052,7 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
         if exact and overall() < search.best.span * (1 - TOLERANCE):
             search.start_fb(pending)
             pending = search.collide(pending, time.perf_counter() + COLLISION_SHARE * search.left())
+            pending = search.poll_fb(pending)
             search.bound = overall()
         solved: set[tuple[str, tuple[int, ...]]] = set()
         # the exact solver: the best partition first, then the weakest proven bound below the span
@@ -1052,7 +1073,8 @@ def plan(model: LayeredModel, placements: Sequence[str] = ("contiguous",), time_
             updated = search.solve(target, slice_)
             key = (updated.placement, updated.sizes)
             solved.add(key)
-            pending = [updated if (s.placement, s.sizes) == key else s for s in pending]
+            pending = search.poll_fb([updated if (s.placement, s.sizes) == key else s
+                                      for s in pending])
             search.bound = overall()
     except BaseException:
         search.stop_fb()
