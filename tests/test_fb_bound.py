@@ -9,7 +9,7 @@ import time
 import pytest
 from ortools.sat.python import cp_model
 from test_bounds import independent_optimum  # noqa: E402
-from test_plan import llama_model  # noqa: E402
+from test_plan import llama_model, llama_split  # noqa: E402
 
 import zbopt.plan.search as search_module
 from zbopt.bounds import best_lower_bound
@@ -20,7 +20,7 @@ from zbopt.plan.fb_bound import fb_bound as fb_value
 from zbopt.plan.memory_bound import held_counts, pipeline_bound, release_gaps
 from zbopt.plan.search import plan
 from zbopt.registry import methods, run
-from zbopt.solvers.api import FB
+from zbopt.solvers.api import FB, solve
 
 
 def _random_instance(rng: random.Random) -> Instance:
@@ -180,8 +180,8 @@ def test_plan_raises_a_splits_bound_with_the_relaxation_it_ran_beside_its_steps(
         return out
 
     monkeypatch.setattr(search_module.fb_bound, "Background", Stub)
-    monkeypatch.setattr(search_module, "FB_FROM", 0.0)
-    monkeypatch.setattr(search_module, "FB_GAP", 0.0)  # kept running whatever the gap
+    monkeypatch.setattr(fb_bound, "FROM_SECONDS", 0.0)
+    monkeypatch.setattr(fb_bound, "GAP", 0.0)  # kept running whatever the gap
     monkeypatch.setattr(search_module._Search, "collect_fb", collect)
     plan(_fb_plan_model(), time_limit=6, threads=2)
     assert len(started) == 1 and started[0].stopped
@@ -196,7 +196,7 @@ def test_one_thread_runs_no_relaxation_beside_the_steps(monkeypatch):
         raise AssertionError("the F/B relaxation started on one thread")
 
     monkeypatch.setattr(search_module.fb_bound, "Background", refuse)
-    monkeypatch.setattr(search_module, "FB_FROM", 0.0)
+    monkeypatch.setattr(fb_bound, "FROM_SECONDS", 0.0)
     plan(_fb_plan_model(), time_limit=3, threads=1)
 
 
@@ -214,8 +214,53 @@ def test_an_exception_in_the_solver_step_stops_the_relaxation(monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(search_module.fb_bound, "Background", recorded)
-    monkeypatch.setattr(search_module, "FB_FROM", 0.0)
+    monkeypatch.setattr(fb_bound, "FROM_SECONDS", 0.0)
     monkeypatch.setattr(search_module._Search, "solve", interrupted)
     with pytest.raises(KeyboardInterrupt):
         plan(_fb_plan_model(), time_limit=30, threads=2)
     assert len(runs) == 1 and not runs[0].thread.is_alive()
+
+
+def _memory_bound_split() -> Instance:
+    """8 Llama-shaped blocks on p=4, m=8, the mid cap, split 3-2-2-3 (test_plan.llama_split):
+    the collision relaxation proves 497,332 there and the solver's schedule is 503,879."""
+    return llama_split(32000, 8, 0.6, (3, 2, 2, 3))
+
+
+def test_solve_reports_the_relaxation_where_it_is_the_highest_bound():
+    """solve() runs the F/B relaxation after the other contiguous relaxations: on this split it
+    proves its optimum at once, above the collision relaxation and zbopt.bounds, and names it."""
+    instance = _memory_bound_split()
+    expected = fb_value(instance, time.perf_counter() + 20)
+    result = solve(instance, time_limit=4, threads=2)
+    assert result.bound_name == FB and result.lower_bound == pytest.approx(expected, abs=1.0)
+    assert expected > 1.01 * best_lower_bound(instance)[1] and result.lower_bound <= result.span
+
+
+def test_solve_runs_it_beside_the_backend_and_stops_it(monkeypatch):
+    """With time enough (FROM_SECONDS) solve() starts the relaxation in a thread when its
+    backend starts and stops it when the backend returns; the bound it gives is the result's
+    where it is the highest (here the only F/B bound: the quick one in the relaxation share is
+    switched off)."""
+    instance = _memory_bound_split()
+    expected = fb_value(instance, time.perf_counter() + 20)
+    started = []
+
+    class Stub:
+        def __init__(self, instance, deadline):
+            started.append(self)
+            self.stopped = False
+
+        def value(self):
+            self.stopped = True
+            return expected
+
+    monkeypatch.setattr(fb_bound, "Background", Stub)
+    monkeypatch.setattr(fb_bound, "FROM_SECONDS", 0.0)
+    monkeypatch.setattr(fb_bound, "fb_bound", lambda *args, **kwargs: 0.0)
+    result = solve(instance, time_limit=4, threads=2)
+    assert len(started) == 1 and started[0].stopped
+    assert result.bound_name == FB and result.lower_bound == pytest.approx(expected, abs=1.0)
+    started.clear()
+    solve(instance, time_limit=4, threads=1)  # one thread: the backend's alone
+    assert not started

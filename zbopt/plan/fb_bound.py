@@ -43,6 +43,16 @@ from ..instance import Instance
 from ..solvers import interruptible
 from .memory_bound import applies, held_counts, release_gaps
 
+# it runs beside another search (Background: zbopt plan's steps 5 and 6, solve()'s backend) with
+# at least FROM_SECONDS left, two threads or more, and at most MAX_CHOICES choices of order
+# (`choices`: the p=8, m=32 tight splits of results/plan.md have 456 and 640 and are proven in
+# 40-85 s; a p=16, m=64 tight split has 5,440 and was not in 90 s), while the gap between the
+# best schedule and the bound known exceeds GAP (below it the core is the search's: the p=8 mid
+# splits, 937 and 1,049 choices, were not proven in 90 s either)
+FROM_SECONDS = 20.0
+MAX_CHOICES = 2000
+GAP = 0.01
+
 # the grid the costs are rounded down to: a power of ten of the instance's time unit, at most this
 # share of the least positive F or B cost (each pass loses less than one step); whole-number
 # costs keep their own grid of 1
@@ -172,6 +182,14 @@ def choices(instance: Instance) -> int:
 def applies_to(instance: Instance) -> bool:
     """Whether the relaxation bounds the instance: a cap, one stage per device on one chain."""
     return instance.cap is not None and applies(instance)
+
+
+def runs_beside(instance: Instance, seconds: float, threads: int, span: float,
+                bound: float) -> bool:
+    """Whether to run the relaxation beside a search of `seconds` on `threads` threads whose
+    best schedule has `span` and whose bound is `bound` (see FROM_SECONDS)."""
+    return (threads >= 2 and seconds >= FROM_SECONDS and applies_to(instance)
+            and bound < span * (1 - GAP) and choices(instance) <= MAX_CHOICES)
 
 
 class Background:

@@ -119,15 +119,6 @@ COLLISION_SHARE = 0.5  # of the time left after that: relaxation bounds of the o
 POLISHED = 3  # schedules polished by local search
 SPLIT_FLOOR = 0.25  # seconds a device: the least share of a split's relaxation bounds (collide)
 RELAX_SHARE = 0.25  # of a solver run's time: the one-device relaxations first
-# the F/B relaxation (zbopt.plan.fb_bound) runs beside the relaxation and solver steps with at
-# least FB_FROM seconds left, on a split of at most FB_CHOICES choices of order (fb_bound.choices:
-# the p=8, m=32 tight splits of results/plan.md have 456 and 640 and are proven in 40-85 s; a
-# p=16, m=64 tight split has 5,440 and was not in 90 s), while the split's gap exceeds FB_GAP
-# (below it the core goes back to the solver: the p=8 mid splits, 937 and 1,049 choices, were
-# not proven in 90 s either)
-FB_FROM = 20.0
-FB_CHOICES = 2000
-FB_GAP = 0.01
 # of a placement's share of the time without a segment table: the walk to the guided starts
 GUIDE_SHARE = 1 / 3
 # splits before the one reached on each guided path that are scheduled too (guided_starts)
@@ -621,18 +612,18 @@ class _Search:
                 self.tell("policy search", placement=split.placement, sizes=list(split.sizes))
 
     def start_fb(self, pending: list[Split]) -> None:
-        """The F/B relaxation (zbopt.plan.fb_bound) of the contiguous split of least bound below
-        the best span, in a thread with one CP-SAT worker until the deadline: the relaxation
-        step that follows runs in Python on one core, and the solver step shares the cores with
-        it (on the 128k tight split of results/plan.md it takes 40-45 s alone)."""
-        open_ = [s for s in pending if s.placement == "contiguous"
-                 and s.bound < self.best.span * (1 - TOLERANCE)]
-        if self.fb is not None or not open_ or self.threads < 2 or self.left() < FB_FROM:
+        """The F/B relaxation (zbopt.plan.fb_bound) of the contiguous split of least bound, in a
+        thread with one CP-SAT worker until the deadline, where fb_bound.runs_beside says it
+        pays: the relaxation step that follows runs in Python on one core, and the solver step
+        shares the cores with it (on the 128k tight split of results/plan.md it takes 40-45 s
+        alone)."""
+        open_ = [s for s in pending if s.placement == "contiguous"]
+        if self.fb is not None or not open_:
             return
         split = min(open_, key=lambda s: s.bound)
         instance = self.instance(split.placement, split.sizes)
-        if instance is None or not fb_bound.applies_to(instance) or \
-                fb_bound.choices(instance) > FB_CHOICES:
+        if instance is None or not fb_bound.runs_beside(instance, self.left(), self.threads,
+                                                        self.best.span, split.bound):
             return
         self.fb = ((split.placement, split.sizes), fb_bound.Background(instance, self.deadline))
 
@@ -657,13 +648,13 @@ class _Search:
 
     def poll_fb(self, pending: list[Split]) -> list[Split]:
         """`pending` with the F/B relaxation's bound once its search has ended; a search whose
-        split's bound lies within FB_GAP of the best span (the other relaxations or the solver
+        split's bound lies within fb_bound.GAP of the best span (the other relaxations or the solver
         closed most of its gap) is stopped, its core given back to the solver."""
         if self.fb is None:
             return pending
         key, background = self.fb
         split = next((s for s in pending if (s.placement, s.sizes) == key), None)
-        if split is None or split.bound >= self.best.span * (1 - FB_GAP):
+        if split is None or split.bound >= self.best.span * (1 - fb_bound.GAP):
             self.stop_fb()
             return pending
         return self.collect_fb(pending) if background.done() else pending
@@ -676,8 +667,9 @@ class _Search:
 
     def collide(self, pending: list[Split], budget_end: float) -> list[Split]:
         """The one-device relaxations (zbopt.plan.device_bound), then where the bound is still
-        below the split's best span the window relaxations (zbopt.plan.window_bound) and the
-        collision relaxation (zbopt.plan.collision_bound), on the listed splits whose bound lies
+        below the split's best span the window relaxations (zbopt.plan.window_bound), the
+        collision relaxation (zbopt.plan.collision_bound) and the F/B relaxation
+        (zbopt.plan.fb_bound, what the share has left), on the listed splits whose bound lies
         below the best span, least bound first (of a split's share, half to the one-device and
         a quarter to the window relaxations); the listed splits with their bounds raised.
 
@@ -717,6 +709,11 @@ class _Search:
             if value < upper * (1 - TOLERANCE):
                 collision = collision_bound(instance, now + share, upper)
                 value, name = max((value, name), (collision, COLLISION), key=lambda c: c[0])
+            if value < upper * (1 - TOLERANCE) and (self.fb is None or self.fb[0] != key):
+                # what the share has left: small splits are proven in milliseconds (the split
+                # start_fb runs it on beside the steps is left to that)
+                relaxed_fb = fb_bound.fb_bound(instance, now + share, threads=1)
+                value, name = max((value, name), (relaxed_fb, FB), key=lambda c: c[0])
             level = min(level, max(value, split.bound))
             if value > split.bound:
                 raised[key] = (value, name)

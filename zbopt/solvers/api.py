@@ -514,15 +514,24 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
                       f"{time_limit:g} s limit (warm start and bounds took it); returning "
                       f"{start(warm.schedule.method)}")
     searched(None, None)
-    raw = backend(BackendRequest(scaled, objective=objective, time_limit=search_time,
-                                 threads=threads,
-                                 hint=hint_starts if warm_start is not False else None,
-                                 horizon=horizon, symmetry=symmetry,
-                                 options=dict(options or {}),
-                                 lower=bound_scaled if bound_name in RELAXATIONS
-                                 or known_bound is not None else None,
-                                 on_progress=searched if progress is not None else None))
+    # the F/B relaxation on one core beside the backend, where it pays (a caller's bound on a
+    # contiguous split came from it already: zbopt plan runs it beside its own steps)
+    beside = _fb_beside(instance, search_time, threads, warm.objective(objective),
+                        bound_scaled / scale) if known_bound is None else None
+    try:
+        raw = backend(BackendRequest(scaled, objective=objective, time_limit=search_time,
+                                     threads=threads,
+                                     hint=hint_starts if warm_start is not False else None,
+                                     horizon=horizon, symmetry=symmetry,
+                                     options=dict(options or {}),
+                                     lower=bound_scaled if bound_name in RELAXATIONS
+                                     or known_bound is not None else None,
+                                     on_progress=searched if progress is not None else None))
+    finally:
+        relaxed = beside.value() if beside is not None else 0.0  # stopped where it is
     lower = bound_scaled
+    if relaxed > 0 and math.ceil(relaxed * scale - 1e-6) > lower:
+        lower, bound_name = math.ceil(relaxed * scale - 1e-6), FB
     if raw.bound is not None and raw.status != "infeasible":
         backend_bound = math.ceil(raw.bound - 1e-6)
         if backend_bound > lower:
@@ -599,10 +608,20 @@ def _chunk_bound(instance: Instance, scaled: Instance, deadline: float, threads:
     return math.ceil(value - 1e-6) if value > 0 else None
 
 
+def _fb_beside(instance: Instance, seconds: float, threads: int, upper: float, bound: float):
+    """zbopt.plan.fb_bound's relaxation started in a thread for `seconds` (its Background),
+    where fb_bound.runs_beside says it pays; None elsewhere."""
+    from ..plan import fb_bound
+    if not fb_bound.runs_beside(instance, seconds, threads, upper, bound):
+        return None
+    return fb_bound.Background(instance, time.perf_counter() + seconds)
+
+
 def _contiguous_bounds(instance: Instance, deadline: float, upper: float):
     """(name, value) of the relaxation bounds `zbopt plan` proves its contiguous splits with, in
     the instance's time units: the one-device relaxations (half the time left), the window
-    relaxations (half the rest) and the collision relaxation (the rest) while the bound is below
+    relaxations (half the rest), the collision relaxation (the rest) and the F/B relaxation
+    (what the collision relaxation left) while the bound is below
     `upper` (the best schedule's objective; all bound the span, and the makespan is at least the
     span). Nothing where they
     do not apply (one stage per device on one chain, a cap, no overlap discount) or where the
@@ -611,6 +630,7 @@ def _contiguous_bounds(instance: Instance, deadline: float, upper: float):
     # zbopt.plan builds on solve(); its bound modules only on zbopt.bounds and the instance
     from ..plan.collision_bound import collision_bound
     from ..plan.device_bound import relaxation_bound
+    from ..plan.fb_bound import fb_bound
     from ..plan.memory_bound import applies, held_counts
     from ..plan.window_bound import window_bound
     if instance.cap is None or not applies(instance) or deadline - time.perf_counter() <= 0.1:
@@ -627,7 +647,13 @@ def _contiguous_bounds(instance: Instance, deadline: float, upper: float):
         yield WINDOW, windowed
         value = max(value, windowed)
     if value < upper and not signals.past(deadline - 0.1):
-        yield COLLISION, collision_bound(instance, deadline, upper)
+        collided = collision_bound(instance, deadline, upper)
+        yield COLLISION, collided
+        value = max(value, collided)
+    if value < upper and not signals.past(deadline - 0.1):
+        # what is left of the share: small splits are proven in milliseconds (solve() runs it
+        # again beside the backend where that pays)
+        yield FB, fb_bound(instance, deadline)
 
 
 def run_backend(solver: str, instance: Instance, **request) -> BackendResult:
