@@ -252,6 +252,7 @@ def test_collide_spends_nothing_above_the_least_bound_it_cannot_raise(monkeypatc
         monkeypatch.setattr(search_module, "relaxation_bound", relax)
         monkeypatch.setattr(search_module, "window_bound", lambda instance, deadline: 0.0)
         monkeypatch.setattr(search_module, "collision_bound", lambda *args: 0.0)
+        monkeypatch.setattr(search_module.fb_bound, "fb_bound", lambda *args, **kwargs: 0.0)
         out = search.collide(pending, time.perf_counter() + 30)
         if raise_to == 0.0:
             assert len(calls) == 1 and calls[0] == search.instance("contiguous", pending[0].sizes)
