@@ -163,8 +163,9 @@ def fb_bound(instance: Instance, deadline: float, threads: int = 2) -> float:
     """The F/B relaxation's bound on the span of every in-order schedule of the split (module
     doc): what CP-SAT proves of device 0's window of all micro-batches by `deadline` (a
     time.perf_counter() value), plus t_w(0); 0 where it does not apply (no cap, or not one stage
-    per device on one chain)."""
-    if not applies_to(instance):
+    per device on one chain) or has more than MAX_CHOICES choices of order (its bound would not
+    come in time)."""
+    if not applies_to(instance) or choices(instance) > MAX_CHOICES:
         return 0.0
     left = deadline - time.perf_counter()
     if left <= 0:
