@@ -200,7 +200,7 @@ def test_optimum_between_bounds_and_every_family(p, m, t_f, t_b, t_w, comm, cap,
     assert cut.objective >= bounds.best_lower_bound(instance, objective)[1] - 1e-9
     # the bound cuts (zbopt.bounds) never cut the optimum off: the model without them finds
     # nothing shorter, and where it proves its optimum, the same one
-    result = run(instance, "highs", objective, time_limit=20, bound_cuts=False)
+    result = run(instance, "highs", objective, time_limit=10, bound_cuts=False)
     check_solution(instance, result, objective)
     assert result.objective >= cut.objective
     assert result.bound is None or result.bound <= cut.objective + 1e-9
