@@ -220,10 +220,16 @@ class Background:
         """Whether the search has ended with the relaxation's optimum."""
         return not self.thread.is_alive() and self.status == cp_model.OPTIMAL
 
+    def stop(self) -> None:
+        """Stop the search and wait for its thread (again while it runs: a stop that comes
+        before CP-SAT's search has begun would be lost)."""
+        while self.thread.is_alive():
+            self.solver.stop_search()
+            self.thread.join(0.05)
+
     def value(self) -> float:
         """The bound on the span (fb_bound's), the search stopped first if it still runs."""
-        self.solver.stop_search()
-        self.thread.join()
+        self.stop()
         if self.status is None:
             return 0.0
         _, window = _value(self.solver, self.status, self.unit)
@@ -233,5 +239,4 @@ class Background:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.solver.stop_search()
-        self.thread.join()
+        self.stop()
