@@ -171,6 +171,12 @@ def fb_bound(instance: Instance, deadline: float, threads: int = 2) -> float:
     if left <= 0:
         return 0.0
     _, window = window_optimum(instance, 0, instance.microbatches - 1, left, threads=threads)
+    return _span_bound(instance, window)
+
+
+def _span_bound(instance: Instance, window: float) -> float:
+    """The bound on the span from device 0's window (module doc): the window plus t_w(0), or 0
+    when nothing was proven."""
     return window + instance.t_w[0] if window > 0 else 0.0
 
 
@@ -218,7 +224,7 @@ class Background:
 
     def proven(self) -> bool:
         """Whether the search has ended with the relaxation's optimum."""
-        return not self.thread.is_alive() and self.status == cp_model.OPTIMAL
+        return self.done() and self.status == cp_model.OPTIMAL
 
     def stop(self) -> None:
         """Stop the search and wait for its thread (again while it runs: a stop that comes
@@ -233,7 +239,7 @@ class Background:
         if self.status is None:
             return 0.0
         _, window = _value(self.solver, self.status, self.unit)
-        return window + self.instance.t_w[0] if window > 0 else 0.0
+        return _span_bound(self.instance, window)
 
     def __enter__(self) -> "Background":
         return self

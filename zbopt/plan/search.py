@@ -662,7 +662,7 @@ class _Search:
     def stop_fb(self) -> None:
         """Stop the F/B relaxation's search, if one runs (an exception leaves plan())."""
         if self.fb is not None:
-            self.fb[1].value()
+            self.fb[1].stop()
             self.fb = None
 
     def collide(self, pending: list[Split], budget_end: float) -> list[Split]:

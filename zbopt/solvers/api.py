@@ -530,8 +530,9 @@ def solve(instance: Instance, solver: str = "cpsat", objective: str = "span",
     finally:
         relaxed = beside.value() if beside is not None else 0.0  # stopped where it is
     lower = bound_scaled
-    if relaxed > 0 and math.ceil(relaxed * scale - 1e-6) > lower:
-        lower, bound_name = math.ceil(relaxed * scale - 1e-6), FB
+    relaxed_scaled = math.ceil(relaxed * scale - 1e-6)
+    if relaxed > 0 and relaxed_scaled > lower:
+        lower, bound_name = relaxed_scaled, FB
     if raw.bound is not None and raw.status != "infeasible":
         backend_bound = math.ceil(raw.bound - 1e-6)
         if backend_bound > lower:
