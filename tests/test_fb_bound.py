@@ -9,6 +9,7 @@ import time
 import pytest
 from ortools.sat.python import cp_model
 from test_bounds import independent_optimum  # noqa: E402
+from test_device_bound import _llama_32_blocks  # noqa: E402
 from test_plan import llama_model, llama_split  # noqa: E402
 
 import zbopt.plan.search as search_module
@@ -20,6 +21,7 @@ from zbopt.plan.fb_bound import fb_bound as fb_value
 from zbopt.plan.memory_bound import held_counts, pipeline_bound, release_gaps
 from zbopt.plan.search import plan
 from zbopt.registry import methods, run
+from zbopt.solvers import interruptible
 from zbopt.solvers.api import FB, solve
 
 
@@ -145,6 +147,32 @@ def test_the_background_run_proves_what_the_call_does_and_stops_when_asked():
     with Background(instance, time.perf_counter() + 60) as stopped:
         early = stopped.value()
         assert not stopped.thread.is_alive() and early <= expected + 1e-9
+
+
+def test_searches_started_beside_a_background_run_yield_it_their_priority(monkeypatch):
+    """While a Background runs, a CP-SAT search started from the main thread (through
+    zbopt.solvers.interruptible) raises its own thread's nice value by YIELD_NICENESS, and
+    only then; once the background search has ended, searches keep their priority."""
+    calls = []
+    monkeypatch.setattr(interruptible.os, "setpriority", lambda *args: calls.append(args))
+    model = cp_model.CpModel()
+    x = model.new_int_var(0, 5, "x")
+    model.maximize(x)
+
+    def search() -> None:
+        solver = cp_model.CpSolver()
+        assert interruptible.solve(solver, model) == cp_model.OPTIMAL
+
+    search()
+    assert calls == []
+    instance = _llama_32_blocks(128256, "tight", (3, 4, 4, 4, 4, 5, 5, 5))  # 30-40 s alone
+    with Background(instance, time.perf_counter() + 60) as background:
+        search()
+        assert not background.done()
+    assert len(calls) == 1 and calls[0][2] == interruptible.os.getpriority(
+        interruptible.os.PRIO_PROCESS, 0) + interruptible.YIELD_NICENESS
+    search()
+    assert len(calls) == 1
 
 
 def _fb_plan_model():

@@ -213,10 +213,14 @@ class Background:
         self.solver = _solver(deadline - time.perf_counter(), 1)
         self.status: Optional[int] = None
         self.thread = threading.Thread(target=self._run, name="fb-bound", daemon=True)
+        interruptible.background_started()  # searches started meanwhile yield it its core
         self.thread.start()
 
     def _run(self) -> None:
-        self.status = self.solver.solve(self.model)
+        try:
+            self.status = self.solver.solve(self.model)
+        finally:
+            interruptible.background_ended()
 
     def done(self) -> bool:
         """Whether the search has ended (proven, or at its deadline)."""

@@ -703,13 +703,14 @@ class _Search:
             name = RELAXED
             if share / 2 >= DEVICE_LIMIT * instance.devices:  # each device had all its time
                 self.relaxed.add(key)
-            if value < upper * (1 - TOLERANCE):
+            beside = self.fb is not None and self.fb[0] == key
+            if value < upper * (1 - TOLERANCE) and not beside:
                 window = window_bound(instance, now + 3 * share / 4)
                 value, name = max((value, name), (window, WINDOW), key=lambda c: c[0])
             if value < upper * (1 - TOLERANCE):
                 collision = collision_bound(instance, now + share, upper)
                 value, name = max((value, name), (collision, COLLISION), key=lambda c: c[0])
-            if value < upper * (1 - TOLERANCE) and (self.fb is None or self.fb[0] != key):
+            if value < upper * (1 - TOLERANCE) and not beside:
                 # what the share has left: small splits are proven in milliseconds (the split
                 # start_fb runs it on beside the steps is left to that)
                 relaxed_fb = fb_bound.fb_bound(instance, now + share, threads=1)

@@ -40,7 +40,7 @@ from ortools.sat.python import cp_model
 from .. import signals
 from ..instance import Instance
 from ..passes import Pass
-from . import interruptible
+from . import interruptible, ordered
 from .backends.cpsat import Incumbents, ModelParts, add_hint, build_parts
 from .orders import device_orders
 from .protocol import BackendRequest, BackendResult
@@ -54,6 +54,15 @@ FULL_MAX = 20.0
 # 1,579,626, where the neighbourhoods gain that much every few seconds, and its bound stayed
 # below zbopt.bounds')
 LARGE_FULL_SHARE = 0.05
+# where the ordered model (zbopt.solvers.ordered) states the instance, its search gets this
+# share of the time instead, without FULL_MAX, with CP-SAT's presolve off and its linear
+# relaxation at level 2, and no solution callback (the split of ordered's module doc, two
+# workers for 20 s from the policy search's 4,262,643: 4,119,320-4,124,943 in three runs;
+# presolve on and the default level: 4,147,096-4,159,778, presolve's probing taking 2-4 s a
+# round; with a callback on every improving schedule, 4,122,493-4,143,135 in five runs, a
+# median of 4,132,623, against 4,119,320-4,134,730 and a median of 4,119,886 in five without)
+ORDERED_SHARE = 0.8
+ORDERED_LINEARIZATION = 2
 # a sub-model's time limit, and the free passes of the first neighbourhood
 STEP_SECONDS = 3.0
 FIRST_FREE = 300
@@ -123,16 +132,21 @@ def _solve(parts: ModelParts, model: cp_model.CpModel, instance: Instance, objec
              parts.device_spans, parts.objective)
     for size, f, until in parts.holds:
         model.add_hint(size, hint[until] + parts.cost[until] - hint[f])
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, seconds)
-    solver.parameters.num_workers = threads
-    solver.parameters.random_seed = seed
+    solver = _solver(seconds, threads, seed)
     solver.parameters.filter_subsolvers.extend(SUBSOLVERS)
     if not presolve:
         # presolving the whole model again for each neighbourhood costs seconds
         solver.parameters.cp_model_presolve = False
     code = interruptible.solve(solver, model, callback)
     return solver, code
+
+
+def _solver(seconds: float, threads: int, seed: int) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, seconds)
+    solver.parameters.num_workers = threads
+    solver.parameters.random_seed = seed
+    return solver
 
 
 def _neighbourhood(instance: Instance, state: _State, cost, rng: random.Random,
@@ -257,24 +271,44 @@ def solve_lns(request: BackendRequest) -> BackendResult:
     stats = {"neighbourhoods": 0, "improved": 0, "sweep": 0, "sweep_improved": 0,
              "full_model_seconds": 0.0}
 
-    # the full model: its bound, and often a better schedule
+    # the full model: its bound, and often a better schedule; where the ordered model
+    # (zbopt.solvers.ordered) states the instance, it instead, for a larger share
+    in_order = symmetry and not precede and ordered.applies(instance)
     share = float(request.options.get(
-        "full_share", FULL_SHARE if len(cost) < PRESOLVE_PASSES else LARGE_FULL_SHARE))
-    full = min(FULL_MAX, share * (deadline - time.perf_counter()))
+        "full_share", ORDERED_SHARE if in_order else
+        FULL_SHARE if len(cost) < PRESOLVE_PASSES else LARGE_FULL_SHARE))
+    full = share * (deadline - time.perf_counter())
+    if not in_order:
+        full = min(FULL_MAX, full)
     callback = Incumbents(report) if report is not None else None
     t = time.perf_counter()
     code = None
     if full > 0:
-        solver, code = _solve(parts, parts.model, instance, objective, state.starts, full,
-                              threads, seed, callback)
+        if in_order:
+            whole = ordered.build(instance, objective, int(horizon), request.lower)
+            ordered.add_hint(whole, state.starts, objective, instance)
+            solver = _solver(full, threads, seed)
+            solver.parameters.cp_model_presolve = False
+            solver.parameters.cp_model_probing_level = 0
+            solver.parameters.linearization_level = ORDERED_LINEARIZATION
+            # no callback: one per improving schedule slowed the search (ORDERED_SHARE); its
+            # best is reported when it ends
+            code = interruptible.solve(solver, whole.model)
+            if report is not None and code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                report(float(solver.objective_value), float(solver.best_objective_bound))
+        else:
+            whole = parts
+            solver, code = _solve(parts, parts.model, instance, objective, state.starts, full,
+                                  threads, seed, callback)
     stats["full_model_seconds"] = round(time.perf_counter() - t, 3)
+    stats["ordered_model"] = in_order
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN) and not precede:
         bound = solver.best_objective_bound
         state.bound = math.ceil(bound - 1e-6) if math.isfinite(bound) else None
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         value = int(round(solver.objective_value))
         if value <= state.value:
-            state.starts = {q: int(solver.value(e)) for q, e in parts.start.items()}
+            state.starts = {q: int(solver.value(e)) for q, e in whole.start.items()}
             state.value = value
     if code == cp_model.OPTIMAL and not precede:
         state.status = "optimal"
