@@ -1,7 +1,10 @@
 """Large-neighbourhood search with CP-SAT around an incumbent schedule.
 
 The full CP-SAT model (backends/cpsat.py) runs first for a share of the time: it proves the
-bound and may improve the warm start. Then, until the time limit, one neighbourhood at a time
+bound and may improve the warm start. On a capped contiguous pipeline the ordered model
+(zbopt.solvers.ordered: the same in-order problem, stated with literals) runs there instead,
+for most of the time: CP-SAT finds short schedules in it far faster (ORDERED_SHARE).
+Then, until the time limit, one neighbourhood at a time
 is re-optimised: a window of micro-batches, a group of neighbouring devices, or a window of
 time is freed; every other pass keeps its place in its device's order (its start may still
 move), stated as precedences between consecutive fixed passes, and the incumbent is the hint.
@@ -306,9 +309,12 @@ def solve_lns(request: BackendRequest) -> BackendResult:
         bound = solver.best_objective_bound
         state.bound = math.ceil(bound - 1e-6) if math.isfinite(bound) else None
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        value = int(round(solver.objective_value))
+        starts = {q: int(solver.value(e)) for q, e in whole.start.items()}
+        # the ordered model's objective only bounds its devices' spans from above
+        value = _objective(instance, starts, cost, objective) if in_order else \
+            int(round(solver.objective_value))
         if value <= state.value:
-            state.starts = {q: int(solver.value(e)) for q, e in whole.start.items()}
+            state.starts = starts
             state.value = value
     if code == cp_model.OPTIMAL and not precede:
         state.status = "optimal"

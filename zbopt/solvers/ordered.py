@@ -25,9 +25,11 @@ model's is.
 
 CP-SAT searches this model much faster from a hint. On the 128k-vocabulary tight split of
 results/plan.md (p=8, m=32, 4,503 literals) two workers went from the policy search's 4,262,643
-to 4,126,000-4,158,000 in 30 s (three seeds); the large-neighbourhood search of zbopt.solvers.lns
-on the interval model reached 4,169,481 and 4,185,267 in 58 s. Its LP bound stays weak (about
-89% of the span), so it is a search for schedules: the bounds come from elsewhere.
+to 4,126,287-4,133,707 in 30 s (three seeds), and with the settings zbopt.solvers.lns gives it
+(ORDERED_SHARE there) to 4,119,320-4,124,943 in 20 s; the large-neighbourhood search on the
+interval model reached 4,169,481 and 4,185,267 in 58 s. Its linear bound stays weak (about 89%
+of the span), so it is a search for schedules: the bounds come from elsewhere. These timings
+are scratch runs on a quiet machine; results/plan.md has the plans that use it.
 """
 
 from __future__ import annotations
