@@ -21,7 +21,7 @@ from .. import signals
 # one thread proving a bound) lowers its own threads' priority by this much (their nice value),
 # so that the background search keeps its core: with the scheduler's even shares, two CP-SAT
 # workers beside it left it a third of the two cores, and the 128k tight split of
-# results/plan.md got its bound in none of three 60 s plans; yielding, in all nine.
+# results/plan.md got its bound in none of three 60 s plans run by hand; yielding, in all nine.
 YIELD_NICENESS = 5
 _background = 0
 _lock = threading.Lock()
