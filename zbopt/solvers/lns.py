@@ -60,10 +60,11 @@ LARGE_FULL_SHARE = 0.05
 # where the ordered model (zbopt.solvers.ordered) states the instance, its search gets this
 # share of the time instead, without FULL_MAX, with CP-SAT's presolve off and its linear
 # relaxation at level 2, and no solution callback (scratch runs on a quiet machine: the split
-# of ordered's module doc, two workers for 20 s from the policy search's 4,262,643: 4,119,320-4,124,943 in three runs;
-# presolve on and the default level: 4,147,096-4,159,778, presolve's probing taking 2-4 s a
-# round; with a callback on every improving schedule, 4,122,493-4,143,135 in five runs, a
-# median of 4,132,623, against 4,119,320-4,134,730 and a median of 4,119,886 in five without)
+# of ordered's module doc, two workers for 20 s from the policy search's 4,262,643:
+# 4,119,320-4,124,943 in three runs; presolve on and the default level: 4,147,096-4,159,778,
+# presolve's probing taking 2-4 s a round; with a callback on every improving schedule,
+# 4,122,493-4,143,135 in five runs, a median of 4,132,623, against 4,119,320-4,134,730 and a
+# median of 4,119,886 in five without)
 ORDERED_SHARE = 0.8
 ORDERED_LINEARIZATION = 2
 # a sub-model's time limit, and the free passes of the first neighbourhood
