@@ -9,6 +9,7 @@ import pytest
 from ortools.sat.python import cp_model
 
 from zbopt.instance import Instance
+from zbopt.plan.memory_bound import held_counts
 from zbopt.schedule import Schedule, evaluate
 from zbopt.solvers import ordered
 from zbopt.solvers.api import backend_inputs, solve
@@ -65,8 +66,7 @@ def test_the_ordered_model_has_the_interval_models_optimum():
             min(starts[q] for q in order) for order in orders] if objective == "span" else None))
         assert timeline.fits_cap
         assert timeline.objective(objective) <= value
-        k = [ordered._held(instance, d)[0] for d in range(instance.devices)]
-        tight += any(h < instance.microbatches for h in k)
+        tight += any(h < instance.microbatches for h in held_counts(instance))
     assert tight >= 6  # the caps bind on many of them
 
 

@@ -39,6 +39,7 @@ from typing import Optional
 
 from ortools.sat.python import cp_model
 
+from ..bounds import activation_capacity, held_count
 from ..instance import Instance
 from ..passes import Pass
 from ..plan.memory_bound import applies as contiguous
@@ -50,19 +51,16 @@ def applies(instance: Instance) -> bool:
     device able to hold one activation."""
     if instance.cap is None or not contiguous(instance) or len(instance.chains) != 1:
         return False
-    return all(_room(instance, d) >= instance.m_b[d] for d in range(instance.devices))
-
-
-def _room(instance: Instance, d: int) -> int:
-    return int(instance.cap[d]) - int(instance.static_memory[d])
+    return all(activation_capacity(instance, d) >= instance.m_b[d]
+               for d in range(instance.devices))
 
 
 def _held(instance: Instance, d: int) -> tuple[int, int]:
     """(k, c) of the module doc for device d, each at most m."""
-    m, room = instance.microbatches, _room(instance, d)
-    m_b, m_w = int(instance.m_b[d]), int(instance.m_w[d])
-    k = min(m, room // m_b) if m_b > 0 else m
-    c = max(a + ((room - a * m_b) // m_w if m_w > 0 else m) for a in range(1, k + 1)) - 1
+    m, room = instance.microbatches, activation_capacity(instance, d)
+    m_b, m_w = instance.m_b[d], instance.m_w[d]
+    k = held_count(room, m_b, m)
+    c = max(a + held_count(room - a * m_b, m_w, m) for a in range(1, k + 1)) - 1
     return k, min(m, c)
 
 
@@ -162,7 +160,8 @@ def _memory(model, instance: Instance, d: int, k: int, c: int, x: dict, y: dict)
     """The level at each F's start within the cap: a in flight (F started, B not ended) hold
     m_b, the B ended with W pending m_w."""
     m = instance.microbatches
-    m_b, m_w, room = int(instance.m_b[d]), int(instance.m_w[d]), _room(instance, d)
+    m_b, m_w = int(instance.m_b[d]), int(instance.m_w[d])
+    room = int(activation_capacity(instance, d))
     for j in range(m):
         # B(j') and W(j') ended before F(j) starts: forced for j' <= j - k and j' <= j - c - 1,
         # open (the literal false) up to j - 1
